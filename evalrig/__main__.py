@@ -1,0 +1,3 @@
+from evalrig.cli import main
+
+main()

@@ -1,0 +1,20 @@
+"""Command-line interface. `main` is the console script `evalrig`."""
+
+from __future__ import annotations
+
+from evalrig.cli.app import app
+
+# Each module registers its commands on import.
+from evalrig.cli import (  # noqa: E402,F401  isort: skip
+    cmd_seal,
+    cmd_validate,
+    cmd_run,
+    cmd_compare,
+)
+
+
+def main() -> None:
+    app()
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,156 @@
+"""The typer app, the options every command shares, and the one place errors become exits.
+
+Commands live in `cmd_*.py` beside this file; each parses its options, makes one library
+call, renders the result and returns an exit code. Nothing outside `evalrig.cli` imports
+typer or rich.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from evalrig import __version__
+from evalrig.errors import EvalrigError, ExitCode
+
+app = typer.Typer(
+    name="evalrig",
+    help=(
+        "Decide, by measuring, whether a candidate agent build may replace the champion.\n\n"
+        "Example:  evalrig validate --tasks tasks --policies policies"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# Shared options: spelled once, used by every command.
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks of internal errors.")]
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"evalrig {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Decide, by measuring, whether a candidate agent build may replace the champion."""
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def command(name: str, example: str) -> Callable[[F], F]:
+    """Register `fn` as a command whose return value is its exit code.
+
+    Every EvalrigError becomes its message on stderr and its exit code; anything else is
+    an internal error (exit 6), with a traceback only under --debug.
+    """
+
+    def deco(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> None:
+            debug = bool(kwargs.get("debug"))
+            json_out = bool(kwargs.get("json_out"))
+            try:
+                code = fn(*args, **kwargs)
+            except typer.Exit:
+                raise
+            except EvalrigError as e:
+                report_error(e, json_out, debug)
+                raise typer.Exit(int(e.code)) from None
+            except KeyboardInterrupt:
+                err("interrupted")
+                raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+            except Exception as e:  # noqa: BLE001 - the CLI catches everything (DESIGN §9)
+                if debug:
+                    traceback.print_exc()
+                err(
+                    f"internal error: {type(e).__name__}: {e}\n"
+                    "  -> this is a bug in evalrig; rerun with --debug for the traceback. "
+                    "Bundles written so far are intact and resumable."
+                )
+                raise typer.Exit(int(ExitCode.INTERNAL)) from None
+            raise typer.Exit(int(code or 0))
+
+        doc = (fn.__doc__ or "").strip()
+        app.command(name, help=f"{doc}\n\nExample:\n\n    {example}", epilog=None)(wrapper)
+        return fn
+
+    return deco
+
+
+def err(message: str) -> None:
+    sys.stderr.write(message.rstrip("\n") + "\n")
+    sys.stderr.flush()
+
+
+def report_error(e: EvalrigError, json_out: bool, debug: bool) -> None:
+    if debug:
+        traceback.print_exc()
+    err("error: " + e.render())
+    if json_out:
+        emit_json(
+            {
+                "error": {
+                    "code": int(e.code),
+                    "message": e.message,
+                    "file": e.file,
+                    "field": e.field,
+                    "line": e.line,
+                    "hint": e.hint,
+                    "problems": [p.as_dict() for p in e.problems],
+                }
+            }
+        )
+
+
+def emit_json(obj: Any) -> None:
+    from evalrig.digest import pretty_json
+
+    sys.stdout.buffer.write(pretty_json(obj))
+    sys.stdout.flush()
+
+
+def is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def use_color() -> bool:
+    return is_terminal() and "NO_COLOR" not in os.environ
+
+
+def console() -> Any:
+    """A rich console for stdout (imported lazily: start-up time matters)."""
+    from rich.console import Console
+
+    return Console(no_color="NO_COLOR" in os.environ, highlight=False)
+
+
+def say(lines: Iterable[str] | str, style: str | None = None) -> None:
+    """Human output on stdout: plain text (no markup), styled only on a colour terminal."""
+    if isinstance(lines, str):
+        lines = [lines]
+    if use_color():
+        c = console()
+        for line in lines:
+            c.print(line, style=style, markup=False, soft_wrap=True)
+    else:
+        for line in lines:
+            sys.stdout.write(line + "\n")
+        sys.stdout.flush()

@@ -1,0 +1,98 @@
+"""The one canonical JSON encoder and every content digest.
+
+Canonical JSON: UTF-8, keys sorted, no whitespace, floats in orjson's shortest
+round-trip form. Non-finite numbers are refused here (orjson would silently write
+NaN as null, which could corrupt a verdict). Every digest is written `sha256:<hex>`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z | orjson.OPT_NON_STR_KEYS
+
+
+class NonFiniteNumber(ValueError):
+    pass
+
+
+def _check_finite(value: Any, path: str = "$") -> None:
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise NonFiniteNumber(f"{path}: non-finite number {value!r}")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_finite(v, f"{path}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_finite(v, f"{path}[{i}]")
+
+
+def _default(obj: Any) -> Any:
+    # pydantic models encode through their JSON mode so that validators' types
+    # (timestamps, enums) come out the same way everywhere.
+    dump = getattr(obj, "model_dump", None)
+    if dump is not None:
+        return dump(mode="json")
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"cannot encode {type(obj).__name__} as canonical JSON")
+
+
+def to_plain(obj: Any) -> Any:
+    """A value of JSON types only (models dumped in JSON mode)."""
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    return obj
+
+
+def canonical_json(obj: Any) -> bytes:
+    """The canonical bytes of `obj` (no trailing newline)."""
+    plain = to_plain(obj)
+    _check_finite(plain)
+    return orjson.dumps(plain, option=_OPTS, default=_default)
+
+
+def canonical_line(obj: Any) -> bytes:
+    """One JSONL record: canonical JSON and a newline."""
+    return canonical_json(obj) + b"\n"
+
+
+def pretty_json(obj: Any) -> bytes:
+    """Canonical JSON indented for people (still sorted, still deterministic)."""
+    plain = to_plain(obj)
+    _check_finite(plain)
+    return orjson.dumps(plain, option=_OPTS | orjson.OPT_INDENT_2, default=_default) + b"\n"
+
+
+def sha256_bytes(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def sha256_json(obj: Any) -> str:
+    return sha256_bytes(canonical_json(obj))
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+def sha256_parts(parts: Iterable[bytes]) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p)
+    return "sha256:" + h.hexdigest()
+
+
+def loads(data: bytes | str) -> Any:
+    return orjson.loads(data)

@@ -1,0 +1,27 @@
+"""Every file format, by name. `FORMATS` is the source of `schemas/` (evalrig schema)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from evalrig.models import inputs, run
+
+
+def formats() -> dict[str, type[BaseModel]]:
+    """Name → model of every file format the rig reads or writes."""
+    from evalrig.models import comparison  # written by the compare/gate work
+
+    return {
+        "checkpoint": inputs.CheckpointFile,
+        "task": inputs.TaskFile,
+        "policy": inputs.PolicyFile,
+        "seal": run.SealFile,
+        "seal-registry-entry": run.SealEntry,
+        "run-manifest": run.RunManifest,
+        "provenance": run.Provenance,
+        "attempt": run.AttemptEvent,
+        "estimate": run.Estimate,
+        "actual": run.Actual,
+        "result": run.Result,
+        **comparison.FORMATS,
+    }

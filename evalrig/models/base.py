@@ -1,0 +1,82 @@
+"""Shared pieces of every file format: strictness, timestamps, digests, versions.
+
+Every model rejects unknown keys and non-finite numbers and is frozen. Records the rig
+writes carry `schema_version` as their first field ("MAJOR.MINOR"): a file of another
+major version is refused, a newer minor is read (unknown keys of a newer minor still
+fail, so writers only add optional keys within a major).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    field_validator,
+)
+
+from evalrig.clock import format_ts
+
+SCHEMA_MAJOR = 1
+SCHEMA_VERSION = "1.0"
+
+
+def _aware(ts: datetime) -> datetime:
+    if ts.tzinfo is None or ts.utcoffset() is None:
+        raise ValueError("timestamp has no time zone; write it in UTC with a trailing Z")
+    return ts.astimezone(UTC)
+
+
+Timestamp = Annotated[
+    datetime,
+    AfterValidator(_aware),
+    PlainSerializer(format_ts, return_type=str, when_used="json"),
+]
+"""A timezone-aware time, normalised to UTC, written with microseconds and `Z`."""
+
+Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
+"""`sha256:<64 hex>`."""
+
+TaskId = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]+$", min_length=1)]
+
+
+class Strict(BaseModel):
+    """Base of every model: frozen, keyword-only in spirit, no unknown keys, finite numbers."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        allow_inf_nan=False,
+        populate_by_name=True,
+    )
+
+
+class Record(Strict):
+    """A record the rig writes: `schema_version` first."""
+
+    schema_version: str = Field(
+        default=SCHEMA_VERSION,
+        description="Format version MAJOR.MINOR; another major is refused.",
+    )
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_major(cls, v: str) -> str:
+        major, _, minor = v.partition(".")
+        if not (major.isdigit() and minor.isdigit()):
+            raise ValueError(f"schema_version {v!r} is not MAJOR.MINOR")
+        if int(major) != SCHEMA_MAJOR:
+            raise ValueError(
+                f"schema_version {v} is not readable by this rig (major {SCHEMA_MAJOR}); "
+                "use the rig version that wrote it"
+            )
+        return v
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    return model.model_dump(mode="json")

@@ -1,0 +1,190 @@
+"""Formats people write: checkpoint.toml, task.toml, the release policy (DESIGN §4, §5, §10).
+
+These carry no schema_version (they are hand-written TOML); the rig's own records do.
+Loaders (checkpoint.py, tasks.py, policy.py) read the files and turn pydantic errors into
+`file:line: field.path: message` problems.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from evalrig.models.base import Strict, TaskId, Timestamp
+
+Suite = Literal["fixed", "fresh", "invariant"]
+SUITES: tuple[Suite, ...] = ("fixed", "fresh", "invariant")
+
+
+# -- checkpoint.toml ---------------------------------------------------------------------
+
+
+class AgentSection(Strict):
+    command: list[str] = Field(min_length=1, description="argv run once per attempt, in agent/.")
+    estimate: list[str] | None = Field(
+        default=None, min_length=1, description="argv run before the attempt; prints one JSON object."
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Pinned settings; part of identity.")
+    network: bool = Field(default=False, description="The agent may reach the network.")
+
+
+class HistorySection(Strict):
+    log: str | None = Field(default=None, description="Path of the agent's append-only event log.")
+
+    @field_validator("log")
+    @classmethod
+    def _relative(cls, v: str | None) -> str | None:
+        if v is not None and (v.startswith("/") or ".." in v.split("/")):
+            raise ValueError("must be a path inside the checkpoint (relative, no '..')")
+        return v
+
+
+class CheckpointFile(Strict):
+    name: str = Field(min_length=1)
+    agent: AgentSection
+    history: HistorySection = Field(default_factory=HistorySection)
+
+
+# -- task.toml ---------------------------------------------------------------------------
+
+
+class ExactVerifier(Strict):
+    kind: Literal["exact"]
+    expected: str
+    version: str = "1"
+
+
+class RegexVerifier(Strict):
+    kind: Literal["regex"]
+    pattern: str
+    version: str = "1"
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        import re
+
+        try:
+            re.compile(v)
+        except re.error as e:
+            raise ValueError(f"does not compile ({e})") from None
+        return v
+
+
+class JsonVerifier(Strict):
+    kind: Literal["json"]
+    expected: Any
+    version: str = "1"
+
+
+class CommandVerifier(Strict):
+    kind: Literal["command"]
+    command: list[str] = Field(min_length=1)
+    timeout_s: float = Field(default=60, gt=0)
+    network: bool = False
+    version: str = "1"
+
+
+VerifierSpec = Annotated[
+    ExactVerifier | RegexVerifier | JsonVerifier | CommandVerifier, Field(discriminator="kind")
+]
+
+
+class Resources(Strict):
+    cpus: float = Field(default=1, gt=0, description="CPUs one attempt needs (for schedulers).")
+    memory_mb: int = Field(default=4096, gt=0, description="Address-space limit of the agent.")
+    max_processes: int = Field(default=256, gt=0, description="Process-count limit (bwrap uid).")
+
+
+class TaskFile(Strict):
+    """task.toml after the loader filled `id` and `suite` from the folder names."""
+
+    id: TaskId
+    suite: Suite
+    created_at: Timestamp | None = None
+    tags: list[str] = Field(default_factory=list)
+    timeout_s: float = Field(default=60, gt=0)
+    max_output_bytes: int = Field(default=1_048_576, ge=0)
+    max_evidence_bytes: int = Field(default=67_108_864, ge=0)
+    network: bool = False
+    evidence: list[str] = Field(default_factory=list)
+    resources: Resources = Field(default_factory=Resources)
+    verifier: VerifierSpec
+
+    @model_validator(mode="after")
+    def _fresh_dated(self) -> TaskFile:
+        if self.suite == "fresh" and self.created_at is None:
+            raise ValueError("created_at: required for fresh tasks (UTC, e.g. 2026-12-01T10:00:00.000000Z)")
+        return self
+
+
+# -- policy ------------------------------------------------------------------------------
+
+INVARIANT_CHECKS = (
+    "complete",
+    "sealed",
+    "isolated",
+    "policy-pinned",
+    "fresh-after-seal",
+    "no-secret-leak",
+    "history-preserved",
+    "bundle-integrity",
+    "invariant-suite",
+)
+InvariantCheck = Literal[
+    "complete",
+    "sealed",
+    "isolated",
+    "policy-pinned",
+    "fresh-after-seal",
+    "no-secret-leak",
+    "history-preserved",
+    "bundle-integrity",
+    "invariant-suite",
+]
+Alpha = Annotated[float, Field(gt=0, lt=1)]
+Rate = Annotated[float, Field(ge=0, le=1)]
+Margin = Annotated[float, Field(ge=0)]
+
+
+class PolicyInvariants(Strict):
+    checks: list[InvariantCheck] = Field(default_factory=lambda: list(INVARIANT_CHECKS))
+    max_infra_error_rate: Rate = 0.10
+
+
+class PolicyFixed(Strict):
+    alpha: Alpha = 0.05
+    stable_min_rate: Rate = 0.9
+    aggregate_alpha: Alpha = 0.02
+
+
+class PolicyFresh(Strict):
+    min_tasks: int = Field(default=20, ge=0)
+    min_discordant: int = Field(default=6, ge=0)
+    alpha: Alpha = 0.025
+    win_margin: Margin = 0.05
+    noninferiority_margin: Margin = 0.05
+    efficiency_metric: Literal["cost", "wall_s", "cpu_s"] = "cost"
+    efficiency_ratio: Annotated[float, Field(gt=0, le=1)] = 0.90
+
+
+class PolicyFile(Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    version: int = Field(ge=1)
+    invariants: PolicyInvariants = Field(default_factory=PolicyInvariants)
+    fixed: PolicyFixed = Field(default_factory=PolicyFixed)
+    fresh: PolicyFresh = Field(default_factory=PolicyFresh)
+    exceptions: dict[str, Annotated[str, Field(min_length=1)]] = Field(default_factory=dict)
+
+    @field_validator("exceptions")
+    @classmethod
+    def _exception_names(cls, v: dict[str, str]) -> dict[str, str]:
+        import re
+
+        for name, text in v.items():
+            if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+                raise ValueError(f"exception name {name!r} must match [A-Za-z0-9._-]+")
+            if not text.strip():
+                raise ValueError(f"exception {name!r} needs a description")
+        return v

@@ -1,0 +1,250 @@
+"""Formats the rig writes for seals and run bundles (DESIGN §6, §7)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from evalrig.models.base import Digest, Record, Strict, TaskId, Timestamp
+from evalrig.models.inputs import Suite
+
+Status = Literal["passed", "failed", "agent_error", "timeout", "infra_error", "interrupted"]
+SCORED: frozenset[str] = frozenset({"passed", "failed", "agent_error", "timeout"})
+SandboxLevel = Literal["bwrap", "process"]
+
+
+# -- seals -------------------------------------------------------------------------------
+
+
+class SealEntry(Record):
+    """One line of `$EVALRIG_HOME/seals.jsonl`; the first line of an id is the one that counts."""
+
+    checkpoint_id: Digest
+    name: str
+    sealed_at: Timestamp
+
+
+class SealFile(Record):
+    """`SEAL.json`, the convenience copy inside the checkpoint (never the authority)."""
+
+    checkpoint_id: Digest
+    name: str
+    sealed_at: Timestamp
+    files: int = Field(ge=0)
+    bytes: int = Field(ge=0)
+
+
+# -- run manifest ------------------------------------------------------------------------
+
+
+class CheckpointRef(Strict):
+    id: Digest
+    name: str
+    sealed_at: Timestamp = Field(description="From the registry, not SEAL.json.")
+
+
+class TasksetRef(Strict):
+    id: Digest = Field(description="Digest over every task's files.")
+    count: int = Field(ge=0)
+    suites: dict[Suite, int] = Field(description="Tasks per suite in the whole task set.")
+    fresh_created_at: dict[TaskId, Timestamp] = Field(default_factory=dict)
+
+
+class RunSettings(Strict):
+    """Every option of `run`. `OUTCOME_SETTINGS` may not change on resume."""
+
+    timeout_scale: float = Field(gt=0)
+    max_retries: int = Field(ge=0)
+    sandbox: Literal["auto", "bwrap", "process"]
+    secrets: list[str] = Field(default_factory=list, description="Names only, never values.")
+    suites: list[Suite] = Field(default_factory=list, description="--suite filters.")
+    task_ids: list[TaskId] = Field(default_factory=list, description="--task filters.")
+    tags: list[str] = Field(default_factory=list, description="--tag filters.")
+    tasks_dir: str
+    checkpoint_dir: str
+    policy_file: str | None = None
+    jobs: int = Field(ge=1)
+    executor: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
+    keep_workspaces: bool = False
+
+
+MAY_CHANGE_ON_RESUME = frozenset({"jobs", "executor", "ray_address", "keep_workspaces"})
+
+
+class PolicyPin(Strict):
+    name: str
+    version: int
+    digest: Digest = Field(description="sha256 of the policy file's bytes.")
+
+
+class SealCheck(Strict):
+    phase: Literal["start", "resume", "end"]
+    at: Timestamp
+    checkpoint_id: Digest | None = Field(description="The hash the directory had at that moment.")
+    matched: bool
+    message: str | None = None
+
+
+class RunCounts(Strict):
+    trials: int = Field(ge=0)
+    scored: int = Field(ge=0)
+    passed: int = Field(ge=0)
+    failed: int = Field(ge=0)
+    agent_error: int = Field(ge=0)
+    timeout: int = Field(ge=0)
+    infra_error: int = Field(ge=0, description="Attempts that ended infra_error (retries included).")
+    interrupted: int = Field(ge=0)
+    attempts: int = Field(ge=0)
+    unscored: int = Field(ge=0, description="Trials with no scored attempt.")
+
+
+class RunManifest(Record):
+    kind: Literal["run"] = "run"
+    run_id: str
+    rig_version: str
+    checkpoint: CheckpointRef
+    taskset: TasksetRef
+    repeat: int = Field(ge=1)
+    seed: int = Field(ge=0)
+    settings: RunSettings
+    subset: bool
+    policy_pin: PolicyPin | None
+    plan_digest: Digest
+    status: Literal["running", "complete", "incomplete"]
+    counts: RunCounts
+    seal_checks: list[SealCheck]
+    history: Literal["declared", "none"] = Field(
+        default="none", description="Whether the checkpoint declares [history] log (copied as history.jsonl)."
+    )
+    created_at: Timestamp
+    finished_at: Timestamp | None = None
+    files: dict[str, Digest] = Field(
+        default_factory=dict, description="At completion: the digest of every other file."
+    )
+
+
+class Resume(Strict):
+    at: Timestamp
+    kept: int = Field(ge=0)
+    rerun: int = Field(ge=0)
+
+
+class Provenance(Record):
+    rig_version: str
+    python: str
+    platform: str
+    host: str
+    argv: list[str]
+    dependencies: dict[str, str]
+    sandbox_warnings: list[str] = Field(default_factory=list)
+    resumes: list[Resume] = Field(default_factory=list)
+
+
+# -- per-attempt records -----------------------------------------------------------------
+
+
+class AttemptEvent(Record):
+    """attempts.jsonl: one `start` line and one `end` line per attempt."""
+
+    event: Literal["start", "end"]
+    trial_id: str
+    attempt_id: str
+    attempt: int = Field(ge=1, description="1-based attempt number within the trial.")
+    task_id: TaskId
+    rep: int = Field(ge=0)
+    at: Timestamp
+    status: Status | None = Field(default=None, description="On `end` lines.")
+
+
+class Estimate(Record):
+    """estimates.jsonl: written and synced before the attempt starts."""
+
+    estimate_id: str
+    attempt_id: str
+    trial_id: str
+    task_id: TaskId
+    rep: int = Field(ge=0)
+    state: Literal["valid", "missing", "malformed", "none"] = Field(
+        description="none: the checkpoint declares no estimate command."
+    )
+    p_success: float | None = Field(default=None, ge=0, le=1)
+    time_s: tuple[float, float] | None = None
+    cost_usd: tuple[float, float] | None = None
+    level: float = Field(default=0.8, gt=0, lt=1)
+    error: str | None = None
+    at: Timestamp
+
+
+UsageSource = Literal["reported", "missing"]
+
+
+class Actual(Record):
+    """actuals.jsonl: what the rig measured of one finished attempt."""
+
+    trial_id: str
+    attempt_id: str
+    task_id: TaskId
+    rep: int = Field(ge=0)
+    wall_s: float = Field(ge=0)
+    cpu_s: float | None = Field(default=None, ge=0)
+    peak_rss: int | None = Field(default=None, ge=0, description="Bytes.")
+    exit_code: int | None
+    timed_out: bool
+    cost_usd: float | None = Field(default=None, ge=0)
+    input_tokens: int | None = Field(default=None, ge=0)
+    output_tokens: int | None = Field(default=None, ge=0)
+    usage_source: UsageSource
+    stdout_bytes: int = Field(ge=0, description="Bytes the agent wrote, before capping.")
+    stderr_bytes: int = Field(ge=0)
+    stdout_truncated: bool
+    stderr_truncated: bool
+
+
+class VerifierIdentity(Strict):
+    kind: Literal["exact", "regex", "json", "command"]
+    version: str
+    digest: Digest = Field(description="Of the verifier's settings and its verifier/ files.")
+
+
+class Canary(Strict):
+    value: str
+    found: bool
+    where: list[str] = Field(default_factory=list, description="stdout, stderr, evidence paths.")
+
+
+class Diagnostic(Strict):
+    """The verifier's verdict on an agent_error attempt: recorded, never scored."""
+
+    passed: bool | None
+    reward: float | None
+
+
+class Result(Record):
+    """results.jsonl: one line per finished attempt."""
+
+    trial_id: str
+    attempt_id: str
+    attempt: int = Field(ge=1)
+    task_id: TaskId
+    suite: Suite
+    rep: int = Field(ge=0)
+    inputs_id: Digest
+    status: Status
+    passed: bool | None = Field(description="true/false for scored statuses, null otherwise.")
+    reward: float | None = Field(default=None, ge=0, le=1)
+    checks: dict[str, bool] = Field(default_factory=dict)
+    verifier: VerifierIdentity
+    verifier_runs: int = Field(default=0, ge=0)
+    verifier_usage: dict[str, Any] | None = None
+    diagnostic: Diagnostic | None = None
+    sandbox: SandboxLevel
+    containment: Literal["namespace", "subreaper"]
+    network: bool = Field(description="The attempt could reach the network (a recorded hole).")
+    canary: Canary
+    evidence_digest: Digest
+    evidence_bytes: int = Field(ge=0)
+    evidence_truncated: bool = False
+    evidence_skipped: list[str] = Field(default_factory=list, description="FIFOs, devices, links.")
+    error: str | None = None

@@ -1,0 +1,88 @@
+"""Content hash of a directory tree, with the byte framing of DESIGN §6 (`seal`).
+
+Every entry except the excluded names, in order of its `/`-separated relative path
+compared as bytes; for each: a type byte (`f` file, `x` owner-executable file, `l`
+symbolic link, never followed), the path, NUL, the content length in decimal, NUL, the
+content (a link's content is its target). sha256 over the stream, `sha256:<hex>`.
+Directories contribute only through their entries. Sockets, FIFOs and devices are refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from evalrig.errors import invalid
+
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class TreeDigest:
+    digest: str
+    files: int
+    bytes: int
+
+
+def _entries(root: Path, exclude: frozenset[str]) -> list[tuple[bytes, str]]:
+    """(relative path as bytes, absolute path) of every non-directory entry."""
+    out: list[tuple[bytes, str]] = []
+    root_s = os.fsencode(root)
+
+    def walk(dir_abs: bytes, rel: bytes) -> None:
+        with os.scandir(dir_abs) as it:
+            for e in it:
+                name = e.name
+                r = rel + b"/" + name if rel else name
+                if not rel and os.fsdecode(name) in exclude:
+                    continue
+                st = e.stat(follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    walk(e.path, r)
+                elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                    out.append((r, os.fsdecode(e.path)))
+                else:
+                    kind = "socket" if stat.S_ISSOCK(st.st_mode) else (
+                        "FIFO" if stat.S_ISFIFO(st.st_mode) else "device")
+                    raise invalid(
+                        f"{kind} at {os.fsdecode(r)} cannot be part of a sealed tree",
+                        file=root,
+                        hint="remove it (only regular files and symbolic links are hashed)",
+                    )
+
+    walk(root_s, b"")
+    out.sort(key=lambda t: t[0])
+    return out
+
+
+def hash_tree(root: Path, exclude: frozenset[str] = frozenset()) -> TreeDigest:
+    """The tree's content hash; `exclude` names top-level entries to leave out (SEAL.json)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise invalid("not a directory", file=root, hint="give the path of an existing directory")
+    h = hashlib.sha256()
+    files = 0
+    total = 0
+    for rel, path in _entries(root, exclude):
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            target = os.fsencode(os.readlink(path))
+            h.update(b"l" + rel + b"\0" + str(len(target)).encode() + b"\0" + target)
+            total += len(target)
+        else:
+            kind = b"x" if st.st_mode & stat.S_IXUSR else b"f"
+            h.update(kind + rel + b"\0" + str(st.st_size).encode() + b"\0")
+            with open(path, "rb", buffering=0) as f:
+                n = 0
+                while block := f.read(_CHUNK):
+                    h.update(block)
+                    n += len(block)
+            if n != st.st_size:
+                raise invalid(f"{os.fsdecode(rel)} changed while it was hashed", file=root,
+                              hint="stop whatever writes to it and seal again")
+            total += n
+        files += 1
+    return TreeDigest("sha256:" + h.hexdigest(), files, total)
