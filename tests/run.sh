@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The project's test command (README; .ci/run runs exactly this).
+# Sets up .venv through eval.sh, adds the dev tools, then lints, type-checks and tests.
+set -euo pipefail
+root=$(cd -P "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+./eval.sh --version >/dev/null   # bootstraps .venv on a fresh clone (exit 6 if it cannot)
+py=.venv/bin/python
+if ! "$py" -c 'import pytest, hypothesis, ruff, mypy' 2>/dev/null; then
+  echo "tests/run.sh: installing the dev tools into .venv" >&2
+  "$py" -m pip install --disable-pip-version-check -q -e '.[dev]'
+fi
+
+echo "== ruff"
+"$py" -m ruff check evalrig tests bench examples
+echo "== mypy"
+"$py" -m mypy
+echo "== pytest"
+set +e
+"$py" -m pytest -q "$@"
+rc=$?
+set -e
+# pytest's 5 means "no tests ran": that is a failure of this command, not a pass.
+[ "$rc" -eq 5 ] && { echo "tests/run.sh: pytest collected no tests" >&2; exit 1; }
+exit "$rc"
