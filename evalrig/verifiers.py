@@ -1,0 +1,391 @@
+"""The verifiers: judging an attempt from its stored evidence, on the rig's side (DESIGN §5).
+
+`exact`, `regex` and `json` are pure functions of the answer text and the task's settings.
+`command` runs the task's `verifier.command` from the task's `verifier/` folder in its
+own sandbox, with `EVALRIG_EVIDENCE` (the stored evidence, read-only) and
+`EVALRIG_VERDICT` (an empty directory of the rig's). A verifier fault (an exit other
+than 0/1, a crash, a time-out, a malformed `reward.json`) is re-run on the same evidence
+up to `retries` times; the agent is never run again.
+
+Everything here reads the *stored* evidence, never a live workspace, so `evalrig verify`
+gets the same verdict later from the same files.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from datetime import date, datetime, time
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from evalrig.digest import pretty_json
+from evalrig.models.inputs import (
+    CommandVerifier,
+    ExactVerifier,
+    JsonVerifier,
+    RegexVerifier,
+)
+
+Outcome = Literal["passed", "failed", "fault"]
+
+ANSWER_TXT = "out/answer.txt"
+ANSWER_JSON = "out/answer.json"
+VERIFIER_DIR = "verifier"  # the rig's verifier output inside an evidence dir
+# A command verifier's stdout/stderr kept per run (a chatty judge must not fill the bundle).
+VERIFIER_OUTPUT_CAP = 1 << 20
+_REWARD_KEYS = frozenset({"reward", "checks", "passed"})
+# The command verifier runs as a uid of its own under bwrap when the rig is root: slots
+# for verifiers start past any plausible --jobs count so they never share the agent's.
+VERIFIER_SLOT_OFFSET = 1000
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a verifier decided. `fault` is the verifier's failure, never the agent's."""
+
+    outcome: Outcome
+    reward: float | None = None
+    checks: dict[str, bool] = field(default_factory=dict)
+    usage: dict[str, Any] | None = None
+    runs: int = 0
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool | None:
+        return None if self.outcome == "fault" else self.outcome == "passed"
+
+
+def _decided(ok: bool, error: str | None = None) -> Verdict:
+    return Verdict("passed" if ok else "failed", 1.0 if ok else 0.0, {}, None, 0, error)
+
+
+# -- pure checks -------------------------------------------------------------------------
+
+
+def check_exact(answer: str | None, expected: str) -> Verdict:
+    """The trimmed answer equals the (trimmed) expected string. No answer: failed."""
+    if answer is None:
+        return _decided(False, f"no {ANSWER_TXT}")
+    return _decided(answer.strip() == expected.strip())
+
+
+def check_regex(answer: str | None, pattern: str) -> Verdict:
+    """The pattern matches the whole trimmed answer."""
+    import re
+
+    if answer is None:
+        return _decided(False, f"no {ANSWER_TXT}")
+    return _decided(re.fullmatch(pattern, answer.strip()) is not None)
+
+
+def _toml_to_json(value: Any) -> Any:
+    """TOML dates and times have no JSON form; they compare as their ISO-8601 strings."""
+    if isinstance(value, (datetime, date, time)):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _toml_to_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_toml_to_json(v) for v in value]
+    return value
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Deep equality of JSON values: numbers by value (1 == 1.0), booleans apart from numbers.
+
+    Python's `==` says True == 1 and {1: ...} keys mix, so every type is checked here.
+    """
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        # int/float comparison in Python is exact (no rounding of large ints); NaN never equals
+        return a == b and not (isinstance(a, float) and math.isnan(a))
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, str) or isinstance(b, str):
+        return isinstance(a, str) and isinstance(b, str) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    return False
+
+
+def check_json(answer: bytes | None, expected: Any) -> Verdict:
+    """The answer parses as JSON and equals `expected` (json_equal)."""
+    if answer is None:
+        return _decided(False, f"no {ANSWER_JSON}")
+    try:
+        value = orjson.loads(answer)
+    except orjson.JSONDecodeError as e:
+        return _decided(False, f"{ANSWER_JSON} is not JSON ({e})")
+    return _decided(json_equal(value, _toml_to_json(expected)))
+
+
+# -- reading the stored answer -----------------------------------------------------------
+
+
+def read_answer(evidence_dir: Path, rel: str) -> bytes | None:
+    """The stored answer's bytes; None when absent or not a regular file."""
+    try:
+        fd = os.open(evidence_dir / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        import stat as _stat
+
+        if not _stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def _text(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("utf-8", errors="replace")
+
+
+def verify_builtin(spec: ExactVerifier | RegexVerifier | JsonVerifier, evidence_dir: Path) -> Verdict:
+    if isinstance(spec, ExactVerifier):
+        v = check_exact(_text(read_answer(evidence_dir, ANSWER_TXT)), spec.expected)
+    elif isinstance(spec, RegexVerifier):
+        v = check_regex(_text(read_answer(evidence_dir, ANSWER_TXT)), spec.pattern)
+    else:
+        v = check_json(read_answer(evidence_dir, ANSWER_JSON), spec.expected)
+    return Verdict(v.outcome, v.reward, v.checks, None, 1, v.error)
+
+
+# -- reward.json -------------------------------------------------------------------------
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def parse_reward(data: bytes) -> Verdict:
+    """`{"reward": 0..1, "checks": {name: bool}, "passed": bool}` → a verdict, or a fault.
+
+    passed = the explicit "passed" when given, else reward == 1 and every check holds.
+    Without "reward", an explicit "passed" gives reward 1 or 0.
+    """
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        return Verdict("fault", error=f"reward.json is not JSON ({e})")
+    if not isinstance(doc, dict):
+        return Verdict("fault", error="reward.json: expected a JSON object")
+    unknown = sorted(set(doc) - _REWARD_KEYS)
+    if unknown:
+        return Verdict("fault", error=f"reward.json: unknown key {unknown[0]!r} (allowed: checks, passed, reward)")
+    reward = doc.get("reward")
+    if reward is not None and not (_is_number(reward) and 0 <= reward <= 1):
+        return Verdict("fault", error=f"reward.json: reward: expected a number in [0, 1], got {reward!r}")
+    checks = doc.get("checks", {})
+    if not isinstance(checks, dict) or not all(isinstance(v, bool) for v in checks.values()):
+        return Verdict("fault", error="reward.json: checks: expected an object of name → true/false")
+    explicit = doc.get("passed")
+    if explicit is not None and not isinstance(explicit, bool):
+        return Verdict("fault", error=f"reward.json: passed: expected true or false, got {explicit!r}")
+    if reward is None and explicit is None:
+        return Verdict("fault", error="reward.json: needs \"reward\" or \"passed\"")
+    if explicit is None:
+        ok = reward == 1 and all(checks.values())
+    else:
+        ok = explicit
+    if reward is None:
+        reward = 1.0 if ok else 0.0
+    return Verdict("passed" if ok else "failed", float(reward), dict(checks))
+
+
+def _read_usage(path: Path) -> dict[str, Any] | None:
+    """The verifier's own spend; anything but a JSON object is ignored."""
+    data = read_answer(path.parent, path.name)
+    if data is None:
+        return None
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+# -- the command verifier ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CommandRun:
+    """One run of a command verifier, its files in `run_dir` (stdout.txt, stderr.txt, verdict/)."""
+
+    verdict: Verdict
+    run_dir: Path
+
+
+def _run_command_once(
+    spec: CommandVerifier, verifier_dir: Path, evidence_dir: Path, run_dir: Path,
+    level: str, slot: int, cancel: threading.Event | None,
+) -> Verdict:
+    from evalrig import sandbox
+
+    verdict_dir = run_dir / "verdict"
+    home = run_dir / "home"
+    for d in (verdict_dir, home):
+        d.mkdir(parents=True)
+    tmp = "/tmp"
+    rw = [verdict_dir, home]
+    if level != "bwrap":
+        (run_dir / "tmp").mkdir()
+        tmp = str(run_dir / "tmp")
+        rw.append(run_dir / "tmp")
+    env = {
+        "PATH": sandbox.minimal_path(),
+        "HOME": str(home),
+        "TMPDIR": tmp,
+        "LANG": "C.UTF-8",
+        "EVALRIG_EVIDENCE": str(evidence_dir),
+        "EVALRIG_VERDICT": str(verdict_dir),
+    }
+    ro = [verifier_dir, evidence_dir, *sandbox.interpreter_binds(spec.command[0])]
+    fin = sandbox.launch(
+        sandbox.Launch(
+            argv=list(spec.command),
+            cwd=verifier_dir,
+            env=env,
+            level=level,  # type: ignore[arg-type]
+            rw_paths=rw,
+            ro_paths=ro,
+            network=spec.network,
+            timeout_s=spec.timeout_s,
+            max_output_bytes=VERIFIER_OUTPUT_CAP,
+            stdout_path=run_dir / "stdout.txt",
+            stderr_path=run_dir / "stderr.txt",
+            slot=slot + VERIFIER_SLOT_OFFSET,
+            attempt_tag=f"verifier-{run_dir.name}",
+            cancel=cancel,
+        )
+    )
+    if fin.error:
+        return Verdict("fault", error=f"verifier could not start: {fin.error}")
+    if fin.interrupted:
+        return Verdict("fault", error="verifier interrupted")
+    if fin.timed_out:
+        return Verdict("fault", error=f"verifier ran past its limit of {spec.timeout_s:g} s")
+    if fin.signal is not None or fin.exit_code is None:
+        return Verdict("fault", error=f"verifier crashed (signal {fin.signal})")
+    if fin.exit_code not in (0, 1):
+        return Verdict("fault", error=f"verifier exited {fin.exit_code} (0 pass, 1 fail, anything else is a fault)")
+    usage = _read_usage(verdict_dir / "usage.json")
+    reward = read_answer(verdict_dir, "reward.json")
+    if reward is None:
+        v = _decided(fin.exit_code == 0)
+        return Verdict(v.outcome, v.reward, {}, usage)
+    v = parse_reward(reward)
+    return Verdict(v.outcome, v.reward, v.checks, usage, 0, v.error)
+
+
+def verify_command(
+    spec: CommandVerifier, verifier_dir: Path | None, evidence_dir: Path, level: str, slot: int,
+    retries: int, scratch: Path, cancel: threading.Event | None = None,
+) -> tuple[Verdict, list[Path]]:
+    """Run the command verifier, re-running it on a fault up to `retries` times."""
+    if verifier_dir is None or not verifier_dir.is_dir():
+        return Verdict("fault", runs=0, error="the task has no verifier/ folder to run the command in"), []
+    runs: list[Path] = []
+    verdict = Verdict("fault", error="verifier never ran")
+    for n in range(1, retries + 2):
+        run_dir = scratch / f"run-{n}"
+        runs.append(run_dir)
+        verdict = _run_command_once(spec, verifier_dir, evidence_dir, run_dir, level, slot, cancel)
+        if verdict.outcome != "fault" or (cancel is not None and cancel.is_set()):
+            break
+    return Verdict(verdict.outcome, verdict.reward, verdict.checks, verdict.usage, len(runs), verdict.error), runs
+
+
+# -- storing the verifier's output ---------------------------------------------------------
+
+
+def store_output(verdict: Verdict, runs: list[Path], output_dir: Path) -> None:
+    """evidence/verifier/: verdict.json and, per command run, stdout.txt, stderr.txt,
+    reward.json and usage.json (what the verifier wrote), under run-<n>/."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for run_dir in runs:
+        dst = output_dir / run_dir.name
+        dst.mkdir(exist_ok=True)
+        for name in ("stdout.txt", "stderr.txt"):
+            if (run_dir / name).is_file():
+                shutil.copyfile(run_dir / name, dst / name)
+        for name in ("reward.json", "usage.json"):
+            data = read_answer(run_dir / "verdict", name)
+            if data is not None:
+                (dst / name).write_bytes(data[:VERIFIER_OUTPUT_CAP])
+    summary = {
+        "outcome": verdict.outcome,
+        "reward": verdict.reward,
+        "checks": verdict.checks,
+        "usage": verdict.usage,
+        "runs": verdict.runs,
+        "error": verdict.error,
+    }
+    (output_dir / "verdict.json").write_bytes(pretty_json(summary))
+
+
+def _judged_view(evidence_dir: Path, scratch: Path) -> Path:
+    """The evidence without the rig's verifier/ output, as the verifier first saw it.
+
+    A re-derivation (`evalrig verify`) must show the verifier the same files it judged,
+    and an earlier verdict is not one of them; a copy without verifier/ is made then.
+    """
+    if not (evidence_dir / VERIFIER_DIR).exists():
+        return evidence_dir
+    view = scratch / "evidence"
+    shutil.copytree(evidence_dir, view, symlinks=True, ignore=lambda d, names: (
+        [VERIFIER_DIR] if Path(d) == evidence_dir else []))
+    return view
+
+
+def verify_evidence(
+    task: Any,
+    evidence_dir: Path,
+    level: str,
+    slot: int,
+    retries: int,
+    scratch_root: Path,
+    output_dir: Path | None = None,
+    cancel: threading.Event | None = None,
+) -> Verdict:
+    """Judge the stored evidence of one attempt with the task's verifier.
+
+    `task` is a LoadedTask. `output_dir`, when given, receives the verifier's output
+    (run_attempt passes evidence_dir/verifier); `evalrig verify` leaves it None so that
+    re-deriving changes nothing in the bundle.
+    """
+    spec = task.spec.verifier
+    if not isinstance(spec, CommandVerifier):
+        verdict = verify_builtin(spec, evidence_dir)
+        if output_dir is not None:
+            store_output(verdict, [], output_dir)
+        return verdict
+    scratch_root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="verify-", dir=scratch_root))
+    try:
+        view = _judged_view(evidence_dir, scratch)
+        verdict, runs = verify_command(
+            spec, task.verifier_dir, view, level, slot, retries, scratch, cancel
+        )
+        if output_dir is not None:
+            store_output(verdict, runs, output_dir)
+        return verdict
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
