@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from evalrig.models import inputs, run
+from evalrig.models import inputs, lock, run
 
 
 def formats() -> dict[str, type[BaseModel]]:
@@ -23,5 +23,6 @@ def formats() -> dict[str, type[BaseModel]]:
         "estimate": run.Estimate,
         "actual": run.Actual,
         "result": run.Result,
+        "fixed-lock": lock.FixedLock,
         **comparison.FORMATS,
     }

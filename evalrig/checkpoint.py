@@ -1,0 +1,160 @@
+"""Checkpoints: `checkpoint.toml`, sealing, and the seal registry (DESIGN §4, §6 `seal`).
+
+A checkpoint's id is the content hash of its directory (evalrig.tree, `SEAL.json` left
+out). Sealing registers `{checkpoint_id, name, sealed_at}` in `$EVALRIG_HOME/seals.jsonl`;
+the first line of an id is the one that counts, so sealing again changes nothing. The
+registry is the authority: `SEAL.json` inside the checkpoint is a convenience copy that the
+checkpoint itself could have written.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from evalrig.errors import Problem, invalid
+from evalrig.models.inputs import CheckpointFile
+from evalrig.models.run import SealEntry, SealFile
+from evalrig.tomlerr import raise_problems, read_toml, validate_doc
+from evalrig.tree import TreeDigest, hash_tree
+
+CHECKPOINT_TOML = "checkpoint.toml"
+SEAL_JSON = "SEAL.json"
+REGISTRY = "seals.jsonl"
+_EXCLUDE = frozenset({SEAL_JSON})
+
+
+def evalrig_home() -> Path:
+    """`$EVALRIG_HOME`, else `~/.local/state/evalrig`. Only the CLI calls this."""
+    env = os.environ.get("EVALRIG_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".local" / "state" / "evalrig"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    dir: Path
+    spec: CheckpointFile
+
+
+def _require_dir(dir: Path) -> None:
+    if not dir.exists():
+        raise invalid("no such directory", file=dir, hint="give the path of a checkpoint directory")
+    if not dir.is_dir():
+        raise invalid("not a directory", file=dir, hint="give the path of a checkpoint directory")
+
+
+def load_checkpoint(dir: Path) -> Checkpoint:
+    """Parse `dir/checkpoint.toml`; every problem names `file:line: field`."""
+    dir = Path(dir)
+    _require_dir(dir)
+    path = dir / CHECKPOINT_TOML
+    if not path.is_file():
+        raise invalid(
+            "no checkpoint.toml: this is not a checkpoint directory",
+            file=dir,
+            hint="a checkpoint has a checkpoint.toml saying how to start the agent "
+            "(name, [agent] command); see DESIGN §4",
+        )
+    doc = read_toml(path, "checkpoint.toml")
+    if isinstance(doc, Problem):
+        raise_problems([doc], hint="fix checkpoint.toml")
+    spec = validate_doc(doc, CheckpointFile)
+    if isinstance(spec, list):
+        raise_problems(spec, hint="fix checkpoint.toml (evalrig schema checkpoint shows the format)")
+    return Checkpoint(dir, spec)
+
+
+def checkpoint_id(dir: Path) -> TreeDigest:
+    """The content hash of the directory, `SEAL.json` excluded (DESIGN §6)."""
+    return hash_tree(Path(dir), exclude=_EXCLUDE)
+
+
+def registry_path(home: Path) -> Path:
+    return Path(home) / REGISTRY
+
+
+def _read_registry(home: Path) -> list[SealEntry]:
+    from evalrig.bundle import read_records
+
+    return read_records(registry_path(home), SealEntry).records
+
+
+def registered_seal(home: Path, checkpoint_id: str) -> SealEntry | None:
+    """The first registry entry of `checkpoint_id` (the one that counts), if any."""
+    for entry in _read_registry(home):
+        if entry.checkpoint_id == checkpoint_id:
+            return entry
+    return None
+
+
+def seal(dir: Path, home: Path, now: datetime) -> SealFile:
+    """Hash the checkpoint, register it if it is new, and write `dir/SEAL.json`."""
+    from filelock import FileLock
+
+    from evalrig.bundle import append_line, cut_torn_tail, write_json_atomic
+
+    dir = Path(dir)
+    ckpt = load_checkpoint(dir)
+    tree = checkpoint_id(dir)
+    home = Path(home)
+    home.mkdir(parents=True, exist_ok=True)
+    # Two seals at once must not both append the same id: look up and append under a lock.
+    with FileLock(str(home / ".seals.lock")):
+        entry = registered_seal(home, tree.digest)
+        if entry is None:
+            entry = SealEntry(checkpoint_id=tree.digest, name=ckpt.spec.name, sealed_at=now)
+            cut_torn_tail(registry_path(home))
+            append_line(registry_path(home), entry)
+    sealed = SealFile(
+        checkpoint_id=entry.checkpoint_id,
+        name=entry.name,
+        sealed_at=entry.sealed_at,
+        files=tree.files,
+        bytes=tree.bytes,
+    )
+    try:
+        write_json_atomic(dir / SEAL_JSON, sealed)
+    except OSError as e:
+        raise invalid(
+            f"sealed as {entry.checkpoint_id}, but SEAL.json could not be written ({e.strerror})",
+            file=dir / SEAL_JSON,
+            hint="the registry holds the seal; SEAL.json is only a convenience copy",
+        ) from None
+    return sealed
+
+
+def _claimed_id(dir: Path) -> str | None:
+    """The checkpoint id SEAL.json claims, if it is readable (it is not the authority)."""
+    from evalrig.digest import loads
+
+    try:
+        value = loads((dir / SEAL_JSON).read_bytes()).get("checkpoint_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def check_sealed(dir: Path, home: Path) -> SealEntry:
+    """The registered seal the directory's content matches now; exit 4 when none does."""
+    dir = Path(dir)
+    _require_dir(dir)
+    current = checkpoint_id(dir).digest
+    entry = registered_seal(home, current)
+    if entry is not None:
+        return entry
+    claimed = _claimed_id(dir)
+    if claimed is not None and registered_seal(home, claimed) is not None:
+        raise invalid(
+            f"changed since it was sealed as {claimed} (its content is now {current})",
+            file=dir,
+            hint="a sealed checkpoint never changes: restore it, or seal the new content "
+            "with `evalrig seal DIR` as a new checkpoint",
+        )
+    raise invalid(
+        f"not sealed: no registered seal matches its content {current}",
+        file=dir,
+        hint=f"run `evalrig seal {dir}` (the registry in {registry_path(home)} is the authority, "
+        "not SEAL.json)",
+    )

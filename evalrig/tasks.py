@@ -1,0 +1,328 @@
+"""Loading tasks and task sets (DESIGN §5).
+
+Layout: `tasks/<suite>/<folder>/task.toml` beside `prompt.md`, optional `files/` and
+`verifier/`. The suite comes from the parent folder; a `suite` key that disagrees with it
+is an error (the folder is what people see). The id is the folder name unless `task.toml`
+gives one; a given id may differ from the folder name (a task can be renamed on disk
+without changing its identity) but must be unique in the set like every id.
+
+At the top of the task set, dotfiles, `fixed.lock` and other plain files (a README) are
+ignored; every directory must be a suite. Inside a suite, dotfiles and plain files are
+ignored and every directory is a task.
+
+A task's digest is the content hash of its folder; the task set's id is the sha256 of the
+canonical JSON of `{task_id: task digest}`. A verifier's identity is its kind, its version
+and the sha256 of `{"settings": the verifier section, "files": digest of verifier/ or null}`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
+from pathlib import Path
+from typing import NamedTuple
+
+from evalrig.digest import sha256_json
+from evalrig.errors import EvalrigError, Problem, invalid
+from evalrig.models.inputs import SUITES, Suite, TaskFile
+from evalrig.models.lock import FixedLock
+from evalrig.models.run import VerifierIdentity
+from evalrig.tomlerr import error_problems, key_lines, line_of, read_toml, validate_doc
+from evalrig.tree import hash_tree
+
+TASK_TOML = "task.toml"
+PROMPT = "prompt.md"
+FIXED_LOCK = "fixed.lock"
+
+
+@dataclass(frozen=True)
+class LoadedTask:
+    spec: TaskFile
+    dir: Path
+    digest: str
+    verifier_identity: VerifierIdentity
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def suite(self) -> Suite:
+        return self.spec.suite
+
+    @property
+    def prompt_path(self) -> Path:
+        return self.dir / PROMPT
+
+    @property
+    def files_dir(self) -> Path:
+        """Copied into work/; may not exist."""
+        return self.dir / "files"
+
+    @property
+    def verifier_dir(self) -> Path:
+        """The command verifier's folder; may not exist."""
+        return self.dir / "verifier"
+
+
+@dataclass(frozen=True)
+class TaskSet:
+    dir: Path
+    tasks: tuple[LoadedTask, ...]
+    """Sorted by id."""
+
+    @cached_property
+    def id(self) -> str:
+        """Digest over every task's files: sha256 of `{task_id: task digest}`."""
+        return taskset_id({t.id: t.digest for t in self.tasks})
+
+    def by_id(self) -> dict[str, LoadedTask]:
+        return {t.id: t for t in self.tasks}
+
+    def suites(self) -> dict[Suite, int]:
+        """Tasks per suite; every suite is present, with 0 when it has none."""
+        counts: dict[Suite, int] = {s: 0 for s in SUITES}
+        for t in self.tasks:
+            counts[t.suite] += 1
+        return counts
+
+    def fresh_created_at(self) -> dict[str, datetime]:
+        return {t.id: t.spec.created_at for t in self.tasks
+                if t.suite == "fresh" and t.spec.created_at is not None}
+
+
+def taskset_id(digests: dict[str, str]) -> str:
+    return sha256_json(digests)
+
+
+class TaskProblems(NamedTuple):
+    taskset: TaskSet | None
+    """None when there is any problem."""
+    problems: list[Problem]
+
+
+# -- one task ----------------------------------------------------------------------------
+
+
+def verifier_identity(spec: TaskFile, verifier_dir: Path) -> VerifierIdentity:
+    files = hash_tree(verifier_dir).digest if verifier_dir.is_dir() else None
+    settings = spec.verifier.model_dump(mode="json")
+    return VerifierIdentity(
+        kind=spec.verifier.kind,
+        version=spec.verifier.version,
+        digest=sha256_json({"settings": settings, "files": files}),
+    )
+
+
+_SCRIPT = re.compile(r"^[^\s$-][^\s$]*\.(py|sh|bash|js|mjs|ts|rb|pl|lua|R)$")
+
+
+def _command_file_problems(spec: TaskFile, task_dir: Path, file: str, index: dict) -> list[Problem]:
+    """A command verifier needs its verifier/ folder and the scripts its argv names there."""
+    v = spec.verifier
+    if v.kind != "command":
+        return []
+    vdir = task_dir / "verifier"
+    line = line_of(index, ("verifier", "command"))
+    if not vdir.is_dir():
+        return [Problem(file, f"the command verifier runs from {vdir}/, which does not exist "
+                        "(put its files there)", "verifier.command", line)]
+    out = []
+    for i, arg in enumerate(v.command):
+        if i > 0 and v.command[i - 1] in ("-c", "-m"):
+            continue
+        if os.path.isabs(arg) or not _SCRIPT.match(arg):
+            continue
+        if not (vdir / arg).exists():
+            out.append(Problem(file, f'"{arg}" is not in {vdir}/ (the command runs from there)',
+                               f"verifier.command[{i}]", line))
+    return out
+
+
+def load_task(task_dir: Path, suite: str) -> LoadedTask | list[Problem]:
+    """One task folder of `suite`'s folder; its problems instead of raising."""
+    toml_path = task_dir / TASK_TOML
+    file = str(toml_path)
+    doc = read_toml(toml_path, "task's task.toml")
+    if isinstance(doc, Problem):
+        return [doc]
+    index = key_lines(doc.text)
+    problems: list[Problem] = []
+    data = dict(doc.data)
+    given = data.get("suite")
+    if given is None:
+        data["suite"] = suite
+    elif isinstance(given, str) and given in SUITES and given != suite:
+        problems.append(Problem(
+            file, f'"{given}" does not match its folder {task_dir.parent}/ '
+            f"(move the task folder to {given}/ or drop the key)", "suite", line_of(index, ("suite",))))
+        data["suite"] = suite
+    data.setdefault("id", task_dir.name)
+    spec = validate_doc(doc, TaskFile, data)
+    if isinstance(spec, list):
+        problems += spec
+    prompt = task_dir / PROMPT
+    if not prompt.is_file():
+        problems.append(Problem(str(prompt), "missing (every task needs a prompt.md: the text "
+                                "the agent is shown)"))
+    if isinstance(spec, list) or problems:
+        if not isinstance(spec, list):
+            problems += _command_file_problems(spec, task_dir, file, index)
+        return problems
+    problems += _command_file_problems(spec, task_dir, file, index)
+    if problems:
+        return problems
+    try:
+        digest = hash_tree(task_dir).digest
+        ident = verifier_identity(spec, task_dir / "verifier")
+    except EvalrigError as e:
+        return error_problems(e)
+    return LoadedTask(spec, task_dir, digest, ident)
+
+
+# -- the task set ------------------------------------------------------------------------
+
+
+def _subdirs(dir: Path) -> list[Path]:
+    with os.scandir(dir) as it:
+        names = sorted(e.name for e in it if not e.name.startswith(".") and e.is_dir())
+    return [dir / n for n in names]
+
+
+def read_lock(dir: Path) -> FixedLock | None:
+    from evalrig.bundle import read_json
+
+    path = Path(dir) / FIXED_LOCK
+    if not path.exists():
+        return None
+    return read_json(path, FixedLock)
+
+
+def _lock_line(text: str, task_id: str) -> int | None:
+    needle = f'"{task_id}"'
+    for n, line in enumerate(text.splitlines(), start=1):
+        if needle in line:
+            return n
+    return None
+
+
+def lock_problems(dir: Path, loaded: dict[str, LoadedTask], unreadable: set[str]) -> list[Problem]:
+    """A locked fixed task removed, moved out of fixed/, or edited (DESIGN §5)."""
+    path = Path(dir) / FIXED_LOCK
+    try:
+        lock = read_lock(dir)
+    except EvalrigError as e:
+        return error_problems(e)
+    if lock is None:
+        return []
+    text = path.read_text(encoding="utf-8", errors="replace")
+    out = []
+    for task_id, locked in sorted(lock.tasks.items()):
+        if task_id in unreadable:
+            continue  # its own problems are reported already
+        task = loaded.get(task_id)
+        line = _lock_line(text, task_id)
+        if task is None:
+            out.append(Problem(str(path), f"locked fixed task {task_id} is missing from the task "
+                               "set; the fixed suite only grows: restore "
+                               f"{Path(dir) / 'fixed' / task_id}", f"tasks.{task_id}", line))
+        elif task.suite != "fixed":
+            out.append(Problem(str(path), f"locked fixed task {task_id} is now in suite "
+                               f"{task.suite} ({task.dir}); move it back to fixed/",
+                               f"tasks.{task_id}", line))
+        elif task.digest != locked:
+            out.append(Problem(str(path), f"fixed task {task_id} changed since it was locked "
+                               f"({task.dir}: locked {locked}, now {task.digest}); restore it, "
+                               "or add the changed task under a new id", f"tasks.{task_id}", line))
+    return out
+
+
+def collect_task_problems(dir: Path) -> TaskProblems:
+    """Load every task of the set, gathering every problem (not only the first)."""
+    dir = Path(dir)
+    if not dir.exists():
+        return TaskProblems(None, [Problem(str(dir), "no such directory (expected a task set: "
+                                           "<dir>/<suite>/<task-id>/task.toml)")])
+    if not dir.is_dir():
+        return TaskProblems(None, [Problem(str(dir), "not a directory (expected a task set)")])
+    problems: list[Problem] = []
+    tasks: list[LoadedTask] = []
+    unreadable: set[str] = set()
+    for suite_dir in _subdirs(dir):
+        if suite_dir.name not in SUITES:
+            problems.append(Problem(str(suite_dir), "not a suite folder: expected one of "
+                                    f"{', '.join(SUITES)} (tasks live in <dir>/<suite>/<id>/)"))
+            continue
+        for task_dir in _subdirs(suite_dir):
+            got = load_task(task_dir, suite_dir.name)
+            if isinstance(got, list):
+                problems += got
+                unreadable.add(task_dir.name)
+            else:
+                tasks.append(got)
+    problems += _duplicate_problems(tasks)
+    loaded = {t.id: t for t in tasks}
+    problems += lock_problems(dir, loaded, unreadable)
+    if problems:
+        return TaskProblems(None, problems)
+    tasks.sort(key=lambda t: t.id)
+    return TaskProblems(TaskSet(dir, tuple(tasks)), [])
+
+
+def _duplicate_problems(tasks: list[LoadedTask]) -> list[Problem]:
+    first: dict[str, LoadedTask] = {}
+    out = []
+    for t in sorted(tasks, key=lambda t: str(t.dir)):
+        if t.id in first:
+            toml = t.dir / TASK_TOML
+            line = line_of(key_lines(toml.read_text(encoding="utf-8")), ("id",))
+            out.append(Problem(str(toml), f'"{t.id}" is also the id of {first[t.id].dir}/ '
+                               "(ids are unique in a task set; rename one)", "id", line))
+        else:
+            first[t.id] = t
+    return out
+
+
+def load_taskset(dir: Path) -> TaskSet:
+    """The task set, or an exit-4 error carrying every problem found."""
+    taskset, problems = collect_task_problems(dir)
+    if taskset is None:
+        n = len(problems)
+        raise invalid(
+            f"{n} problem{'s' if n != 1 else ''} in the task set",
+            file=dir,
+            problems=problems,
+            hint=f"fix them; `evalrig validate --tasks {dir}` lists them all",
+        )
+    return taskset
+
+
+def lock_fixed(dir: Path) -> FixedLock:
+    """The lock with every fixed task of the set added (never removing one); not written.
+
+    Refuses, like validate, a task set that removed or edited a locked task.
+    """
+    taskset = load_taskset(dir)
+    old = read_lock(dir)
+    locked = dict(old.tasks) if old else {}
+    for t in taskset.tasks:
+        if t.suite == "fixed":
+            locked.setdefault(t.id, t.digest)
+    return FixedLock(tasks=dict(sorted(locked.items())))
+
+
+def write_lock(dir: Path, lock: FixedLock) -> Path:
+    from evalrig.bundle import write_json_atomic
+
+    path = Path(dir) / FIXED_LOCK
+    write_json_atomic(path, lock)
+    return path
+
+
+__all__ = [
+    "LoadedTask", "TaskSet", "TaskProblems", "load_taskset", "collect_task_problems",
+    "load_task", "verifier_identity", "lock_fixed", "write_lock", "read_lock",
+]

@@ -1,0 +1,236 @@
+"""checkpoint.toml, the content hash, sealing and the seal registry (DESIGN §4, §6 seal)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from evalrig.checkpoint import (
+    check_sealed,
+    checkpoint_id,
+    evalrig_home,
+    load_checkpoint,
+    registered_seal,
+    seal,
+)
+from evalrig.errors import EvalrigError, ExitCode
+
+T0 = datetime(2026, 12, 2, 10, 15, 3, 123456, tzinfo=UTC)
+T1 = datetime(2026, 12, 3, 9, 0, 0, tzinfo=UTC)
+
+CHECKPOINT_TOML = """\
+name = "exo"
+[agent]
+command = ["python3", "agent.py"]
+env = { MODEL = "m-2026-11" }
+"""
+
+
+def make_checkpoint(root: Path, toml: str = CHECKPOINT_TOML) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "checkpoint.toml").write_text(toml)
+    (root / "agent.py").write_text("print('hi')\n")
+    (root / "state").mkdir(exist_ok=True)
+    (root / "state" / "notes.txt").write_text("remember\n")
+    return root
+
+
+def test_evalrig_home_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVALRIG_HOME", str(tmp_path / "h"))
+    assert evalrig_home() == tmp_path / "h"
+
+
+def test_evalrig_home_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EVALRIG_HOME")
+    assert evalrig_home() == Path.home() / ".local" / "state" / "evalrig"
+
+
+def test_load_checkpoint(tmp_path: Path) -> None:
+    c = load_checkpoint(make_checkpoint(tmp_path / "c"))
+    assert c.spec.name == "exo"
+    assert c.spec.agent.command == ["python3", "agent.py"]
+    assert c.spec.agent.env == {"MODEL": "m-2026-11"}
+    assert c.spec.history.log is None
+
+
+def test_load_checkpoint_errors_name_file_line_field(tmp_path: Path) -> None:
+    d = make_checkpoint(tmp_path / "c", 'name = "exo"\n[agent]\ncommand = []\nnetwork = 3\n')
+    with pytest.raises(EvalrigError) as ei:
+        load_checkpoint(d)
+    e = ei.value
+    assert e.code == ExitCode.INVALID
+    rendered = [e.render().splitlines()[0], *(p.render() for p in e.problems)]
+    assert rendered == [
+        f"{d}/checkpoint.toml:3: agent.command: must have at least 1 item after validation, not 0",
+        f"{d}/checkpoint.toml:4: agent.network: must be a valid boolean, unable to interpret input (got 3)",
+    ]
+
+
+def test_load_checkpoint_broken_toml_names_line(tmp_path: Path) -> None:
+    d = make_checkpoint(tmp_path / "c", 'name = "exo"\n[agent\ncommand = ["a"]\n')
+    with pytest.raises(EvalrigError) as ei:
+        load_checkpoint(d)
+    assert ei.value.file == f"{d}/checkpoint.toml"
+    assert ei.value.line == 2
+    assert ei.value.message.startswith("not valid TOML: ")
+
+
+def test_load_checkpoint_without_toml(tmp_path: Path) -> None:
+    (tmp_path / "c").mkdir()
+    with pytest.raises(EvalrigError) as ei:
+        load_checkpoint(tmp_path / "c")
+    assert ei.value.code == ExitCode.INVALID
+    assert ei.value.render().startswith(f"{tmp_path}/c: no checkpoint.toml")
+
+
+def test_load_checkpoint_missing_dir(tmp_path: Path) -> None:
+    with pytest.raises(EvalrigError) as ei:
+        load_checkpoint(tmp_path / "nope")
+    assert ei.value.message == "no such directory"
+
+
+def _reference_hash(root: Path, exclude: set[str]) -> str:
+    """DESIGN §6 framing, written out independently of evalrig.tree."""
+    entries = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root).replace(os.sep, "/")
+            if rel in exclude:
+                continue
+            entries.append((rel.encode(), full))
+    h = hashlib.sha256()
+    for rel, full in sorted(entries):
+        if os.path.islink(full):
+            content = os.readlink(full).encode()
+            h.update(b"l" + rel + b"\0" + str(len(content)).encode() + b"\0" + content)
+        else:
+            content = Path(full).read_bytes()
+            kind = b"x" if os.stat(full).st_mode & 0o100 else b"f"
+            h.update(kind + rel + b"\0" + str(len(content)).encode() + b"\0" + content)
+    return "sha256:" + h.hexdigest()
+
+
+def test_checkpoint_id_matches_the_documented_framing(tmp_path: Path) -> None:
+    d = make_checkpoint(tmp_path / "c")
+    (d / "run.sh").write_text("#!/bin/sh\n")
+    (d / "run.sh").chmod(0o755)
+    os.symlink("state/notes.txt", d / "link")
+    (d / "SEAL.json").write_text("{}")
+    got = checkpoint_id(d)
+    assert got.digest == _reference_hash(d, {"SEAL.json"})
+    assert got.files == 5
+
+
+def test_checkpoint_id_changes_with_the_execute_bit(tmp_path: Path) -> None:
+    d = make_checkpoint(tmp_path / "c")
+    before = checkpoint_id(d).digest
+    (d / "agent.py").chmod(0o755)
+    assert checkpoint_id(d).digest != before
+
+
+def test_symlink_is_hashed_as_its_target_string_not_followed(tmp_path: Path) -> None:
+    d = make_checkpoint(tmp_path / "c")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("one")
+    os.symlink(str(outside), d / "link")
+    first = checkpoint_id(d).digest
+    outside.write_text("completely different content")
+    assert checkpoint_id(d).digest == first  # the linked file's content does not matter
+    os.remove(d / "link")
+    os.symlink(str(tmp_path / "elsewhere.txt"), d / "link")
+    assert checkpoint_id(d).digest != first  # the target string does
+
+
+def test_fifo_is_refused(tmp_path: Path) -> None:
+    d = make_checkpoint(tmp_path / "c")
+    os.mkfifo(d / "state" / "pipe")
+    with pytest.raises(EvalrigError) as ei:
+        checkpoint_id(d)
+    assert ei.value.code == ExitCode.INVALID
+    assert "FIFO at state/pipe" in ei.value.message
+
+
+def test_seal_registers_and_writes_seal_json(tmp_path: Path, evalrig_home: Path) -> None:
+    d = make_checkpoint(tmp_path / "c")
+    s = seal(d, evalrig_home, T0)
+    assert s.checkpoint_id == checkpoint_id(d).digest
+    assert (s.name, s.sealed_at, s.files) == ("exo", T0, 3)
+    on_disk = json.loads((d / "SEAL.json").read_text())
+    assert on_disk == {
+        "schema_version": "1.0",
+        "checkpoint_id": s.checkpoint_id,
+        "name": "exo",
+        "sealed_at": "2026-12-02T10:15:03.123456Z",
+        "files": 3,
+        "bytes": s.bytes,
+    }
+    assert (d / "SEAL.json").read_bytes().endswith(b"}\n")
+    entry = registered_seal(evalrig_home, s.checkpoint_id)
+    assert entry is not None and entry.sealed_at == T0
+    # SEAL.json is excluded: the id is unchanged by writing it.
+    assert checkpoint_id(d).digest == s.checkpoint_id
+
+
+def test_resealing_changes_nothing(tmp_path: Path, evalrig_home: Path) -> None:
+    d = make_checkpoint(tmp_path / "c")
+    first = seal(d, evalrig_home, T0)
+    registry = (evalrig_home / "seals.jsonl").read_bytes()
+    again = seal(d, evalrig_home, T1)
+    assert again == first
+    assert (evalrig_home / "seals.jsonl").read_bytes() == registry
+    assert registry.count(b"\n") == 1
+
+
+def test_two_checkpoints_two_lines(tmp_path: Path, evalrig_home: Path) -> None:
+    a = seal(make_checkpoint(tmp_path / "a"), evalrig_home, T0)
+    b_dir = make_checkpoint(tmp_path / "b", CHECKPOINT_TOML.replace("exo", "exo2"))
+    b = seal(b_dir, evalrig_home, T1)
+    assert a.checkpoint_id != b.checkpoint_id
+    assert (evalrig_home / "seals.jsonl").read_bytes().count(b"\n") == 2
+    assert registered_seal(evalrig_home, b.checkpoint_id).name == "exo2"  # type: ignore[union-attr]
+
+
+def test_registered_seal_unknown(evalrig_home: Path) -> None:
+    assert registered_seal(evalrig_home, "sha256:" + "0" * 64) is None
+
+
+def test_check_sealed(tmp_path: Path, evalrig_home: Path) -> None:
+    d = make_checkpoint(tmp_path / "c")
+    s = seal(d, evalrig_home, T0)
+    entry = check_sealed(d, evalrig_home)
+    assert entry.checkpoint_id == s.checkpoint_id and entry.sealed_at == T0
+
+
+def test_check_sealed_unsealed(tmp_path: Path, evalrig_home: Path) -> None:
+    d = make_checkpoint(tmp_path / "c")
+    with pytest.raises(EvalrigError) as ei:
+        check_sealed(d, evalrig_home)
+    assert ei.value.code == ExitCode.INVALID
+    assert ei.value.file == str(d)
+    assert ei.value.message.startswith("not sealed: ")
+    assert f"run `evalrig seal {d}`" in (ei.value.hint or "")
+
+
+def test_check_sealed_changed_after_sealing(tmp_path: Path, evalrig_home: Path) -> None:
+    d = make_checkpoint(tmp_path / "c")
+    s = seal(d, evalrig_home, T0)
+    (d / "state" / "notes.txt").write_text("tampered\n")
+    with pytest.raises(EvalrigError) as ei:
+        check_sealed(d, evalrig_home)
+    assert ei.value.message.startswith(f"changed since it was sealed as {s.checkpoint_id}")
+
+
+def test_forged_seal_json_is_not_a_seal(tmp_path: Path, evalrig_home: Path) -> None:
+    d = make_checkpoint(tmp_path / "c")
+    forged = {"schema_version": "1.0", "checkpoint_id": checkpoint_id(d).digest, "name": "exo",
+              "sealed_at": "2026-12-02T10:15:03.123456Z", "files": 3, "bytes": 1}
+    (d / "SEAL.json").write_text(json.dumps(forged))
+    with pytest.raises(EvalrigError) as ei:
+        check_sealed(d, evalrig_home)
+    assert ei.value.message.startswith("not sealed: ")
