@@ -275,6 +275,10 @@ def _message(err: Any, where: _Where) -> tuple[str, str]:
         if typ == "union_tag_not_found":
             return sub, f"required (one of {tags})"
         return sub, f"expected one of {tags}"
+    got = f" (got {err['input']!r})" if not isinstance(err.get("input"), (dict, list)) else ""
+    if typ == "literal_error":
+        choices = re.sub(r"'([^']*)'", r"\1", str(ctx.get("expected", ""))).replace(" or ", ", ")
+        return field, f"expected one of {choices}{got}"
     msg = str(err["msg"])
     if typ == "value_error":
         msg = msg.removeprefix("Value error, ")
@@ -282,10 +286,7 @@ def _message(err: Any, where: _Where) -> tuple[str, str]:
         if m and not field:  # a model-level check that names its own field
             return m["field"], m["msg"]
         return field, msg
-    msg = _SHOULD.sub("must ", msg)
-    if "input" in err and not isinstance(err["input"], (dict, list)):
-        msg += f" (got {err['input']!r})"
-    return field, msg
+    return field, _SHOULD.sub("must ", msg) + got
 
 
 def validation_problems(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from evalrig.models.base import Strict, TaskId, Timestamp
 
@@ -148,8 +148,12 @@ Rate = Annotated[float, Field(ge=0, le=1)]
 Margin = Annotated[float, Field(ge=0)]
 
 
+def _all_checks() -> list[InvariantCheck]:
+    return list(INVARIANT_CHECKS)  # type: ignore[arg-type]
+
+
 class PolicyInvariants(Strict):
-    checks: list[InvariantCheck] = Field(default_factory=lambda: list(INVARIANT_CHECKS))
+    checks: list[InvariantCheck] = Field(default_factory=_all_checks)
     max_infra_error_rate: Rate = 0.10
 
 
@@ -169,22 +173,32 @@ class PolicyFresh(Strict):
     efficiency_ratio: Annotated[float, Field(gt=0, le=1)] = 0.90
 
 
+def _described(text: str) -> str:
+    if not text.strip():
+        raise ValueError("needs a description: say what the exception waives")
+    return text
+
+
+# Checked per value, so that the error's path names the exception (`exceptions.NAME`).
+ExceptionText = Annotated[str, AfterValidator(_described)]
+
+
 class PolicyFile(Strict):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
     version: int = Field(ge=1)
     invariants: PolicyInvariants = Field(default_factory=PolicyInvariants)
     fixed: PolicyFixed = Field(default_factory=PolicyFixed)
     fresh: PolicyFresh = Field(default_factory=PolicyFresh)
-    exceptions: dict[str, Annotated[str, Field(min_length=1)]] = Field(default_factory=dict)
+    exceptions: dict[str, ExceptionText] = Field(
+        default_factory=dict, description="Name → what the exception waives (--exception NAME)."
+    )
 
     @field_validator("exceptions")
     @classmethod
     def _exception_names(cls, v: dict[str, str]) -> dict[str, str]:
         import re
 
-        for name, text in v.items():
+        for name in v:
             if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
                 raise ValueError(f"exception name {name!r} must match [A-Za-z0-9._-]+")
-            if not text.strip():
-                raise ValueError(f"exception {name!r} needs a description")
         return v
