@@ -1,1 +1,125 @@
-"""Commands (being written)."""
+"""Commands `compare`, `gate`, `sign` and `check-release` (DESIGN §6, §11)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, say
+from evalrig.errors import ExitCode, UsageError
+
+
+@command("compare", "evalrig compare runs/champion runs/candidate --out trains/t1")
+def compare_cmd(
+    champion: Annotated[Path, typer.Argument(help="The champion's run bundle.")],
+    candidate: Annotated[Path, typer.Argument(help="The candidate's run bundle.")],
+    out: Annotated[Path, typer.Option("--out", help="The comparison bundle to write.")],
+    allow_incomplete: Annotated[
+        bool, typer.Option("--allow-incomplete", help="Compare runs with unscored trials (never promotes).")
+    ] = False,
+    json_out: JsonOpt = False,
+    debug: DebugOpt = False,
+) -> int:
+    """Pair two runs task by task and write a comparison bundle (comparison.json, comparison.md)."""
+    from evalrig.checkpoint import evalrig_home
+    from evalrig.compare import compare_bundles
+
+    c = compare_bundles(champion, candidate, out, evalrig_home(), allow_incomplete)
+    fresh = c.suites["fresh"]
+    if json_out:
+        emit_json({"out": str(out), "champion": c.champion, "candidate": c.candidate,
+                   "suites": {s: {"tasks": v.tasks, "mean_d": v.mean_d, "p_one_sided": v.p_one_sided,
+                                  "p_worse": v.p_worse} for s, v in c.suites.items()}})
+    else:
+        say([
+            f"compared {c.candidate.run_id} (candidate) with {c.champion.run_id} (champion), k = {c.repeat}",
+            f"fresh: {fresh.tasks} tasks, mean_d {_f(fresh.mean_d)}, p better {_f(fresh.p_one_sided)}, "
+            f"p worse {_f(fresh.p_worse)}",
+            f"fixed: {c.suites['fixed'].tasks} tasks; invariant: {c.suites['invariant'].tasks} tasks",
+            f"wrote {out / 'comparison.json'} and {out / 'comparison.md'}",
+        ])
+    return 0
+
+
+def _f(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
+
+
+@command("gate", "evalrig gate trains/t1 --policy policies/default.toml")
+def gate_cmd(
+    comparison: Annotated[Path, typer.Argument(help="The comparison bundle (compare --out).")],
+    policy: Annotated[Path, typer.Option("--policy", help="The release policy the runs pinned.")],
+    exception: Annotated[
+        str | None, typer.Option("--exception", help="An exception of the policy (waives only the win).")
+    ] = None,
+    advisory: Annotated[
+        bool, typer.Option("--advisory", help="Apply any policy; the decision goes to decisions/advisory/ "
+                           "and cannot be signed.")
+    ] = False,
+    json_out: JsonOpt = False,
+    debug: DebugOpt = False,
+) -> int:
+    """Apply the release policy; write the decision and its verdict file. Exit: 0 promote, 1 keep, 3 block."""
+    from evalrig.checkpoint import evalrig_home
+    from evalrig.clock import utcnow
+    from evalrig.gate import gate_comparison
+
+    r = gate_comparison(comparison, policy, exception, advisory, evalrig_home(), utcnow())
+    d = r.decision
+    if json_out:
+        emit_json({"verdict": d.verdict, "reason": d.reason, "summary": d.summary,
+                   "decision_file": str(r.decision_file), "verdict_file": str(r.verdict_file),
+                   "advisory": d.advisory, "exit_code": r.exit_code,
+                   "rules": [{"name": x.name, "held": x.held} for x in d.rules]})
+    else:
+        say([f"{d.verdict} ({d.reason})" + (" [advisory]" if d.advisory else ""), d.summary,
+             f"verdict file: {r.verdict_file}", f"decision: {r.decision_file}"])
+    return r.exit_code
+
+
+@command("sign", "evalrig sign trains/t1/decisions/default-v1.json --approve --by alice")
+def sign_cmd(
+    decision: Annotated[Path, typer.Argument(help="The decision file gate wrote.")],
+    by: Annotated[str, typer.Option("--by", help="Who signs.")],
+    approve: Annotated[bool, typer.Option("--approve", help="Ship the candidate.")] = False,
+    reject: Annotated[bool, typer.Option("--reject", help="Do not ship the candidate.")] = False,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why; required to override the gate.")] = None,
+    json_out: JsonOpt = False,
+    debug: DebugOpt = False,
+) -> int:
+    """Record a person's sign-off of a decision in decisions/signoffs.jsonl (the last one counts)."""
+    from evalrig.clock import utcnow
+    from evalrig.signoff import sign
+
+    if approve == reject:
+        raise UsageError("give exactly one of --approve and --reject")
+    s = sign(decision, approve, by, reason, utcnow())
+    if json_out:
+        emit_json(s)
+    else:
+        say([f"{s.action} by {s.by} recorded ({'agrees with' if s.agrees_with_gate else 'overrides'} "
+             f"the gate's {s.verdict})", f"candidate {s.candidate_checkpoint_id}"])
+    return 0
+
+
+@command("check-release", "evalrig check-release trains/t1/decisions/default-v1.json --checkpoint ckpt/candidate")
+def check_release_cmd(
+    decision: Annotated[Path, typer.Argument(help="The signed decision file.")],
+    checkpoint: Annotated[Path, typer.Option("--checkpoint", help="The checkpoint directory about to ship.")],
+    json_out: JsonOpt = False,
+    debug: DebugOpt = False,
+) -> int:
+    """Exit 0 only when the last sign-off approves the decision and the directory is its sealed candidate."""
+    from evalrig.checkpoint import evalrig_home
+    from evalrig.signoff import check_release
+
+    r = check_release(decision, checkpoint, evalrig_home())
+    if json_out:
+        emit_json({"approved": r.approved, "reason": r.reason, "checkpoint_id": r.checkpoint_id})
+    elif r.approved:
+        say(r.reason)
+    else:
+        err(r.reason)
+    return int(ExitCode.OK if r.approved else ExitCode.KEEP)

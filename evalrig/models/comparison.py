@@ -176,6 +176,7 @@ class TaskRow(Strict):
     champion_cpu_s: float | None
     candidate_cpu_s: float | None
     fisher_p_worse: float | None = Field(description="Fisher exact one-sided p of 'candidate worse'.")
+    fisher_p_worse_exact: Rational | None
 
 
 class SuiteStats(Strict):

@@ -1,0 +1,537 @@
+"""Two runs in, one Comparison out (DESIGN §6 `compare`, §7, §8).
+
+The pure core, `build_comparison`, takes two RunViews (the final scored attempts of
+every trial, and the facts about each run) and returns the Comparison; it reads no file
+and no clock. The shell, `compare_bundles`, verifies and reads the two run bundles,
+refuses runs that cannot be paired, and writes the comparison bundle. All statistics
+come from `evalrig.stats`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from fractions import Fraction
+from pathlib import Path
+
+from evalrig import bundle, stats
+from evalrig.checkpoint import registered_seal
+from evalrig.digest import pretty_json, sha256_bytes
+from evalrig.errors import Incomplete, invalid
+from evalrig.models.comparison import (
+    MDE,
+    METRICS,
+    Calibration,
+    Comparison,
+    ComparisonManifest,
+    Efficiency,
+    Facts,
+    HistoryFacts,
+    Integrity,
+    IntervalCalibration,
+    McNemar,
+    Metric,
+    PExact,
+    PolicyPins,
+    RunRef,
+    SideFacts,
+    SideStats,
+    SuiteStats,
+    TaskRow,
+    TBounds,
+)
+from evalrig.models.inputs import SUITES, Suite
+from evalrig.models.run import Result, RunManifest
+
+REPORT_ALPHA = 0.025
+"""The level comparison.json reports t bounds, MDE and efficiency bounds at (DESIGN §8)."""
+
+
+# -- the values the core works on --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """The final scored attempt of one trial."""
+
+    passed: bool
+    reward: float | None
+    cost: float | None
+    wall_s: float | None
+    cpu_s: float | None
+
+
+@dataclass(frozen=True)
+class TaskView:
+    task_id: str
+    suite: Suite
+    outcomes: tuple[TrialOutcome, ...]
+
+    @property
+    def passes(self) -> int:
+        return sum(o.passed for o in self.outcomes)
+
+    @property
+    def n(self) -> int:
+        return len(self.outcomes)
+
+
+@dataclass(frozen=True)
+class RangeCheck:
+    """An estimate's range, its nominal level, and what was measured."""
+
+    low: float
+    high: float
+    level: float
+    actual: float
+
+
+@dataclass(frozen=True)
+class CalibrationInputs:
+    p_success: tuple[tuple[float, bool], ...] = ()
+    time: tuple[RangeCheck, ...] = ()
+    cost: tuple[RangeCheck, ...] = ()
+    estimates: int = 0
+
+
+@dataclass(frozen=True)
+class RunView:
+    ref: RunRef
+    repeat: int
+    seed: int
+    taskset_id: str
+    tasks: dict[str, TaskView]
+    facts: SideFacts
+    fresh_created_at: dict[str, datetime] = field(default_factory=dict)
+    calibration: CalibrationInputs = CalibrationInputs()
+
+
+# -- the history check -------------------------------------------------------------------
+
+
+def _chain_break(log: bytes) -> int | None:
+    """1-based line where the prev-chain breaks, or None when it is intact."""
+    import orjson
+
+    prev: str | None = None
+    lines = log.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines = lines[:-1]
+    for i, raw in enumerate(lines, start=1):
+        try:
+            obj = orjson.loads(raw)
+        except ValueError:
+            return i
+        if not isinstance(obj, dict) or "prev" not in obj:
+            return i
+        got = obj["prev"]
+        if isinstance(got, str) and got.startswith("sha256:"):
+            got = got[len("sha256:"):]
+        if got != prev:
+            return i
+        prev = hashlib.sha256(raw).hexdigest()
+    return None
+
+
+def _line_count(log: bytes) -> int:
+    return log.count(b"\n") + (0 if not log or log.endswith(b"\n") else 1)
+
+
+def history_check(champion_log: bytes | None, candidate_log: bytes | None) -> HistoryFacts:
+    """DESIGN §10 `history-preserved` from both runs' history.jsonl (None: not declared)."""
+    ch, ca = champion_log is not None, candidate_log is not None
+    chain_intact = brk = prefix = None
+    if candidate_log is not None:
+        brk = _chain_break(candidate_log)
+        chain_intact = brk is None
+    if champion_log is not None and candidate_log is not None:
+        prefix = candidate_log.startswith(champion_log)
+    if not ch and not ca:
+        held, msg = True, "neither checkpoint declares an event log"
+    elif ch and not ca:
+        held, msg = False, "the champion declares an event log and the candidate none: its history was dropped"
+    elif not chain_intact:
+        held, msg = False, f"the candidate's event log breaks its prev-chain at line {brk}"
+    elif ch and not prefix:
+        held, msg = False, "the champion's event log is not a byte-prefix of the candidate's: history was rewritten"
+    else:
+        held, msg = True, "the candidate's event log is intact" + (" and extends the champion's" if ch else "")
+    return HistoryFacts(
+        champion_declared=ch, candidate_declared=ca,
+        champion_lines=_line_count(champion_log or b""), candidate_lines=_line_count(candidate_log or b""),
+        chain_intact=chain_intact, chain_break_line=brk, champion_prefix=prefix, held=held, message=msg,
+    )
+
+
+# -- the pure core -----------------------------------------------------------------------
+
+
+def _rat(x: Fraction) -> str:
+    return str(x)
+
+
+def _float(x: Fraction | None) -> float | None:
+    return None if x is None else float(x)
+
+
+def _mean_or_none(values: Sequence[float | None]) -> float | None:
+    """The mean of a task's figures; null if any is missing (a missing figure is never 0)."""
+    if not values or any(v is None for v in values):
+        return None
+    return math.fsum(v for v in values if v is not None) / len(values)
+
+
+def _metric(o: TrialOutcome, metric: Metric) -> float | None:
+    return o.cost if metric == "cost" else o.wall_s if metric == "wall_s" else o.cpu_s
+
+
+def _side_stats(tasks: Sequence[TaskView], k: int) -> SideStats:
+    keys = [str(j) for j in range(1, k + 1)]
+    rewards = [[o.reward for o in t.outcomes if o.reward is not None] for t in tasks]
+    s = stats.side_summary([t.passes for t in tasks], [t.n for t in tasks], rewards)
+    per_task = {m: [_mean_or_none([_metric(o, m) for o in t.outcomes]) for t in tasks] for m in METRICS}
+    return SideStats(
+        pass_rate=s.pass_rate, pass_rate_se=s.pass_rate_se, mean_reward=s.mean_reward,
+        pass_hat_k={key: s.pass_hat_k.get(key) for key in keys},
+        pass_at_k={key: s.pass_at_k.get(key) for key in keys},
+        cost_per_task=_mean_or_none(per_task["cost"]),
+        wall_s_per_task=_mean_or_none(per_task["wall_s"]),
+        cpu_s_per_task=_mean_or_none(per_task["cpu_s"]),
+    )
+
+
+def _efficiency(pairs: Sequence[tuple[TaskView, TaskView]], metric: Metric, alpha: float) -> Efficiency:
+    champ = [_mean_or_none([_metric(o, metric) for o in a.outcomes]) for a, _ in pairs]
+    cand = [_mean_or_none([_metric(o, metric) for o in b.outcomes]) for _, b in pairs]
+    missing = sum(not (_positive(x) and _positive(y)) for x, y in zip(champ, cand, strict=True))
+    e = stats.efficiency(champ, cand, alpha)
+    log_mean = log_sd = None
+    if e.ratio is not None:
+        # Carried so that the gate can recompute the bound at the policy's alpha.
+        logs = [math.log(y) - math.log(x) for x, y in zip(champ, cand, strict=True)]  # type: ignore[arg-type]
+        log_mean, log_sd = math.fsum(logs) / len(logs), statistics.stdev(logs)
+    return Efficiency(ratio=e.ratio, upper=e.upper, alpha=alpha, n=len(pairs) - missing, log_mean=log_mean,
+                      log_sd=log_sd, missing=missing)
+
+
+def _positive(v: float | None) -> bool:
+    return v is not None and math.isfinite(v) and v > 0
+
+
+def _row(task_id: str, a: TaskView | None, b: TaskView | None) -> TaskRow:
+    def mean(t: TaskView | None, m: Metric) -> float | None:
+        return None if t is None else _mean_or_none([_metric(o, m) for o in t.outcomes])
+
+    def reward(t: TaskView | None) -> float | None:
+        return None if t is None else _mean_or_none([o.reward for o in t.outcomes])
+
+    ap, an = (a.passes, a.n) if a else (0, 0)
+    bp, bn = (b.passes, b.n) if b else (0, 0)
+    d = Fraction(bp, bn) - Fraction(ap, an) if an and bn else None
+    fisher = stats.fisher_worse_exact(ap, an, bp, bn) if an and bn else None
+    return TaskRow(
+        task_id=task_id, champion_passes=ap, candidate_passes=bp, champion_n=an, candidate_n=bn,
+        d=None if d is None else float(d), d_exact=None if d is None else _rat(d),
+        champion_reward=reward(a), candidate_reward=reward(b),
+        champion_cost=mean(a, "cost"), candidate_cost=mean(b, "cost"),
+        champion_wall_s=mean(a, "wall_s"), candidate_wall_s=mean(b, "wall_s"),
+        champion_cpu_s=mean(a, "cpu_s"), candidate_cpu_s=mean(b, "cpu_s"),
+        fisher_p_worse=float(fisher) if fisher is not None else None,
+        fisher_p_worse_exact=_rat(fisher) if fisher is not None else None,
+    )
+
+
+def suite_stats(champion: Sequence[TaskView], candidate: Sequence[TaskView], k: int,
+                alpha: float = REPORT_ALPHA) -> SuiteStats:
+    """Paired statistics of one suite; the inputs are the suite's tasks on each side."""
+    a_by, b_by = {t.task_id: t for t in champion}, {t.task_id: t for t in candidate}
+    ids = sorted(set(a_by) | set(b_by))
+    rows = [_row(i, a_by.get(i), b_by.get(i)) for i in ids]
+    pairs = [(a_by[i], b_by[i]) for i in ids if i in a_by and i in b_by and a_by[i].n and b_by[i].n]
+    n = len(pairs)
+    ps = stats.paired_summary([a.passes for a, _ in pairs], [b.passes for _, b in pairs],
+                              [a.n for a, _ in pairs], [b.n for _, b in pairs], alpha=alpha)
+    p_exact = tb = mde = mc = None
+    if n >= 2 and ps.p_one_sided is not None and ps.p_worse is not None and ps.p_two_sided is not None:
+        p_exact = PExact(one_sided=_rat(ps.p_one_sided), worse=_rat(ps.p_worse), two_sided=_rat(ps.p_two_sided))
+    if ps.bounds is not None:
+        tb = TBounds(alpha=alpha, lower=ps.bounds.lower, upper=ps.bounds.upper)
+    if ps.mde is not None:
+        mde = MDE(alpha=alpha, power=0.8, value=ps.mde)
+    if n >= 1:
+        disc = stats.discordant_from_majority([a.passes for a, _ in pairs], [b.passes for _, b in pairs],
+                                              [a.n for a, _ in pairs], [b.n for _, b in pairs])
+        m = stats.mcnemar(disc.b, disc.c)
+        mc = McNemar(better=disc.b, worse=disc.c, p_two_sided=float(m.two_sided),
+                     p_one_sided=float(m.one_sided_better), mid_p=float(m.mid_p))
+    stat = n >= 2  # with n < 2 every statistic is null (DESIGN §8)
+    return SuiteStats(
+        tasks=n, mean_d=ps.mean_d if stat else None,
+        mean_d_exact=_rat(ps.mean_d_exact) if stat and ps.mean_d_exact is not None else None,
+        se_d=ps.se_d, p_one_sided=_float(ps.p_one_sided), p_worse=_float(ps.p_worse),
+        p_two_sided=_float(ps.p_two_sided), p_exact=p_exact,
+        better=ps.better, worse=ps.worse, equal=ps.equal, discordant=ps.discordant,
+        t_bounds=tb, mde=mde, mcnemar=mc,
+        champion=_side_stats([a for a, _ in pairs], k), candidate=_side_stats([b for _, b in pairs], k),
+        efficiency={m: _efficiency(pairs, m, alpha) for m in METRICS},
+        per_task=rows,
+    )
+
+
+def _interval(checks: Sequence[RangeCheck]) -> IntervalCalibration:
+    if not checks:
+        return IntervalCalibration(n=0, coverage=None, interval_score=None)
+    lo, hi, actual = [c.low for c in checks], [c.high for c in checks], [c.actual for c in checks]
+    cov = stats.interval_coverage(lo, hi, actual)
+    score = stats.interval_score(lo, hi, actual, [c.level for c in checks])
+    return IntervalCalibration(n=len(checks), coverage=cov, interval_score=score)
+
+
+def calibration(inputs: CalibrationInputs) -> Calibration:
+    ps = inputs.p_success
+    brier = stats.brier([p for p, _ in ps], [o for _, o in ps]) if ps else None
+    return Calibration(estimates=inputs.estimates, brier=brier, brier_n=len(ps),
+                       time=_interval(inputs.time), cost=_interval(inputs.cost))
+
+
+def build_comparison(champion: RunView, candidate: RunView, history: HistoryFacts, allow_incomplete: bool,
+                     alpha: float = REPORT_ALPHA) -> Comparison:
+    """The comparison of two runs: values in, values out."""
+    k = candidate.repeat
+    suites = {}
+    for s in SUITES:
+        a = [t for t in champion.tasks.values() if t.suite == s]
+        b = [t for t in candidate.tasks.values() if t.suite == s]
+        suites[s] = suite_stats(a, b, k, alpha)
+    only_a = sorted(set(champion.tasks) - set(candidate.tasks))
+    only_b = sorted(set(candidate.tasks) - set(champion.tasks))
+    facts = Facts(
+        champion=champion.facts, candidate=candidate.facts, allow_incomplete=allow_incomplete,
+        both_complete=champion.facts.status == "complete" and candidate.facts.status == "complete",
+        tasks_only_champion=only_a, tasks_only_candidate=only_b,
+        fresh_created_at=dict(sorted(candidate.fresh_created_at.items())),
+        candidate_sealed_at=candidate.facts.sealed_at, history=history,
+        policy_pins=PolicyPins(
+            champion=champion.facts.policy_pin.digest if champion.facts.policy_pin else None,
+            candidate=candidate.facts.policy_pin.digest if candidate.facts.policy_pin else None,
+        ),
+    )
+    return Comparison(
+        champion=champion.ref, candidate=candidate.ref, repeat=k, seed=candidate.seed,
+        taskset_id=candidate.taskset_id, facts=facts, suites=suites,
+        calibration={"champion": calibration(champion.calibration), "candidate": calibration(candidate.calibration)},
+    )
+
+
+# -- the shell: reading, verifying and pairing two run bundles ---------------------------
+
+COMPARISON_JSON = "comparison.json"
+COMPARISON_MD = "comparison.md"
+MANIFEST_JSON = "manifest.json"
+HISTORY_JSONL = "history.jsonl"
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    view: RunView
+    manifest: RunManifest
+    history: bytes | None
+
+
+def _major_minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def _integrity(dir: Path, manifest: RunManifest, torn: dict[str, int], allow_incomplete: bool) -> Integrity:
+    """Every digest of the run; a mismatch refuses the comparison (exit 4, naming the file)."""
+    problems = bundle.check_run_digests(dir)
+    if problems and manifest.status == "running" and allow_incomplete:
+        # A run that never finished has no digests: recorded, and the gate's
+        # bundle-integrity (and complete) will not hold.
+        return Integrity(verified_files=0, problems=[p.render() for p in problems],
+                         torn=[f"{dir / n}:{line}" for n, line in sorted(torn.items())])
+    if problems:
+        first = problems[0]
+        raise invalid(f"does not verify: {first.message}", file=first.file, field=first.field,
+                      problems=problems[1:],
+                      hint="the run bundle changed after it was written; restore it or run it again")
+    return Integrity(verified_files=len(manifest.files), problems=[],
+                     torn=[f"{dir / n}:{line}" for n, line in sorted(torn.items())])
+
+
+def _side_facts(run: bundle.RunBundle, final: dict[str, Result], integrity: Integrity, home: Path) -> SideFacts:
+    m: RunManifest = run.manifest
+    entry = registered_seal(home, m.checkpoint.id)
+    suites: dict[str, set[str]] = {}
+    for r in final.values():
+        suites.setdefault(r.suite, set()).add(r.task_id)
+    sandbox = Counter(r.sandbox for r in run.results)
+    found = sorted(r.attempt_id for r in run.results if r.canary.found)
+    infra = sum(r.status == "infra_error" for r in run.results)
+    return SideFacts(
+        run_id=m.run_id, checkpoint_id=m.checkpoint.id, status=m.status, subset=m.subset, repeat=m.repeat,
+        taskset_suites=dict(sorted(m.taskset.suites.items())),
+        run_suites={s: len(ids) for s, ids in sorted(suites.items())},  # type: ignore[misc]
+        trials=m.counts.trials, scored=len(final), unscored=max(0, m.counts.trials - len(final)),
+        attempts=len(run.results), infra_errors=infra,
+        infra_error_rate=infra / len(run.results) if run.results else None,
+        sandbox={lvl: sandbox.get(lvl, 0) for lvl in ("bwrap", "process")},
+        network_attempts=sum(r.network for r in run.results),
+        seal_checks=len(m.seal_checks), seal_checks_matched=sum(c.matched for c in m.seal_checks),
+        seal_check_failures=[f"{c.phase}: {c.message or c.checkpoint_id}" for c in m.seal_checks if not c.matched],
+        registered=entry is not None, sealed_at=entry.sealed_at if entry else None,
+        canary_found=len(found), canary_attempts=found[:100], history=m.history,
+        policy_pin=m.policy_pin, integrity=integrity,
+    )
+
+
+def _calibration_inputs(run: bundle.RunBundle, final: dict[str, Result]) -> CalibrationInputs:
+    estimates = {e.attempt_id: e for e in run.estimates}
+    actuals = {a.attempt_id: a for a in run.actuals}
+    ps: list[tuple[float, bool]] = []
+    time: list[RangeCheck] = []
+    cost: list[RangeCheck] = []
+    valid = 0
+    for tid in sorted(final):
+        r = final[tid]
+        e, a = estimates.get(r.attempt_id), actuals.get(r.attempt_id)
+        if e is None or e.state != "valid":
+            continue
+        valid += 1
+        if e.p_success is not None and r.passed is not None:
+            ps.append((e.p_success, r.passed))
+        if a is not None and e.time_s is not None:
+            time.append(RangeCheck(e.time_s[0], e.time_s[1], e.level, a.wall_s))
+        if a is not None and e.cost_usd is not None and a.cost_usd is not None:
+            cost.append(RangeCheck(e.cost_usd[0], e.cost_usd[1], e.level, a.cost_usd))
+    return CalibrationInputs(p_success=tuple(ps), time=tuple(time), cost=tuple(cost), estimates=valid)
+
+
+def _task_views(run: bundle.RunBundle, final: dict[str, Result]) -> dict[str, TaskView]:
+    actuals = {a.attempt_id: a for a in run.actuals}
+    by_task: dict[str, list[tuple[int, TrialOutcome]]] = {}
+    suite_of: dict[str, Suite] = {}
+    for r in final.values():
+        a = actuals.get(r.attempt_id)
+        outcome = TrialOutcome(
+            passed=bool(r.passed), reward=r.reward,
+            cost=a.cost_usd if a else None, wall_s=a.wall_s if a else None, cpu_s=a.cpu_s if a else None,
+        )
+        by_task.setdefault(r.task_id, []).append((r.rep, outcome))
+        suite_of[r.task_id] = r.suite
+    return {
+        t: TaskView(task_id=t, suite=suite_of[t], outcomes=tuple(o for _, o in sorted(rows, key=lambda x: x[0])))
+        for t, rows in sorted(by_task.items())
+    }
+
+
+def load_side(dir: Path, home: Path, allow_incomplete: bool) -> LoadedRun:
+    """Read, check and summarise one run bundle for comparison."""
+    dir = Path(dir)
+    if not (dir / bundle.MANIFEST).is_file():
+        raise invalid("not a run bundle (no manifest.json)", file=dir,
+                      hint="give the --out directory of an `evalrig run`")
+    manifest = bundle.read_json(dir / bundle.MANIFEST, RunManifest)
+    if manifest.status != "complete" and not allow_incomplete:
+        raise Incomplete(
+            f"the run is {manifest.status}: {manifest.counts.unscored} of {manifest.counts.trials} trials unscored",
+            file=str(dir / bundle.MANIFEST),
+            hint=f"resume it with `evalrig run --out {dir} --resume`, or compare with --allow-incomplete "
+            "(the gate never promotes on an incomplete comparison)",
+        )
+    run = bundle.load_run(dir)
+    integrity = _integrity(dir, manifest, run.torn, allow_incomplete)
+    final = bundle.final_results(run)
+    history = None
+    if manifest.history == "declared":
+        path = dir / HISTORY_JSONL
+        history = path.read_bytes() if path.is_file() else b""
+    ref = RunRef(run_id=manifest.run_id, checkpoint_id=manifest.checkpoint.id,
+                 bundle_digest=bundle.bundle_digest(dict(manifest.files)))
+    view = RunView(
+        ref=ref, repeat=manifest.repeat, seed=manifest.seed, taskset_id=manifest.taskset.id,
+        tasks=_task_views(run, final), facts=_side_facts(run, final, integrity, home),
+        fresh_created_at=dict(manifest.taskset.fresh_created_at),
+        calibration=_calibration_inputs(run, final),
+    )
+    return LoadedRun(view=view, manifest=manifest, history=history)
+
+
+def check_pairable(champion: LoadedRun, candidate: LoadedRun, champ_dir: Path, cand_dir: Path) -> None:
+    """Refuse (exit 4, naming the difference) runs that cannot be paired trial by trial."""
+    a, b = champion.manifest, candidate.manifest
+    pin_a = a.policy_pin.digest if a.policy_pin else None
+    pin_b = b.policy_pin.digest if b.policy_pin else None
+    checks = [
+        ("taskset.id", "task sets", a.taskset.id, b.taskset.id),
+        ("repeat", "--repeat", a.repeat, b.repeat),
+        ("seed", "--seed", a.seed, b.seed),
+        ("settings.timeout_scale", "--timeout-scale", a.settings.timeout_scale, b.settings.timeout_scale),
+        ("settings.max_retries", "--max-retries", a.settings.max_retries, b.settings.max_retries),
+        ("policy_pin.digest", "pinned policies", pin_a, pin_b),
+        ("rig_version", "rig versions (major.minor)", _major_minor(a.rig_version), _major_minor(b.rig_version)),
+    ]
+    for fieldpath, what, x, y in checks:
+        if x != y:
+            raise invalid(
+                f"the runs differ in {what}: champion {x!r}, candidate {y!r} ({champ_dir / bundle.MANIFEST})",
+                file=str(cand_dir / bundle.MANIFEST), field=fieldpath,
+                hint="pair only runs of one train: rerun one side with the other's settings",
+            )
+
+
+def compare_bundles(champ_dir: Path, cand_dir: Path, out_dir: Path, home: Path,
+                    allow_incomplete: bool = False) -> Comparison:
+    """Verify and pair two run bundles, and write the comparison bundle to `out_dir`."""
+    from evalrig import report
+
+    champ_dir, cand_dir, out_dir = Path(champ_dir), Path(cand_dir), Path(out_dir)
+    champion = load_side(champ_dir, home, allow_incomplete)
+    candidate = load_side(cand_dir, home, allow_incomplete)
+    check_pairable(champion, candidate, champ_dir, cand_dir)
+    history = history_check(champion.history, candidate.history)
+    comparison = build_comparison(champion.view, candidate.view, history, allow_incomplete)
+    write_comparison(out_dir, comparison, report.comparison_markdown(comparison), allow_incomplete)
+    return comparison
+
+
+def write_comparison(out_dir: Path, comparison: Comparison, markdown: str, allow_incomplete: bool) -> None:
+    """Write the bundle; a comparison already there with other bytes is never replaced."""
+    data = pretty_json(comparison)
+    md = markdown.encode()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    existing = out_dir / COMPARISON_JSON
+    if existing.exists() and existing.read_bytes() != data:
+        raise invalid(
+            "holds a different comparison; its decisions would no longer match it",
+            file=existing, hint="give compare a new --out directory",
+        )
+    manifest = ComparisonManifest(
+        champion=comparison.champion, candidate=comparison.candidate, allow_incomplete=allow_incomplete,
+        files={COMPARISON_JSON: sha256_bytes(data), COMPARISON_MD: sha256_bytes(md)},
+    )
+    bundle.write_bytes_atomic(out_dir / COMPARISON_JSON, data)
+    bundle.write_bytes_atomic(out_dir / COMPARISON_MD, md)
+    bundle.write_json_atomic(out_dir / MANIFEST_JSON, manifest)
+
+
+def read_comparison(dir: Path) -> tuple[Comparison, str]:
+    """The comparison of a comparison bundle and the digest of its bytes, verified against manifest.json."""
+    dir = Path(dir)
+    path = dir / COMPARISON_JSON
+    if not path.is_file():
+        raise invalid("not a comparison bundle (no comparison.json)", file=dir,
+                      hint="give the --out directory of `evalrig compare`")
+    data = path.read_bytes()
+    digest = sha256_bytes(data)
+    manifest = bundle.read_json(dir / MANIFEST_JSON, ComparisonManifest)
+    want = manifest.files.get(COMPARISON_JSON)
+    if want != digest:
+        raise invalid(f"digest {digest} differs from manifest.json's {want}", file=path,
+                      hint="the comparison was edited after compare wrote it; run compare again")
+    return bundle.read_json(path, Comparison), digest

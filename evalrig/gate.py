@@ -1,0 +1,538 @@
+"""The gate: a Comparison and a policy in, a Decision out (DESIGN §10). Pure.
+
+Every rule is recorded under its DESIGN name with its numbers and `held`, where `held`
+means "the condition the rule states is true" (for `fresh.loss` that is "a loss was
+shown"). The verdict is the first line of the table that applies. p-values are compared
+as exact rationals against the policy's alphas read as decimals (`0.025` is 1/40).
+
+Three principles shape every rule:
+- a null never satisfies a rule that grants (quality, noninferior, efficiency);
+- a veto (`fixed.*`, `fresh.loss`) fails only on evidence: no statistic, no veto;
+- every `fresh.*` rule needs `fresh.min_tasks`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from evalrig import stats
+from evalrig.errors import invalid
+from evalrig.models.comparison import (
+    CandidateRef,
+    ChampionRef,
+    Comparison,
+    Decision,
+    Inconclusiveness,
+    PolicyRef,
+    Reason,
+    RuleResult,
+    SideFacts,
+    SuiteStats,
+    Verdict,
+)
+from evalrig.models.inputs import PolicyFile
+
+POWER = 0.8
+
+
+def exact(value: float) -> Fraction:
+    """A policy number as the decimal it was written as (0.025 -> 1/40, not the binary float)."""
+    return Fraction(repr(value))
+
+
+def _rule(name: str, held: bool, says: str, **numbers: Any) -> RuleResult:
+    return RuleResult(name=name, held=held, says=says, **numbers)
+
+
+# -- invariants --------------------------------------------------------------------------
+
+
+def _sides(c: Comparison) -> tuple[SideFacts, SideFacts]:
+    return c.facts.champion, c.facts.candidate
+
+
+def _covers_taskset(side: SideFacts) -> bool:
+    return all(side.run_suites.get(s, 0) == n for s, n in side.taskset_suites.items())
+
+
+def rule_complete(c: Comparison, p: PolicyFile) -> RuleResult:
+    limit = p.invariants.max_infra_error_rate
+    ch, ca = _sides(c)
+
+    def rate_ok(side: SideFacts) -> bool:
+        return side.infra_error_rate is not None and side.infra_error_rate <= limit
+
+    held = (
+        all(s.status == "complete" and not s.subset and _covers_taskset(s) and rate_ok(s) for s in (ch, ca))
+        and not c.facts.tasks_only_champion
+        and not c.facts.tasks_only_candidate
+        and ch.repeat == ca.repeat
+    )
+    return _rule(
+        "invariant.complete", held,
+        "both runs complete, not subsets, covering every suite of the task set, with the same "
+        f"tasks and k, infra errors at most {limit}",
+        champion_status=ch.status, candidate_status=ca.status,
+        champion_subset=ch.subset, candidate_subset=ca.subset,
+        champion_covers_taskset=_covers_taskset(ch), candidate_covers_taskset=_covers_taskset(ca),
+        champion_unscored=ch.unscored, candidate_unscored=ca.unscored,
+        tasks_only_champion=len(c.facts.tasks_only_champion),
+        tasks_only_candidate=len(c.facts.tasks_only_candidate),
+        champion_repeat=ch.repeat, candidate_repeat=ca.repeat,
+        champion_infra_error_rate=ch.infra_error_rate, candidate_infra_error_rate=ca.infra_error_rate,
+        max_infra_error_rate=limit,
+    )
+
+
+def rule_sealed(c: Comparison, p: PolicyFile) -> RuleResult:
+    ch, ca = _sides(c)
+
+    def ok(s: SideFacts) -> bool:
+        # No seal check recorded is no evidence of a sealed build, so it does not hold.
+        return s.registered and s.seal_checks > 0 and s.seal_checks_matched == s.seal_checks
+
+    return _rule(
+        "invariant.sealed", ok(ch) and ok(ca),
+        "both checkpoints registered in the seal registry and every seal check of both runs matched",
+        champion_registered=ch.registered, candidate_registered=ca.registered,
+        champion_seal_checks=ch.seal_checks, champion_seal_checks_matched=ch.seal_checks_matched,
+        candidate_seal_checks=ca.seal_checks, candidate_seal_checks_matched=ca.seal_checks_matched,
+    )
+
+
+def rule_isolated(c: Comparison, p: PolicyFile) -> RuleResult:
+    ch, ca = _sides(c)
+
+    def count(s: SideFacts, level: str) -> int:
+        return s.sandbox.get(level, 0)  # type: ignore[call-overload]
+
+    held = all(count(s, "process") == 0 and count(s, "bwrap") > 0 for s in (ch, ca))
+    return _rule(
+        "invariant.isolated", held, "every attempt of both runs ran under bwrap",
+        champion_bwrap=count(ch, "bwrap"), champion_process=count(ch, "process"),
+        candidate_bwrap=count(ca, "bwrap"), candidate_process=count(ca, "process"),
+        champion_network_attempts=ch.network_attempts, candidate_network_attempts=ca.network_attempts,
+    )
+
+
+def rule_policy_pinned(c: Comparison, p: PolicyFile, digest: str) -> RuleResult:
+    pins = c.facts.policy_pins
+    return _rule(
+        "invariant.policy-pinned", pins.champion == digest and pins.candidate == digest,
+        "both runs pinned this policy's digest",
+        policy_digest=digest, champion_pin=pins.champion, candidate_pin=pins.candidate,
+    )
+
+
+def rule_fresh_after_seal(c: Comparison, p: PolicyFile) -> RuleResult:
+    sealed = c.facts.candidate_sealed_at
+    created = c.facts.fresh_created_at
+    early = sorted(t for t, at in created.items() if sealed is None or not at > sealed)
+    earliest = min(created.values()) if created else None
+    held = not created or (sealed is not None and not early)
+    return _rule(
+        "invariant.fresh-after-seal", held,
+        "every fresh task's created_at is after the candidate's registered sealed_at",
+        candidate_sealed_at=_ts(sealed), fresh_tasks=len(created),
+        earliest_created_at=_ts(earliest), not_after_seal=len(early), not_after_seal_tasks=early[:20],
+    )
+
+
+def rule_no_secret_leak(c: Comparison, p: PolicyFile) -> RuleResult:
+    ch, ca = _sides(c)
+    return _rule(
+        "invariant.no-secret-leak", ch.canary_found == 0 and ca.canary_found == 0,
+        "no canary found in either run",
+        champion_canary_found=ch.canary_found, candidate_canary_found=ca.canary_found,
+        candidate_canary_attempts=ca.canary_attempts[:20],
+    )
+
+
+def rule_history_preserved(c: Comparison, p: PolicyFile) -> RuleResult:
+    h = c.facts.history
+    return _rule(
+        "invariant.history-preserved", h.held,
+        "the candidate's event log is an intact chain with the champion's as a byte-prefix "
+        "(trivial where neither declares one)",
+        champion_declared=h.champion_declared, candidate_declared=h.candidate_declared,
+        champion_lines=h.champion_lines, candidate_lines=h.candidate_lines,
+        chain_intact=h.chain_intact, chain_break_line=h.chain_break_line,
+        champion_prefix=h.champion_prefix, detail=h.message,
+    )
+
+
+def rule_bundle_integrity(c: Comparison, p: PolicyFile) -> RuleResult:
+    ch, ca = _sides(c)
+    return _rule(
+        "invariant.bundle-integrity", ch.integrity.ok and ca.integrity.ok,
+        "every digest of both runs verified when compared",
+        champion_verified_files=ch.integrity.verified_files, champion_problems=ch.integrity.problems[:20],
+        candidate_verified_files=ca.integrity.verified_files, candidate_problems=ca.integrity.problems[:20],
+        torn=ch.integrity.torn + ca.integrity.torn,
+    )
+
+
+def rule_invariant_suite(c: Comparison, p: PolicyFile) -> RuleResult:
+    k = c.repeat
+    rows = c.suites["invariant"].per_task
+    failing = sorted(
+        r.task_id for r in rows
+        if not (r.champion_passes == r.champion_n == k and r.candidate_passes == r.candidate_n == k)
+    )
+    return _rule(
+        "invariant.invariant-suite", not failing,
+        "every invariant-suite task passed on every trial, both sides",
+        tasks=len(rows), failing=len(failing), failing_tasks=failing[:20],
+    )
+
+
+INVARIANT_RULES: dict[str, Callable[[Comparison, PolicyFile], RuleResult]] = {
+    "complete": rule_complete,
+    "sealed": rule_sealed,
+    "isolated": rule_isolated,
+    "fresh-after-seal": rule_fresh_after_seal,
+    "no-secret-leak": rule_no_secret_leak,
+    "history-preserved": rule_history_preserved,
+    "bundle-integrity": rule_bundle_integrity,
+    "invariant-suite": rule_invariant_suite,
+}
+INVARIANT_ORDER = (
+    "complete", "sealed", "isolated", "policy-pinned", "fresh-after-seal",
+    "no-secret-leak", "history-preserved", "bundle-integrity", "invariant-suite",
+)
+
+
+def _ts(ts: Any) -> str | None:
+    from evalrig.clock import format_ts
+
+    return None if ts is None else format_ts(ts)
+
+
+# -- fixed suite: veto only --------------------------------------------------------------
+
+
+def rule_fixed_task(c: Comparison, p: PolicyFile) -> RuleResult:
+    suite = c.suites["fixed"]
+    alpha = exact(p.fixed.alpha)
+    stable, flaky, regressed = [], [], []
+    for r in suite.per_task:
+        if r.champion_n == 0 or r.candidate_n == 0:
+            continue  # nothing scored: no evidence, no veto
+        if Fraction(r.champion_passes, r.champion_n) >= exact(p.fixed.stable_min_rate):
+            stable.append(r.task_id)
+            if r.fisher_p_worse_exact is not None and Fraction(r.fisher_p_worse_exact) <= alpha:
+                regressed.append({"task_id": r.task_id, "champion": f"{r.champion_passes}/{r.champion_n}",
+                                  "candidate": f"{r.candidate_passes}/{r.candidate_n}",
+                                  "fisher_p_worse": r.fisher_p_worse})
+        else:
+            flaky.append(r.task_id)
+    return _rule(
+        "fixed.task", not regressed,
+        f"no stable fixed task (champion pass rate >= {p.fixed.stable_min_rate}) on which the "
+        f"candidate is worse with Fisher p <= {p.fixed.alpha}",
+        alpha=p.fixed.alpha, stable_min_rate=p.fixed.stable_min_rate, tasks=suite.tasks,
+        stable=len(stable), flaky=len(flaky), flaky_tasks=flaky[:50], regressed=regressed[:50],
+    )
+
+
+def rule_fixed_aggregate(c: Comparison, p: PolicyFile) -> RuleResult:
+    suite = c.suites["fixed"]
+    a = exact(p.fixed.aggregate_alpha)
+    # Fewer than two tasks: no statistic, so no evidence of a regression.
+    worse = suite.p_exact is not None and Fraction(suite.p_exact.worse) <= a
+    return _rule(
+        "fixed.aggregate", not worse,
+        f"over all fixed tasks, the sign-flip p_worse > {p.fixed.aggregate_alpha}",
+        aggregate_alpha=p.fixed.aggregate_alpha, tasks=suite.tasks, mean_d=suite.mean_d,
+        p_worse=suite.p_worse, p_worse_exact=suite.p_exact.worse if suite.p_exact else None,
+    )
+
+
+# -- fresh suite: the only one that can promote ------------------------------------------
+
+
+@dataclass(frozen=True)
+class FreshRules:
+    min_tasks: RuleResult
+    quality: RuleResult
+    noninferior: RuleResult
+    efficiency: RuleResult
+    loss: RuleResult
+    detectable: Inconclusiveness
+
+
+def _p(s: SuiteStats, which: str) -> Fraction | None:
+    return None if s.p_exact is None else Fraction(getattr(s.p_exact, which))
+
+
+def fresh_rules(c: Comparison, p: PolicyFile) -> FreshRules:
+    s, f, k = c.suites["fresh"], p.fresh, c.repeat
+    alpha = exact(f.alpha)
+    enough = s.tasks >= f.min_tasks
+    min_tasks = _rule("fresh.min_tasks", enough, f"the fresh suite has at least {f.min_tasks} tasks",
+                      tasks=s.tasks, min_tasks=f.min_tasks)
+
+    p_one, p_worse = _p(s, "one_sided"), _p(s, "worse")
+    mean = None if s.mean_d_exact is None else Fraction(s.mean_d_exact)
+    quality = _rule(
+        "fresh.quality",
+        enough and p_one is not None and mean is not None and s.discordant >= f.min_discordant
+        and p_one <= alpha and mean >= exact(f.win_margin),
+        f"discordant >= {f.min_discordant}, p_one_sided <= {f.alpha} and mean_d >= {f.win_margin}",
+        discordant=s.discordant, min_discordant=f.min_discordant, p_one_sided=s.p_one_sided,
+        p_one_sided_exact=s.p_exact.one_sided if s.p_exact else None, alpha=f.alpha,
+        mean_d=s.mean_d, win_margin=f.win_margin,
+    )
+
+    lower = se_floored = None
+    if s.mean_d is not None and s.se_d is not None and s.tasks >= 2:
+        # Floored so that a suite where every task agrees cannot claim a zero-width bound.
+        se_floored = max(s.se_d, 1.0 / (k * s.tasks))
+        b = stats.t_bounds(s.mean_d, se_floored, s.tasks, f.alpha)
+        lower = b.lower if b is not None else None
+    noninferior = _rule(
+        "fresh.noninferior",
+        enough and lower is not None and lower > -f.noninferiority_margin,
+        f"the lower one-sided {1 - f.alpha:g} t bound of mean_d (se_d floored at 1/(k*n)) is above "
+        f"-{f.noninferiority_margin}",
+        mean_d=s.mean_d, se_d=s.se_d, se_floored=se_floored, lower_bound=lower, alpha=f.alpha,
+        noninferiority_margin=f.noninferiority_margin,
+    )
+
+    eff = s.efficiency.get(f.efficiency_metric)
+    upper = None
+    if eff is not None and eff.log_mean is not None and eff.log_sd is not None and eff.n >= 2:
+        b = stats.t_bounds(eff.log_mean, eff.log_sd / math.sqrt(eff.n), eff.n, f.alpha)
+        upper = math.exp(b.upper) if b is not None else None
+    ratio = eff.ratio if eff is not None else None
+    efficiency = _rule(
+        "fresh.efficiency",
+        enough and noninferior.held and p_worse is not None and p_worse > alpha
+        and ratio is not None and upper is not None
+        and exact(ratio) <= exact(f.efficiency_ratio) and upper < 1,
+        f"fresh.noninferior holds, p_worse > {f.alpha}, and the {f.efficiency_metric} ratio is <= "
+        f"{f.efficiency_ratio} with its upper {1 - f.alpha:g} bound below 1",
+        metric=f.efficiency_metric, ratio=ratio, upper_bound=upper, efficiency_ratio=f.efficiency_ratio,
+        noninferior=noninferior.held, p_worse=s.p_worse, alpha=f.alpha,
+        tasks_with_values=eff.n if eff else 0, tasks_missing_values=eff.missing if eff else s.tasks,
+    )
+
+    loss = _rule(
+        "fresh.loss", enough and p_worse is not None and p_worse <= alpha,
+        f"the candidate is worse: sign-flip p_worse <= {f.alpha}",
+        p_worse=s.p_worse, p_worse_exact=s.p_exact.worse if s.p_exact else None, alpha=f.alpha,
+    )
+
+    mde = None if s.se_d is None else stats.mde(s.se_d, f.alpha, POWER)
+    needed = stats.tasks_needed(s.tasks, mde, f.win_margin) if f.win_margin > 0 else None
+    detectable = Inconclusiveness(alpha=f.alpha, mde=mde, win_margin=f.win_margin, tasks=s.tasks,
+                                  tasks_needed=needed)
+    return FreshRules(min_tasks, quality, noninferior, efficiency, loss, detectable)
+
+
+# -- the verdict -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    verdict: Verdict
+    reason: Reason
+    summary: str
+
+
+def _verdict(
+    c: Comparison, p: PolicyFile, invariants: list[RuleResult], fixed: list[RuleResult],
+    fr: FreshRules, exception: str | None,
+) -> Outcome:
+    failed_inv = [r.name for r in invariants if not r.held]
+    if failed_inv:
+        return Outcome("block", "invariant", f"Blocked: the invariant {', '.join(failed_inv)} does not hold.")
+    failed_fixed = [r.name for r in fixed if not r.held]
+    if failed_fixed:
+        return Outcome("block", "regression",
+                       f"Blocked: the candidate regressed on the fixed suite ({', '.join(failed_fixed)}).")
+    # --allow-incomplete comparisons never promote, whatever the policy lists.
+    promotable = c.facts.both_complete
+    s = c.suites["fresh"]
+    if promotable and fr.quality.held:
+        return Outcome("promote", "quality",
+                       f"Promote: the candidate is better on the fresh suite by {_pts(s.mean_d)} "
+                       f"(p = {_num(s.p_one_sided)}).")
+    if promotable and fr.efficiency.held:
+        return Outcome("promote", "efficiency",
+                       f"Promote: the candidate is as good and its {p.fresh.efficiency_metric} is "
+                       f"{_num(fr.efficiency.numbers()['ratio'])}x the champion's.")
+    if promotable and exception is not None and (fr.noninferior.held or s.tasks == 0):
+        return Outcome("promote-maintenance", "maintenance",
+                       f"Promote under the exception {exception!r}: the candidate is not worse than the "
+                       "champion and needs no win.")
+    if fr.loss.held:
+        return Outcome("keep-champion", "loss",
+                       f"Keep the champion: the candidate is worse on the fresh suite by {_pts(-(s.mean_d or 0))} "
+                       f"(p = {_num(s.p_worse)}).")
+    d = fr.detectable
+    if not fr.min_tasks.held or d.mde is None or d.mde > p.fresh.win_margin or not promotable:
+        why = (f"the fresh suite has {s.tasks} tasks, fewer than {p.fresh.min_tasks}" if not fr.min_tasks.held
+               else "the runs are incomplete" if not promotable
+               else f"it could only detect a difference of {_pts(d.mde)}, more than the win margin "
+                    f"{_pts(p.fresh.win_margin)}")
+        return Outcome("keep-champion", "inconclusive", f"Keep the champion: inconclusive, {why}.")
+    return Outcome("keep-champion", "tie",
+                   f"Keep the champion: the fresh suite could show a win of {_pts(p.fresh.win_margin)} "
+                   f"and showed none (mean_d {_pts(s.mean_d)}).")
+
+
+def _pts(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:+.1f} points"
+
+
+def _num(x: Any) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
+
+
+def _what_would_change(c: Comparison, p: PolicyFile, out: Outcome, invariants: list[RuleResult],
+                       fixed: list[RuleResult], fr: FreshRules) -> list[str]:
+    lines: list[str] = []
+    if out.verdict == "block":
+        for r in invariants + fixed:
+            if not r.held:
+                lines.append(f"{r.name} holding ({r.says}).")
+        return lines
+    d = fr.detectable
+    if not fr.min_tasks.held:
+        lines.append(f"A fresh suite of at least {p.fresh.min_tasks} tasks (it has {c.suites['fresh'].tasks}).")
+    if not c.facts.both_complete:
+        lines.append("Complete runs on both sides (compare ran with --allow-incomplete).")
+    if d.mde is not None and d.tasks_needed is not None and d.mde > p.fresh.win_margin:
+        lines.append(f"About {d.tasks_needed} fresh tasks, so that a {_pts(p.fresh.win_margin)} win is "
+                     f"detectable (now {_pts(d.mde)} at alpha {p.fresh.alpha}).")
+    if out.verdict == "keep-champion" and out.reason != "loss":
+        lines.append(f"A fresh-suite win: mean_d >= {p.fresh.win_margin}, p_one_sided <= {p.fresh.alpha} and "
+                     f"at least {p.fresh.min_discordant} discordant tasks (now mean_d {_num(c.suites['fresh'].mean_d)}, "
+                     f"p {_num(c.suites['fresh'].p_one_sided)}, discordant {c.suites['fresh'].discordant}).")
+        lines.append(f"Or non-inferiority with a {p.fresh.efficiency_metric} ratio <= {p.fresh.efficiency_ratio} "
+                     f"and an upper bound below 1 (now ratio {_num(fr.efficiency.numbers()['ratio'])}).")
+        if p.exceptions:
+            lines.append(f"Or an exception of the policy ({', '.join(sorted(p.exceptions))}) with a non-inferior "
+                         "candidate.")
+    if out.reason == "loss":
+        lines.append("A candidate that is not significantly worse on the fresh suite.")
+    if out.verdict.startswith("promote"):
+        lines.append("An invariant failing, a fixed-suite regression, or (for this route) the fresh-suite "
+                     "evidence falling below the policy's thresholds.")
+    return lines
+
+
+def decide(
+    comparison: Comparison,
+    policy: PolicyFile,
+    policy_digest: str,
+    exception: str | None,
+    advisory: bool,
+    comparison_digest: str,
+) -> Decision:
+    """Apply the policy to the comparison. Raises exit 4 for an exception the policy lacks."""
+    if exception is not None and exception not in policy.exceptions:
+        known = ", ".join(sorted(policy.exceptions)) or "none"
+        raise invalid(f"the policy has no exception {exception!r} (it has: {known})",
+                      field="exceptions", hint="name one of the policy's [exceptions], or gate without --exception")
+    listed = set(policy.invariants.checks)
+    invariants = []
+    for name in INVARIANT_ORDER:
+        if name not in listed:
+            continue  # only the invariants the policy lists are applied
+        if name == "policy-pinned":
+            invariants.append(rule_policy_pinned(comparison, policy, policy_digest))
+        else:
+            invariants.append(INVARIANT_RULES[name](comparison, policy))
+    fixed = [rule_fixed_task(comparison, policy), rule_fixed_aggregate(comparison, policy)]
+    fr = fresh_rules(comparison, policy)
+    out = _verdict(comparison, policy, invariants, fixed, fr, exception)
+    rules = invariants + fixed + [fr.min_tasks, fr.quality, fr.noninferior, fr.efficiency, fr.loss]
+    return Decision(
+        verdict=out.verdict, reason=out.reason, summary=out.summary, rules=rules,
+        policy=PolicyRef(name=policy.name, version=policy.version, digest=policy_digest),
+        comparison_digest=comparison_digest,
+        champion=ChampionRef(checkpoint_id=comparison.champion.checkpoint_id, run_id=comparison.champion.run_id),
+        candidate=CandidateRef(checkpoint_id=comparison.candidate.checkpoint_id, run_id=comparison.candidate.run_id),
+        exception=exception, advisory=advisory, detectable=fr.detectable,
+        what_would_change=_what_would_change(comparison, policy, out, invariants, fixed, fr),
+    )
+
+
+EXIT_OF_VERDICT: dict[str, int] = {"promote": 0, "promote-maintenance": 0, "keep-champion": 1, "block": 3}
+
+
+# -- the shell: reading the comparison bundle, writing decisions -------------------------
+
+DECISIONS = "decisions"
+ADVISORY = "advisory"
+
+
+@dataclass(frozen=True)
+class GateResult:
+    decision: Decision
+    decision_file: Path
+    verdict_file: Path
+    exit_code: int
+
+
+def decision_name(policy: PolicyFile, exception: str | None) -> str:
+    return f"{policy.name}-v{policy.version}" + (f"+{exception}" if exception else "")
+
+
+def gate_comparison(dir: Path, policy_path: Path, exception: str | None, advisory: bool, home: Path,
+                    now: datetime) -> GateResult:
+    """Apply the policy file to the comparison bundle `dir` and write the decision and verdict file."""
+    from evalrig import ledger, report
+    from evalrig.bundle import write_bytes_atomic
+    from evalrig.compare import read_comparison
+    from evalrig.digest import pretty_json, sha256_bytes
+    from evalrig.models.comparison import GateLedgerEntry, Issued
+    from evalrig.policy import load_policy
+
+    dir = Path(dir)
+    comparison, comparison_digest = read_comparison(dir)
+    loaded = load_policy(Path(policy_path))
+    pins = comparison.facts.policy_pins
+    pinned = {d for d in (pins.champion, pins.candidate) if d is not None}
+    if pinned and pinned != {loaded.digest} and not advisory:
+        raise invalid(
+            f"the runs pinned the policy {sorted(pinned)[0]}, but this file's digest is {loaded.digest}",
+            file=policy_path, field="digest",
+            hint="gate with the policy file the runs pinned (run --policy), or pass --advisory to "
+            "preview this policy (an advisory decision cannot be signed)",
+        )
+    decision = decide(comparison, loaded.spec, loaded.digest, exception, advisory, comparison_digest)
+    out_dir = dir / DECISIONS / ADVISORY if advisory else dir / DECISIONS
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = decision_name(loaded.spec, exception)
+    path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
+    data = pretty_json(decision)
+    if path.exists():
+        if path.read_bytes() != data:
+            raise invalid(
+                "exists with other bytes; a decision is never overwritten",
+                file=path,
+                hint="this comparison was already gated under this policy name and version with a different "
+                "outcome: bump the policy's version, or compare into a new directory",
+            )
+    else:
+        write_bytes_atomic(path, data)
+    digest = sha256_bytes(data)
+    earlier = ledger.gates_of(home, decision.candidate.checkpoint_id)
+    write_bytes_atomic(md_path, report.verdict_markdown(decision, earlier, str(path)).encode())
+    ledger.record_issued(out_dir, Issued(decision_digest=digest, decision_file=path.name, issued_at=now))
+    ledger.record_gate(home, GateLedgerEntry(
+        candidate_id=decision.candidate.checkpoint_id, champion_id=decision.champion.checkpoint_id,
+        comparison_digest=comparison_digest, comparison_dir=str(dir.resolve()), policy=decision.policy,
+        exception=exception, advisory=advisory, verdict=decision.verdict, reason=decision.reason,
+        decision_digest=digest, at=now,
+    ))
+    return GateResult(decision, path, md_path, EXIT_OF_VERDICT[decision.verdict])

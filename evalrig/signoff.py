@@ -1,0 +1,128 @@
+"""A person's sign-off on a decision, and the release check that enforces it (DESIGN §11).
+
+`sign` appends to `decisions/signoffs.jsonl`; the last sign-off of a decision is the one
+that counts. `check_release` is what the release flow runs right before shipping: it
+says yes only for an approved decision whose candidate is the sealed directory given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from evalrig import ledger
+from evalrig.bundle import read_json
+from evalrig.checkpoint import checkpoint_id, registered_seal
+from evalrig.compare import read_comparison
+from evalrig.digest import sha256_bytes
+from evalrig.errors import EvalrigError, UsageError, invalid
+from evalrig.models.comparison import Decision, SignOff
+
+PROMOTIONS = frozenset({"promote", "promote-maintenance"})
+
+
+@dataclass(frozen=True)
+class OpenDecision:
+    decision: Decision
+    digest: str
+    path: Path
+
+    @property
+    def decisions_dir(self) -> Path:
+        return self.path.parent
+
+    @property
+    def comparison_dir(self) -> Path:
+        return self.path.parent.parent
+
+
+def read_decision(path: Path) -> OpenDecision:
+    path = Path(path)
+    if not path.is_file():
+        raise invalid("no such decision file", file=path,
+                      hint="give the decisions/<policy>-v<version>.json that `evalrig gate` wrote")
+    data = path.read_bytes()
+    return OpenDecision(read_json(path, Decision), sha256_bytes(data), path)
+
+
+def _verified(path: Path) -> OpenDecision:
+    """The decision, refused (exit 4) when advisory or when it or its comparison changed."""
+    d = read_decision(path)
+    if d.decision.advisory or d.decisions_dir.name == "advisory":
+        raise invalid("is an advisory decision; it applies a policy the runs did not pin and cannot be signed",
+                      file=path, field="advisory",
+                      hint="gate with the pinned policy (without --advisory) and sign that decision")
+    if not ledger.issued_of(d.decisions_dir, d.digest):
+        raise invalid(f"does not verify: its digest {d.digest} matches no decision in {ledger.ISSUED}",
+                      file=path, hint="the decision was edited after gate wrote it; run gate again")
+    _, comparison_digest = read_comparison(d.comparison_dir)
+    if comparison_digest != d.decision.comparison_digest:
+        raise invalid(
+            f"does not verify: the comparison's digest is now {comparison_digest}, the decision names "
+            f"{d.decision.comparison_digest}",
+            file=d.comparison_dir / "comparison.json", hint="the comparison changed after the gate; compare and gate again",
+        )
+    return d
+
+
+def agrees_with_gate(verdict: str, approve: bool) -> bool:
+    """Approving a promotion or rejecting anything else agrees with the gate."""
+    return approve == (verdict in PROMOTIONS)
+
+
+def sign(decision_path: Path, approve: bool, by: str, reason: str | None, now: datetime) -> SignOff:
+    if not by.strip():
+        raise UsageError("--by: give the name of the person signing")
+    d = _verified(Path(decision_path))
+    verdict = d.decision.verdict
+    agrees = agrees_with_gate(verdict, approve)
+    if not agrees and not (reason and reason.strip()):
+        action = "approving" if approve else "rejecting"
+        raise UsageError(f"{action} a {verdict} decision overrides the gate, and an override needs --reason",
+                         hint='add --reason "why the gate is wrong here"')
+    issued = ledger.issued_of(d.decisions_dir, d.digest)
+    first = min(i.issued_at for i in issued)
+    signoff = SignOff(
+        decision_digest=d.digest, decision_file=d.path.name,
+        candidate_checkpoint_id=d.decision.candidate.checkpoint_id, by=by,
+        action="approve" if approve else "reject", verdict=verdict, agrees_with_gate=agrees,
+        reason=reason or None, open_s=max(0.0, (now - first).total_seconds()), at=now,
+    )
+    ledger.record_signoff(d.decisions_dir, signoff)
+    return signoff
+
+
+@dataclass(frozen=True)
+class ReleaseCheck:
+    approved: bool
+    reason: str
+    checkpoint_id: str | None = None
+
+
+def check_release(decision_path: Path, checkpoint_dir: Path, home: Path) -> ReleaseCheck:
+    """Approved only for the last sign-off approving this decision, of this sealed checkpoint."""
+    try:
+        d = read_decision(Path(decision_path))
+    except EvalrigError as e:
+        return ReleaseCheck(False, f"not approved: the decision cannot be read ({e.message}: {e.file})")
+    if d.decision.advisory:
+        return ReleaseCheck(False, "not approved: an advisory decision cannot be signed")
+    signoffs = ledger.signoffs_of(d.decisions_dir, d.digest)
+    if not signoffs:
+        return ReleaseCheck(False, "not approved: no sign-off of this decision (as it now reads)")
+    last = signoffs[-1]
+    if last.action != "approve":
+        return ReleaseCheck(False, f"not approved: the last sign-off ({last.by}) rejects it")
+    want = d.decision.candidate.checkpoint_id
+    try:
+        got = checkpoint_id(Path(checkpoint_dir)).digest
+    except EvalrigError as e:
+        return ReleaseCheck(False, f"not approved: the checkpoint cannot be hashed ({e.message}: {e.file})")
+    except OSError as e:
+        return ReleaseCheck(False, f"not approved: the checkpoint cannot be read ({e})")
+    if got != want:
+        return ReleaseCheck(False, f"not approved: {checkpoint_dir} is {got}, the decision names {want}", got)
+    if registered_seal(home, got) is None:
+        return ReleaseCheck(False, f"not approved: {got} is not registered in the seal registry", got)
+    return ReleaseCheck(True, f"approved by {last.by}: {checkpoint_dir} is the sealed candidate {got}", got)
