@@ -148,3 +148,200 @@ def read_json(path: Path, model: type[M]) -> M:
 def bundle_digest(files: dict[str, str]) -> str:
     """DESIGN §7: the sha256 of the canonical JSON of the manifest's file-digest table."""
     return sha256_json(files)
+
+
+# -- the run bundle: lock, reading a whole run, digests ---------------------------------
+
+MANIFEST = "manifest.json"
+LOCK = ".lock"
+LOCK_HOLDER = ".lock.holder"
+RUN_JSONL = ("attempts.jsonl", "estimates.jsonl", "actuals.jsonl", "results.jsonl")
+# Never digested: the manifest holds the digests, the lock files are the live process's.
+NOT_DIGESTED = frozenset({MANIFEST, LOCK, LOCK_HOLDER})
+
+
+class BundleLock:
+    """One process per bundle: an exclusive flock on BUNDLE/.lock, taken without waiting.
+
+    The kernel drops the lock when its holder dies (kill -9 included), so a crashed run
+    never leaves the bundle locked. Beside it, `.lock.holder` names the holder (pid, host,
+    argv) so that a refused second process can say who has the bundle.
+    """
+
+    def __init__(self, bundle: Path, argv: list[str]) -> None:
+        self.bundle = Path(bundle)
+        self.argv = argv
+        self._lock: Any = None
+
+    def acquire(self) -> BundleLock:
+        import socket
+
+        from filelock import FileLock, Timeout
+
+        self.bundle.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(self.bundle / LOCK), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise invalid(
+                f"the bundle is in use by {self._holder()}",
+                file=self.bundle,
+                hint="wait for that run to finish (or stop it), then run the command again",
+            ) from None
+        self._lock = lock
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "argv": self.argv}
+        write_bytes_atomic(self.bundle / LOCK_HOLDER, canonical_line(holder))
+        return self
+
+    def _holder(self) -> str:
+        try:
+            h = loads((self.bundle / LOCK_HOLDER).read_bytes())
+            return f"pid {h['pid']} on {h['host']} ({' '.join(h['argv'])})"
+        except (OSError, ValueError, KeyError, TypeError):
+            return "another process (its pid is not recorded yet)"
+
+    def release(self) -> None:
+        if self._lock is not None:
+            try:
+                (self.bundle / LOCK_HOLDER).unlink(missing_ok=True)
+            finally:
+                self._lock.release()
+                self._lock = None
+
+    def __enter__(self) -> BundleLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@dataclass(frozen=True)
+class RunBundle:
+    """A run bundle as read from disk. `torn` maps a JSONL file name to its ignored torn line."""
+
+    dir: Path
+    manifest: Any  # RunManifest (typed loosely to keep this module free of model imports)
+    attempts: list[Any]
+    estimates: list[Any]
+    actuals: list[Any]
+    results: list[Any]
+    torn: dict[str, int]
+
+
+def load_run(dir: Path) -> RunBundle:
+    """Read a run bundle: the manifest and every whole record; torn last lines reported."""
+    from evalrig.models.run import Actual, AttemptEvent, Estimate, Result, RunManifest
+
+    dir = Path(dir)
+    manifest = read_json(dir / MANIFEST, RunManifest)
+    torn: dict[str, int] = {}
+    loaded: dict[str, list[Any]] = {}
+    models: tuple[type[BaseModel], ...] = (AttemptEvent, Estimate, Actual, Result)
+    for name, model in zip(RUN_JSONL, models, strict=True):
+        recs: Records[BaseModel] = read_records_fast(dir / name, model)
+        loaded[name] = recs.records
+        if recs.torn_line is not None:
+            torn[name] = recs.torn_line
+    return RunBundle(
+        dir=dir,
+        manifest=manifest,
+        attempts=loaded["attempts.jsonl"],
+        estimates=loaded["estimates.jsonl"],
+        actuals=loaded["actuals.jsonl"],
+        results=loaded["results.jsonl"],
+        torn=torn,
+    )
+
+
+def read_records_fast(path: Path, model: type[M]) -> Records[M]:
+    """As `read_records`, validating each line straight from its bytes (pydantic's parser).
+
+    About twice as fast as parse-then-validate, which matters when a resume reads a
+    bundle of 50,000 results; a bad line is re-parsed the slow way for its message.
+    """
+    if not path.exists():
+        return Records([], None)
+    lines = path.read_bytes().split(b"\n")
+    torn = len(lines) if lines[-1] != b"" else None
+    out: list[M] = []
+    validate = model.model_validate_json
+    for i, raw in enumerate(lines[:-1], start=1):
+        try:
+            out.append(validate(raw))
+        except ValidationError:
+            out.append(parse_line(path, i, raw, model))  # raises with file:line: field
+    return Records(out, torn)
+
+
+def final_results(bundle: RunBundle) -> dict[str, Any]:
+    """trial_id → the Result that counts: the trial's last scored attempt.
+
+    Only results made with the trial's current inputs (the inputs id of its latest
+    attempt) count, so a result kept from before a task changed never stands in for the
+    rerun. A trial with no scored attempt is absent.
+    """
+    from evalrig.models.run import SCORED
+
+    current: dict[str, str] = {}
+    for r in bundle.results:
+        current[r.trial_id] = r.inputs_id
+    out: dict[str, Any] = {}
+    for r in bundle.results:
+        if r.status in SCORED and r.inputs_id == current[r.trial_id]:
+            out[r.trial_id] = r
+    return out
+
+
+def file_digests(dir: Path, exclude: frozenset[str] = NOT_DIGESTED) -> dict[str, str]:
+    """{relative path: sha256} of every regular file under `dir` except top-level `exclude`.
+
+    Temp files of an interrupted atomic write (`.name.tmp.PID`) are left out too.
+    """
+    from evalrig.digest import sha256_file
+
+    dir = Path(dir)
+    out: dict[str, str] = {}
+    for root, dirs, files in os.walk(dir):
+        rel_root = os.path.relpath(root, dir)
+        dirs.sort()
+        for name in sorted(files):
+            rel = name if rel_root == "." else f"{rel_root}/{name}"
+            if rel_root == "." and (name in exclude or _is_temp(name)):
+                continue
+            path = os.path.join(root, name)
+            if not os.path.isfile(path) or os.path.islink(path):
+                continue
+            out[rel] = sha256_file(Path(path))
+    return out
+
+
+def _is_temp(name: str) -> bool:
+    return name.startswith(".") and ".tmp." in name
+
+
+def check_run_digests(dir: Path) -> list[Problem]:
+    """Every file of a finished run against `manifest.files`: changed, missing, or extra.
+
+    A run that never finished (status `running`) has no digests to check; that is a
+    problem in itself, since its files may still change.
+    """
+    from evalrig.models.run import RunManifest
+
+    dir = Path(dir)
+    manifest = read_json(dir / MANIFEST, RunManifest)
+    mpath = str(dir / MANIFEST)
+    if manifest.status == "running":
+        return [Problem(mpath, "the run never finished (status running), so its files have no "
+                        "recorded digests; resume it with `evalrig run --out BUNDLE --resume`",
+                        "status")]
+    actual = file_digests(dir)
+    problems: list[Problem] = []
+    for rel, want in sorted(manifest.files.items()):
+        got = actual.get(rel)
+        if got is None:
+            problems.append(Problem(str(dir / rel), "missing (listed in manifest.json files)"))
+        elif got != want:
+            problems.append(Problem(str(dir / rel), f"digest {got} differs from manifest.json's {want}"))
+    for rel in sorted(set(actual) - set(manifest.files)):
+        problems.append(Problem(str(dir / rel), "not listed in manifest.json files (added after the run?)"))
+    return problems

@@ -1,0 +1,182 @@
+"""The plan of a run: which trials exist, their seeds and their inputs ids (DESIGN §4, §6).
+
+Pure: values in, values out. The same task set, checkpoint and settings always give the
+same trials in the same order with the same ids, so a champion run and a candidate run
+pair trial by trial, and a resumed run recognises the trials it already has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from evalrig.digest import sha256_json
+from evalrig.errors import invalid
+from evalrig.models.run import VerifierIdentity
+
+SEED_MODULUS = 2**31
+
+
+class PlannedTask(Protocol):
+    """What the plan needs of a loaded task (evalrig.tasks.LoadedTask has all of it)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def suite(self) -> str: ...
+    @property
+    def digest(self) -> str: ...
+    @property
+    def verifier_identity(self) -> VerifierIdentity: ...
+
+
+@dataclass(frozen=True)
+class OutcomeSettings:
+    """The settings that can change an attempt's outcome: part of every inputs id."""
+
+    timeout_scale: float
+    max_retries: int
+    sandbox: str  # as requested: auto | bwrap | process
+    secrets: tuple[str, ...]  # names only
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "timeout_scale": self.timeout_scale,
+            "max_retries": self.max_retries,
+            "sandbox": self.sandbox,
+            "secrets": sorted(self.secrets),
+        }
+
+
+@dataclass(frozen=True)
+class Filters:
+    """`--suite`, `--task`, `--tag`: any given makes the run a subset."""
+
+    suites: tuple[str, ...] = ()
+    task_ids: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+
+    @property
+    def any(self) -> bool:
+        return bool(self.suites or self.task_ids or self.tags)
+
+
+@dataclass(frozen=True)
+class Trial:
+    trial_id: str
+    task_id: str
+    rep: int
+    seed: int
+    inputs_id: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    trials: tuple[Trial, ...]
+    task_ids: tuple[str, ...]
+    subset: bool
+    digest: str
+
+    def __len__(self) -> int:
+        return len(self.trials)
+
+
+def trial_seed(seed: int, task_id: str, rep: int) -> int:
+    """DESIGN §4: first 8 bytes of sha256("<seed>:<task_id>:<rep>"), big-endian, mod 2^31."""
+    h = hashlib.sha256(f"{seed}:{task_id}:{rep}".encode()).digest()
+    return int.from_bytes(h[:8], "big") % SEED_MODULUS
+
+
+def trial_id(task_id: str, rep: int) -> str:
+    return f"{task_id}:{rep}"
+
+
+def inputs_id(
+    checkpoint_id: str,
+    task_digest: str,
+    verifier: VerifierIdentity,
+    rep: int,
+    seed: int,
+    settings: OutcomeSettings,
+) -> str:
+    """The digest a kept result must still have on resume (DESIGN §6 "Resume")."""
+    return sha256_json(
+        {
+            "checkpoint_id": checkpoint_id,
+            "task_digest": task_digest,
+            "verifier": verifier.model_dump(mode="json"),
+            "rep": rep,
+            "seed": seed,
+            "settings": settings.as_dict(),
+        }
+    )
+
+
+def task_tags(task: PlannedTask) -> Sequence[str]:
+    """A LoadedTask keeps its tags in its parsed task.toml (`spec.tags`)."""
+    spec = getattr(task, "spec", None)
+    return tuple(getattr(spec, "tags", None) or getattr(task, "tags", ()) or ())
+
+
+def select_tasks(tasks: Sequence[PlannedTask], filters: Filters) -> list[PlannedTask]:
+    """Tasks matching every kind of filter given (any value within a kind).
+
+    A `--task` id that names no task is an error rather than an empty match: a typo
+    would otherwise silently shrink a development run.
+    """
+    known = {t.id for t in tasks}
+    unknown = [t for t in filters.task_ids if t not in known]
+    if unknown:
+        raise invalid(
+            f"--task {', '.join(unknown)}: no such task in the task set",
+            field="--task",
+            hint="list the task ids with `evalrig validate --tasks DIR`",
+        )
+    chosen = []
+    for t in tasks:
+        if filters.suites and t.suite not in filters.suites:
+            continue
+        if filters.task_ids and t.id not in filters.task_ids:
+            continue
+        if filters.tags and not set(filters.tags) & set(task_tags(t)):
+            continue
+        chosen.append(t)
+    if not chosen:
+        raise invalid(
+            "the filters select no task",
+            field="--suite/--task/--tag",
+            hint="loosen the filters, or drop them to run the whole task set",
+        )
+    return chosen
+
+
+def build_plan(
+    tasks: Iterable[PlannedTask],
+    checkpoint_id: str,
+    repeat: int,
+    seed: int,
+    settings: OutcomeSettings,
+    filters: Filters = Filters(),
+) -> Plan:
+    """Every selected task × `repeat` repetitions, in task-id then repetition order."""
+    if repeat < 1:
+        raise invalid(f"--repeat {repeat}: must be at least 1", field="--repeat")
+    ordered = sorted(tasks, key=lambda t: t.id)
+    chosen = select_tasks(ordered, filters)
+    trials = []
+    for task in chosen:
+        for rep in range(repeat):
+            s = trial_seed(seed, task.id, rep)
+            trials.append(
+                Trial(
+                    trial_id=trial_id(task.id, rep),
+                    task_id=task.id,
+                    rep=rep,
+                    seed=s,
+                    inputs_id=inputs_id(checkpoint_id, task.digest, task.verifier_identity, rep, s, settings),
+                )
+            )
+    digest = sha256_json([[t.trial_id, t.seed, t.inputs_id] for t in trials])
+    return Plan(tuple(trials), tuple(t.id for t in chosen), filters.any, digest)
