@@ -151,12 +151,14 @@ def sign_flip(diffs_scaled: Sequence[int]) -> SignFlip:
     below_h = sum(counts)  # #patterns with S <= h
     denom = 1 << m
     lower = Fraction(below_h, denom)  # P(S <= h) = P(S >= W - h) by symmetry
-    if 2 * h == total:  # t == 0: every pattern is at least as extreme
-        return SignFlip(t=t, n_nonzero=m, p_one_sided=ONE, p_worse=ONE, p_two_sided=ONE)
+    if 2 * h == total:
+        # t = 0: both one-sided tails are P(S >= W/2) = P(S <= W/2), and every pattern
+        # is at least as extreme as the observed one.
+        return SignFlip(t=t, n_nonzero=m, p_one_sided=lower, p_worse=lower, p_two_sided=ONE)
     # h < W/2, so the two tails {S <= h} and {S >= W - h} are disjoint.
     two_sided = 2 * lower
-    # The tail that contains the observed S is P(S <= h) in the mirror; the other one is
-    # its complement plus the point mass at the observed S.
+    # The tail away from the centre is P(S <= h) (or its mirror); the one through the
+    # centre is its complement plus the point mass at the observed S.
     other = ONE - lower + Fraction(counts[h], denom)
     if observed > h:  # observed S above the centre: t > 0
         p_one, p_worse = lower, other
@@ -421,7 +423,9 @@ def discordant_from_majority(
     Tasks with no scored trial on a side are left out, as in `paired_summary`.
     """
     b = c = 0
-    for a, bp, na, nb in zip(champion_passes, candidate_passes, champion_n, candidate_n, strict=True):
+    for a, bp, na, nb in zip(
+        champion_passes, candidate_passes, champion_n, candidate_n, strict=True
+    ):
         if na == 0 or nb == 0:
             continue
         champ, cand = majority_pass(a, na), majority_pass(bp, nb)
@@ -493,13 +497,14 @@ def fisher_worse_exact(
     passes = champion_pass + candidate_pass
     fails = total - passes
     ways = sum(
-        math.comb(passes, x) * math.comb(fails, candidate_n - x)
-        for x in range(candidate_pass + 1)
+        math.comb(passes, x) * math.comb(fails, candidate_n - x) for x in range(candidate_pass + 1)
     )
     return Fraction(ways, math.comb(total, candidate_n))
 
 
-def fisher_worse(champion_pass: int, champion_n: int, candidate_pass: int, candidate_n: int) -> float:
+def fisher_worse(
+    champion_pass: int, champion_n: int, candidate_pass: int, candidate_n: int
+) -> float:
     """`fisher_worse_exact` as a float, for display."""
     return float(fisher_worse_exact(champion_pass, champion_n, candidate_pass, candidate_n))
 
@@ -631,7 +636,9 @@ def brier(p: Sequence[float], outcomes: Sequence[bool]) -> float | None:
     _same_length(p, outcomes)
     if not p:
         return None
-    return math.fsum((pi - (1.0 if o else 0.0)) ** 2 for pi, o in zip(p, outcomes, strict=True)) / len(p)
+    return math.fsum(
+        (pi - (1.0 if o else 0.0)) ** 2 for pi, o in zip(p, outcomes, strict=True)
+    ) / len(p)
 
 
 def interval_coverage(
