@@ -1,0 +1,268 @@
+"""evalrig example agent, build "candidate" (2026-11): a deterministic offline program.
+
+It reads the task from $EVALRIG_PROMPT (the `TASK:` / `INPUT:` template of the bundled
+tasks), works in $EVALRIG_WORK, answers in $EVALRIG_OUT and reports made-up usage that is
+a deterministic function of the prompt. Where it "slips" (a stand-in for a model's
+sampling noise) it draws from $EVALRIG_SEED, so a trial replays exactly and the champion
+and the candidate see the same draw on the same trial. Standard library only.
+
+What this build changed over the champion (examples/README.md has the whole table):
+- weekday: new skill (the champion has none); slips on 30 % of trials (off by a day);
+- date-add: real calendar arithmetic; the champion slips to 30-day months on half of
+  its trials when a month boundary is crossed. This build slips only on spans of more
+  than a year, on half of its trials (drops a leap day);
+- roman: subtractive notation (IV, XC, ...), which the champion writes additively;
+- fix-code: searches comparison, arithmetic and number mutations (the champion only
+  comparisons); the number search runs out of budget on half of its trials.
+"""
+
+import ast
+import datetime as dt
+import io
+import json
+import math
+import os
+import random
+import sys
+import tokenize
+
+BUILD = "candidate"
+PRICE_PER_TOKEN = {"input": 2.5e-6, "output": 1.0e-5}
+# Self-assessed chance of success per family, for --estimate (the reward channel).
+CONFIDENCE = {
+    "reverse-words": 0.99, "sum": 0.99, "word-stats": 0.98, "weekday": 0.7,
+    "date-add": 0.85, "roman": 0.97, "fix-code": 0.85,
+}  # fmt: skip
+WEEKDAY_SLIP = 0.3
+LONG_SPAN_SLIP = 0.5
+NUMBER_SEARCH_BUDGET = 0.5
+
+
+class Task:
+    """The prompt's `KEY: value` lines; EXAMPLE lines are kept in order."""
+
+    def __init__(self, text):
+        self.text = text
+        self.fields = {}
+        self.examples = []
+        for line in text.splitlines():
+            key, sep, value = line.partition(":")
+            if not sep or not key.isupper():
+                continue
+            if key == "EXAMPLE":
+                self.examples.append(value.strip())
+            else:
+                self.fields.setdefault(key, value.strip())
+
+    @property
+    def family(self):
+        return self.fields.get("TASK", "")
+
+
+class Answer:
+    def __init__(self, text=None, data=None, work_tokens=0):
+        self.text = text
+        self.data = data
+        self.work_tokens = work_tokens  # "thinking" tokens beyond the answer itself
+
+
+def draw(seed):
+    """The trial's one uniform draw: the same for both builds on the same trial."""
+    return random.Random(seed).random()
+
+
+# -- skills ---------------------------------------------------------------------------------
+
+
+def reverse_words(task, work, u):
+    return Answer(text=" ".join(reversed(task.fields["INPUT"].split())))
+
+
+def add_numbers(task, work, u):
+    return Answer(text=str(sum(int(n) for n in task.fields["INPUT"].split())))
+
+
+def word_stats(task, work, u):
+    words = task.fields["INPUT"].split()
+    longest = max(words, key=len)
+    return Answer(data={"words": len(words), "unique": len(set(words)), "longest": longest})
+
+
+WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+def weekday(task, work, u):
+    day = dt.date.fromisoformat(task.fields["INPUT"])
+    index = day.weekday()
+    if u < WEEKDAY_SLIP:
+        index -= 1  # counts the week from Sunday: a known weakness of this build
+    return Answer(text=WEEKDAYS[index % 7])
+
+
+def date_add(task, work, u):
+    start, op, count, _unit = task.fields["INPUT"].split()
+    days = int(count) if op == "+" else -int(count)
+    end = dt.date.fromisoformat(start) + dt.timedelta(days=days)
+    if abs(days) > 365 and u < LONG_SPAN_SLIP:
+        end -= dt.timedelta(days=1)  # drops a leap day on long spans
+    return Answer(text=end.isoformat())
+
+
+ROMAN = ((1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"),
+         (50, "L"), (40, "XL"), (10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I"))  # fmt: skip
+
+
+def to_roman(task, work, u):
+    n = int(task.fields["INPUT"])
+    out = []
+    for value, letters in ROMAN:
+        count, n = divmod(n, value)
+        out.append(letters * count)
+    return Answer(text="".join(out))
+
+
+# -- fix-code: search one-token mutations until the examples hold ---------------------------
+
+MUTATION_GROUPS = (
+    ("comparison", ("<", "<=", ">", ">=", "==", "!=")),
+    ("arithmetic", ("+", "-", "*", "/", "//", "%")),
+    ("arithmetic", ("+=", "-=", "*=", "/=")),
+)
+
+
+def mutations(source, kinds):
+    """(description, mutated source) for every one-token change of the given kinds."""
+    lines = source.splitlines(keepends=True)
+    tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    for kind in ("comparison", "arithmetic", "number"):
+        if kind not in kinds:
+            continue
+        for tok in tokens:
+            alternatives = []
+            if kind != "number" and tok.type == tokenize.OP:
+                for group_kind, group in MUTATION_GROUPS:
+                    if group_kind == kind and tok.string in group:
+                        alternatives = [op for op in group if op != tok.string]
+            elif kind == "number" and tok.type == tokenize.NUMBER and tok.string.isdigit():
+                alternatives = [str(m) for m in (int(tok.string) + 1, int(tok.string) - 1) if m >= 0]
+            (row, start), (_, end) = tok.start, tok.end
+            for alt in alternatives:
+                line = lines[row - 1]
+                changed = "".join(lines[: row - 1] + [line[:start] + alt + line[end:]] + lines[row:])
+                yield f"line {row}: {tok.string!r} -> {alt!r}", changed
+
+
+def parse_example(text):
+    """`f(1, [2]) == 3` -> (args, expected), literals only."""
+    call_text, _, expected_text = text.rpartition(" == ")
+    call = ast.parse(call_text, mode="eval").body
+    return [ast.literal_eval(a) for a in call.args], ast.literal_eval(expected_text)
+
+
+def same(got, expected):
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return type(got) is type(expected) and got == expected
+    if isinstance(expected, float) or isinstance(got, float):
+        return isinstance(got, (int, float)) and math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-9)
+    return type(got) is type(expected) and got == expected
+
+
+def satisfies(source, name, examples):
+    namespace = {}
+    try:
+        exec(compile(source, name, "exec"), namespace)
+        function = namespace[name]
+        return all(same(function(*args), expected) for args, expected in examples)
+    except Exception:
+        return False
+
+
+def fix_code(task, work, u):
+    path = os.path.join(work, task.fields["FILE"])
+    name = task.fields["FUNCTION"]
+    examples = [parse_example(e) for e in task.examples]
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    kinds = {"comparison", "arithmetic"}
+    if u >= NUMBER_SEARCH_BUDGET:
+        kinds.add("number")
+    tried = 0
+    for description, mutant in mutations(source, kinds):
+        tried += 1
+        if satisfies(mutant, name, examples):
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(mutant)
+            return Answer(text=f"fixed {task.fields['FILE']} {description}", work_tokens=40 * tried)
+    return Answer(text=f"no one-token fix found in {task.fields['FILE']}", work_tokens=40 * tried)
+
+
+def output_format(task, work, u):
+    with open(os.path.join(work, task.fields["FILE"]), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    return Answer(data={"task": os.environ.get("EVALRIG_TASK_ID", ""), "format": "evalrig-answer/1",
+                        "lines": len(lines)})  # fmt: skip
+
+
+def shout(task, work, u):
+    with open(os.path.join(work, task.fields["FILE"]), encoding="utf-8") as f:
+        return Answer(text=f.read().strip().upper())
+
+
+SOLVERS = {
+    "reverse-words": reverse_words,
+    "sum": add_numbers,
+    "word-stats": word_stats,
+    "weekday": weekday,
+    "date-add": date_add,
+    "roman": to_roman,
+    "fix-code": fix_code,
+    "output-format": output_format,
+    "shout": shout,
+}
+
+
+# -- the contract with the rig --------------------------------------------------------------
+
+
+def usage(task, answer):
+    """Made-up but plausible spend: tokens grow with the prompt and the work done."""
+    body = answer.text if answer.text is not None else json.dumps(answer.data)
+    input_tokens = 180 + len(task.text) // 4
+    output_tokens = 24 + len(body) // 4 + answer.work_tokens
+    cost = input_tokens * PRICE_PER_TOKEN["input"] + output_tokens * PRICE_PER_TOKEN["output"]
+    return {"cost_usd": round(cost, 6), "input_tokens": input_tokens, "output_tokens": output_tokens}
+
+
+def estimate(task):
+    p = CONFIDENCE.get(task.family, 0.95 if task.family in SOLVERS else 0.05)
+    typical = usage(task, Answer(text="x" * 24, work_tokens=200 if task.family == "fix-code" else 0))
+    cost = typical["cost_usd"]
+    return {"p_success": p, "time_s": [0.02, 0.3], "cost_usd": [round(cost * 0.5, 6), round(cost * 1.6, 6)],
+            "level": 0.8}  # fmt: skip
+
+
+def main(argv):
+    with open(os.environ["EVALRIG_PROMPT"], encoding="utf-8") as f:
+        task = Task(f.read())
+    if "--estimate" in argv:
+        print(json.dumps(estimate(task)))
+        return 0
+    work, out = os.environ["EVALRIG_WORK"], os.environ["EVALRIG_OUT"]
+    u = draw(int(os.environ.get("EVALRIG_SEED", "0")))
+    solver = SOLVERS.get(task.family)
+    answer = solver(task, work, u) if solver else Answer(text=f"{BUILD} cannot do {task.family!r} tasks")
+    os.makedirs(out, exist_ok=True)
+    if answer.data is not None:
+        with open(os.path.join(out, "answer.json"), "w", encoding="utf-8") as f:
+            json.dump(answer.data, f)
+    else:
+        with open(os.path.join(out, "answer.txt"), "w", encoding="utf-8") as f:
+            f.write(answer.text + "\n")
+    with open(os.path.join(out, "usage.json"), "w", encoding="utf-8") as f:
+        json.dump(usage(task, answer), f)
+    print(f"{BUILD}: {task.family}: done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
