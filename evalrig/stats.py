@@ -133,7 +133,10 @@ def sign_flip(diffs_scaled: Sequence[int]) -> SignFlip:
     coefficients of Π (1 + x^|v_i|). That distribution is symmetric (S ↔ W − S), so
     only the coefficients up to h = min(s, W − s) are needed, s being the observed S.
     """
-    values = [int(v) for v in diffs_scaled]
+    values = list(diffs_scaled)
+    if not all(isinstance(v, int) for v in values):
+        # int() would truncate a Fraction silently and corrupt the test
+        raise TypeError("sign_flip takes integers; put rational diffs through scale_diffs first")
     t = sum(values)
     magnitudes = [abs(v) for v in values if v]
     m = len(magnitudes)

@@ -250,6 +250,11 @@ def test_sign_flip_ten_thousand_tasks_k5() -> None:
     assert r.p_one_sided.denominator <= 2**r.n_nonzero
 
 
+def test_sign_flip_refuses_non_integers() -> None:
+    with pytest.raises(TypeError, match="scale_diffs"):
+        sign_flip([Fraction(1, 2), 1])  # type: ignore[list-item]
+
+
 def test_scale_diffs_uses_the_lcm() -> None:
     scaled = scale_diffs([Fraction(1, 5) - Fraction(1, 4), Fraction(2, 3), Fraction(0)])
     assert scaled.denominator == 60
