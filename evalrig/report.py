@@ -149,6 +149,8 @@ def _numbers(d: dict[str, Any]) -> str:
     for k, v in d.items():
         if k in _SKIP_NUMBERS or v is None or v == [] or v == {}:
             continue
+        if isinstance(v, str) and v.startswith("sha256:"):
+            v = _short(v)
         if isinstance(v, list):
             v = ", ".join(str(x.get("task_id", x)) if isinstance(x, dict) else str(x) for x in v[:10])
         parts.append(f"{k} {_f(v)}")

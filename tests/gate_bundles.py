@@ -1,0 +1,182 @@
+"""Run bundles built from the models in tmp_path, for compare/gate unit tests.
+
+Real files with real digests, written the way the runner writes them (canonical lines,
+a manifest whose `files` table covers every other file), so that compare's shell reads
+and verifies them exactly as it reads a bundle of `evalrig run`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from evalrig.bundle import append_line, file_digests, write_json_atomic
+from evalrig.digest import sha256_bytes
+from evalrig.models.run import (
+    Actual,
+    Canary,
+    CheckpointRef,
+    PolicyPin,
+    Result,
+    RunCounts,
+    RunManifest,
+    RunSettings,
+    SealCheck,
+    SealEntry,
+    TasksetRef,
+    VerifierIdentity,
+)
+
+T0 = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
+POLICY_DIGEST = sha256_bytes(b"policy")
+
+
+def ckpt_id(name: str) -> str:
+    return sha256_bytes(name.encode())
+
+
+@dataclass
+class Task:
+    suite: str
+    passes: list[bool]
+    cost: float | None = 0.01
+    wall_s: float = 1.0
+
+
+@dataclass
+class Side:
+    """One run: its tasks and every fact a scenario may want to vary."""
+
+    name: str
+    tasks: dict[str, Task]
+    repeat: int = 5
+    seed: int = 0
+    status: str = "complete"
+    subset: bool = False
+    sandbox: str = "bwrap"
+    policy_digest: str | None = POLICY_DIGEST
+    canary_found: set[str] = field(default_factory=set)  # task ids whose rep 0 leaked
+    history: bytes | None = None
+    sealed: bool = True
+    seal_matched: bool = True
+    sealed_at: datetime = T0
+    fresh_created_at: datetime = T0 + timedelta(hours=1)
+    timeout_scale: float = 1.0
+    max_retries: int = 2
+    rig_version: str = "0.1.0"
+    taskset_id: str = sha256_bytes(b"taskset")
+    infra_errors: int = 0
+    unscored: set[str] = field(default_factory=set)  # task ids whose last rep is infra_error
+    ckpt: str | None = None  # the id of a real checkpoint directory, else a made-up one
+
+    @property
+    def checkpoint_id(self) -> str:
+        return self.ckpt or ckpt_id(self.name)
+
+
+def chain(lines: list[dict]) -> bytes:
+    """An event log with an intact prev-chain."""
+    import orjson
+
+    out, prev = [], None
+    for obj in lines:
+        raw = orjson.dumps({**obj, "prev": prev}, option=orjson.OPT_SORT_KEYS)
+        out.append(raw)
+        prev = hashlib.sha256(raw).hexdigest()
+    return b"".join(x + b"\n" for x in out)
+
+
+def register(home: Path, side: Side) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    append_line(home / "seals.jsonl", SealEntry(checkpoint_id=side.checkpoint_id, name=side.name,
+                                                sealed_at=side.sealed_at))
+
+
+def _result(side: Side, task_id: str, t: Task, rep: int, attempt: int, status: str) -> Result:
+    aid = f"{side.name}-{task_id}-{rep}-{attempt}"
+    scored = status != "infra_error"
+    return Result(
+        trial_id=f"{task_id}:{rep}", attempt_id=aid, attempt=attempt, task_id=task_id, suite=t.suite, rep=rep,
+        inputs_id=sha256_bytes(f"{side.name}{task_id}{rep}".encode()), status=status,
+        passed=(status == "passed") if scored else None, reward=(1.0 if status == "passed" else 0.0) if scored else None,
+        verifier=VerifierIdentity(kind="exact", version="1", digest=sha256_bytes(task_id.encode())),
+        sandbox=side.sandbox, containment="namespace", network=False,
+        canary=Canary(value="c4n4ry", found=task_id in side.canary_found and rep == 0),
+        evidence_digest=sha256_bytes(aid.encode()), evidence_bytes=10,
+    )
+
+
+def _actual(r: Result, t: Task) -> Actual:
+    return Actual(
+        trial_id=r.trial_id, attempt_id=r.attempt_id, task_id=r.task_id, rep=r.rep, wall_s=t.wall_s, cpu_s=t.wall_s / 2,
+        exit_code=0, timed_out=False, cost_usd=t.cost, usage_source="reported" if t.cost is not None else "missing",
+        stdout_bytes=0, stderr_bytes=0, stdout_truncated=False, stderr_truncated=False,
+    )
+
+
+def write_run(dir: Path, side: Side, home: Path | None = None) -> Path:
+    dir.mkdir(parents=True, exist_ok=True)
+    if home is not None and side.sealed:
+        register(home, side)
+    results, actuals = [], []
+    infra = 0
+    for task_id in sorted(side.tasks):
+        t = side.tasks[task_id]
+        for rep, ok in enumerate(t.passes):
+            if task_id in side.unscored and rep == len(t.passes) - 1:
+                for attempt in range(1, side.max_retries + 2):
+                    results.append(_result(side, task_id, t, rep, attempt, "infra_error"))
+                    infra += 1
+                continue
+            r = _result(side, task_id, t, rep, 1, "passed" if ok else "failed")
+            results.append(r)
+            actuals.append(_actual(r, t))
+    for r in results:
+        append_line(dir / "results.jsonl", r)
+    for a in actuals:
+        append_line(dir / "actuals.jsonl", a)
+    (dir / "attempts.jsonl").touch()
+    (dir / "estimates.jsonl").touch()
+    if side.history is not None:
+        (dir / "history.jsonl").write_bytes(side.history)
+    suites = {s: sum(1 for t in side.tasks.values() if t.suite == s) for s in ("fixed", "fresh", "invariant")}
+    trials = sum(len(t.passes) for t in side.tasks.values())
+    scored = trials - len(side.unscored)
+    passed = sum(r.status == "passed" for r in results)
+    manifest = RunManifest(
+        run_id=f"run-{side.name}", rig_version=side.rig_version,
+        checkpoint=CheckpointRef(id=side.checkpoint_id, name=side.name, sealed_at=side.sealed_at),
+        taskset=TasksetRef(id=side.taskset_id, count=len(side.tasks), suites=suites,
+                           fresh_created_at={k: side.fresh_created_at for k, t in side.tasks.items()
+                                             if t.suite == "fresh"}),
+        repeat=side.repeat, seed=side.seed,
+        settings=RunSettings(timeout_scale=side.timeout_scale, max_retries=side.max_retries, sandbox="bwrap",
+                             tasks_dir="tasks", checkpoint_dir="ckpt", jobs=1),
+        subset=side.subset,
+        policy_pin=PolicyPin(name="default", version=1, digest=side.policy_digest) if side.policy_digest else None,
+        plan_digest=sha256_bytes(b"plan"), status=side.status,
+        counts=RunCounts(trials=trials, scored=scored, passed=passed, failed=scored - passed, agent_error=0,
+                         timeout=0, infra_error=infra, interrupted=0, attempts=len(results),
+                         unscored=trials - scored),
+        seal_checks=[SealCheck(phase=p, at=T0 + timedelta(hours=2), checkpoint_id=side.checkpoint_id,
+                               matched=side.seal_matched) for p in ("start", "end")],
+        history="declared" if side.history is not None else "none",
+        created_at=T0 + timedelta(hours=2), finished_at=T0 + timedelta(hours=3),
+        files=file_digests(dir),
+    )
+    write_json_atomic(dir / "manifest.json", manifest)
+    return dir
+
+
+def counts_tasks(fresh_counts: list[int], k: int = 5, fixed: int = 3, invariant: int = 1,
+                 cost: float = 0.01) -> dict[str, Task]:
+    out: dict[str, Task] = {}
+    for i, n in enumerate(fresh_counts):
+        out[f"fresh-{i:03d}"] = Task("fresh", [j < n for j in range(k)], cost=cost)
+    for i in range(fixed):
+        out[f"fixed-{i:03d}"] = Task("fixed", [True] * k, cost=cost)
+    for i in range(invariant):
+        out[f"inv-{i:03d}"] = Task("invariant", [True] * k, cost=cost)
+    return out
