@@ -1,1 +1,201 @@
-"""Commands (being written)."""
+"""`run` and `verify`: evaluate a sealed checkpoint into a run bundle; re-derive a bundle."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, say
+from evalrig.errors import ExitCode, UsageError
+
+
+class SandboxChoice(StrEnum):
+    auto = "auto"
+    bwrap = "bwrap"
+    process = "process"
+
+
+class ExecutorChoice(StrEnum):
+    local = "local"
+    ray = "ray"
+
+
+# -- progress ----------------------------------------------------------------------------
+
+
+class PlainReporter:
+    """Not a terminal: a plain line on stderr every few seconds, and warnings as they come."""
+
+    EVERY_S = 5.0
+
+    def __init__(self) -> None:
+        self._last = 0.0
+
+    def warning(self, message: str) -> None:
+        err(f"warning: {message}")
+
+    def started(self, total: int, kept: int) -> None:
+        if kept:
+            err(f"resuming: {kept} of {total} trials kept, {total - kept} to run")
+        else:
+            err(f"running {total} trials")
+
+    def progress(self, p: Any) -> None:
+        now = time.monotonic()
+        if now - self._last < self.EVERY_S and p.done < p.total:
+            return
+        self._last = now
+        err(f"{p.done}/{p.total} done, {p.passed} passed, {p.failed} failed, {p.errors} errors, "
+            f"{_rate(p):.1f} attempts/s")
+
+
+def _rate(p: Any) -> float:
+    return p.ran / p.elapsed_s if p.elapsed_s > 0 else 0.0
+
+
+class BarReporter:
+    """A terminal: a rich progress bar on stderr (done/total, passed, failed, errors, rate, ETA)."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self._console = Console(stderr=True, no_color="NO_COLOR" in os.environ)
+        self._bar = Progress(
+            TextColumn("run"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"), TimeRemainingColumn(),
+            console=self._console, transient=True,
+        )
+        self._task: Any = None
+
+    def warning(self, message: str) -> None:
+        self._console.print(f"warning: {message}", markup=False, style="yellow")
+
+    def started(self, total: int, kept: int) -> None:
+        self._bar.start()
+        self._task = self._bar.add_task("run", total=total, completed=kept, stats="")
+
+    def progress(self, p: Any) -> None:
+        stats = (f"passed {p.passed}  failed {p.failed}  errors {p.errors}  "
+                 f"{_rate(p):.1f} attempts/s")
+        self._bar.update(self._task, completed=p.done, stats=stats)
+
+    def close(self) -> None:
+        self._bar.stop()
+
+
+# -- run ---------------------------------------------------------------------------------
+
+
+def _summary_lines(s: Any) -> list[str]:
+    c = s.counts
+    return [
+        f"run {s.run_id}: {s.status}",
+        f"  trials {c.trials}: {c.passed} passed, {c.failed} failed, {c.agent_error} agent_error, "
+        f"{c.timeout} timeout, {c.unscored} unscored",
+        f"  attempts {c.attempts} ({c.infra_error} infra_error, {c.interrupted} interrupted); "
+        f"{s.kept} kept from before, {s.ran} run now",
+        f"  bundle {s.bundle}",
+    ]
+
+
+@command("run", "evalrig run --checkpoint examples/champion --tasks tasks --out runs/champion")
+def run(
+    out: Annotated[Path, typer.Option("--out", help="The run bundle directory (new, or one to resume).")],
+    checkpoint: Annotated[Path | None, typer.Option("--checkpoint", help="The sealed checkpoint to evaluate.")] = None,
+    tasks: Annotated[Path | None, typer.Option("--tasks", help="The task set directory.")] = None,
+    repeat: Annotated[int | None, typer.Option("--repeat", min=1, help="Repetitions per task (default 5).")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", min=0, help="Base of every trial's seed (default 0).")] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", min=1, help="Attempts at once (default: the CPU count).")] = None,
+    policy: Annotated[Path | None, typer.Option("--policy", help="Pin this release policy file (its sha256).")] = None,
+    timeout_scale: Annotated[float | None, typer.Option("--timeout-scale", help="Multiply every time limit (default 1).")] = None,
+    max_retries: Annotated[int | None, typer.Option("--max-retries", min=0, help="Retries after infrastructure faults (default 2).")] = None,
+    sandbox: Annotated[SandboxChoice | None, typer.Option("--sandbox", help="Isolation level (default auto).")] = None,
+    executor: Annotated[ExecutorChoice | None, typer.Option("--executor", help="Where attempts run (default local).")] = None,
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="The Ray cluster (with --executor ray).")] = None,
+    secret: Annotated[list[str] | None, typer.Option("--secret", help="Pass this environment variable to the agent (repeatable).")] = None,
+    keep_workspaces: Annotated[bool, typer.Option("--keep-workspaces", help="Keep attempt workspaces.")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue --out, taking every setting from its manifest.")] = False,
+    suite: Annotated[list[str] | None, typer.Option("--suite", help="Only this suite (repeatable; marks the run subset).")] = None,
+    task: Annotated[list[str] | None, typer.Option("--task", help="Only this task id (repeatable; marks the run subset).")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="Only tasks with this tag (repeatable; marks the run subset).")] = None,
+    json_out: JsonOpt = False,
+    debug: DebugOpt = False,
+) -> int:
+    """Evaluate one sealed checkpoint on a task set: every selected task x --repeat trials.
+
+    Running the same command again on the same --out resumes it (or: --out BUNDLE --resume).
+    Exit 0 complete, 5 incomplete (run again to resume), 4 invalid input, 130 interrupted.
+    """
+    from evalrig.checkpoint import evalrig_home
+    from evalrig.runner import RunRequest, run_eval
+
+    if timeout_scale is not None and not timeout_scale > 0:
+        raise UsageError(f"--timeout-scale {timeout_scale}: must be greater than 0")
+    req = RunRequest(
+        out=out, checkpoint=checkpoint, tasks=tasks, repeat=repeat, seed=seed, jobs=jobs,
+        policy=policy, timeout_scale=timeout_scale, max_retries=max_retries,
+        sandbox=sandbox.value if sandbox else None, executor=executor.value if executor else None,
+        ray_address=ray_address,
+        secrets=tuple(secret) if secret else None, keep_workspaces=keep_workspaces,
+        suites=tuple(suite) if suite else None, task_ids=tuple(task) if task else None,
+        tags=tuple(tag) if tag else None, resume=resume, argv=tuple(["evalrig", *sys.argv[1:]]),
+    )
+    reporter: Any = BarReporter() if sys.stderr.isatty() and not json_out else PlainReporter()
+    try:
+        summary = run_eval(req, evalrig_home(), os.environ, reporter)
+    finally:
+        if isinstance(reporter, BarReporter):
+            reporter.close()
+    if json_out:
+        emit_json({"run_id": summary.run_id, "status": summary.status,
+                   "interrupted": summary.interrupted, "counts": summary.counts,
+                   "bundle": str(summary.bundle)})
+    else:
+        say(_summary_lines(summary))
+    if summary.interrupted:
+        err(f"interrupted: the bundle is resumable; run the same command again "
+            f"(or evalrig run --out {summary.bundle} --resume)")
+        return int(ExitCode.INTERRUPTED)
+    if summary.status != "complete":
+        err(f"incomplete: {summary.counts.unscored} trials have no scored attempt; "
+            f"run again to resume (evalrig run --out {summary.bundle} --resume)")
+        return int(ExitCode.INCOMPLETE)
+    return int(ExitCode.OK)
+
+
+# -- verify ------------------------------------------------------------------------------
+
+
+@command("verify", "evalrig verify runs/champion")
+def verify(
+    bundle: Annotated[Path, typer.Argument(help="The run bundle to re-derive.")],
+    json_out: JsonOpt = False,
+    debug: DebugOpt = False,
+) -> int:
+    """Re-derive every result of a run bundle from its stored evidence and check every digest.
+
+    Exit 0 when everything agrees, 4 listing each mismatch.
+    """
+    from evalrig.runner import verify_run
+
+    report = verify_run(bundle)
+    if json_out:
+        emit_json({"bundle": str(bundle), "ok": True, "results": report.results,
+                   "rederived": report.rederived, "files": report.files})
+    else:
+        say(f"verified {bundle}: {report.files} file digests, {report.results} results "
+            f"({report.rederived} re-derived from evidence) agree")
+    return 0

@@ -1,0 +1,1001 @@
+"""A run: the plan, resume, scheduling attempts on an executor, the run bundle (DESIGN §6, §7).
+
+The runner is the only writer of the bundle. Per attempt, in this order, each record a
+whole synced line:
+
+    attempts.jsonl  start       before anything of the attempt runs
+    estimates.jsonl             after the estimate phase, before the attempt starts
+    actuals.jsonl, results.jsonl
+    attempts.jsonl  end         last: the attempt's commit mark
+
+so a crash at any moment leaves a bundle that a resume can repair: a start without an end
+is ended `interrupted` (or, when its result made it to disk, ended with that result's
+status), a torn last line is cut, and every trial without a scored result whose inputs
+id still matches runs again. `manifest.json` is written at the start (status `running`)
+and last of all at the end, with the digest of every other file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets as pysecrets
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from evalrig import __version__
+from evalrig.bundle import (
+    LOCK,
+    LOCK_HOLDER,
+    MANIFEST,
+    RUN_JSONL,
+    BundleLock,
+    RunBundle,
+    append_line,
+    cut_torn_tail,
+    file_digests,
+    load_run,
+    read_json,
+    write_bytes_atomic,
+    write_json_atomic,
+)
+from evalrig.clock import utcnow
+from evalrig.digest import sha256_bytes
+from evalrig.errors import EvalrigError, Problem, UsageError, invalid
+from evalrig.executors import AttemptWork, Done, Executor, Job, make_executor
+from evalrig.models.run import (
+    MAY_CHANGE_ON_RESUME,
+    SCORED,
+    Actual,
+    AttemptEvent,
+    Canary,
+    CheckpointRef,
+    Estimate,
+    PolicyPin,
+    Provenance,
+    Result,
+    Resume,
+    RunCounts,
+    RunManifest,
+    RunSettings,
+    SealCheck,
+    TasksetRef,
+)
+from evalrig.plan import Filters, OutcomeSettings, Plan, Trial, build_plan
+
+HISTORY = "history.jsonl"
+PROVENANCE = "provenance.json"
+ATTEMPTS_DIR = "attempts"
+DEFAULT_REPEAT = 5
+DEFAULT_MAX_RETRIES = 2
+WAIT_S = 0.25  # how often the loop looks at the stop flag while attempts run
+
+
+# -- what the caller asks for -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """The options of `run`. None means "not given": a default, or with --resume the manifest's."""
+
+    out: Path
+    checkpoint: Path | None = None
+    tasks: Path | None = None
+    repeat: int | None = None
+    seed: int | None = None
+    jobs: int | None = None
+    policy: Path | None = None
+    timeout_scale: float | None = None
+    max_retries: int | None = None
+    sandbox: str | None = None
+    executor: str | None = None
+    ray_address: str | None = None
+    secrets: tuple[str, ...] | None = None
+    keep_workspaces: bool | None = None
+    suites: tuple[str, ...] | None = None
+    task_ids: tuple[str, ...] | None = None
+    tags: tuple[str, ...] | None = None
+    resume: bool = False
+    argv: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Progress:
+    total: int
+    done: int
+    passed: int
+    failed: int
+    errors: int
+    attempts: int
+    elapsed_s: float
+    ran: int
+    """Attempts finished in this process (for the attempts/s figure)."""
+
+
+class Reporter(Protocol):
+    def warning(self, message: str) -> None: ...
+    def started(self, total: int, kept: int) -> None: ...
+    def progress(self, p: Progress) -> None: ...
+
+
+class SilentReporter:
+    def warning(self, message: str) -> None:
+        pass
+
+    def started(self, total: int, kept: int) -> None:
+        pass
+
+    def progress(self, p: Progress) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    status: str
+    counts: RunCounts
+    bundle: Path
+    interrupted: bool
+    kept: int
+    ran: int
+
+
+SpecFactory = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What tests and other executors may swap: the attempt functions and the spec type."""
+
+    work: AttemptWork | None = None
+    spec_factory: SpecFactory | None = None
+    executor_factory: Callable[[str, int, AttemptWork | None, str | None], Executor] | None = None
+
+
+# -- settings: defaults, resume, refusing changes ---------------------------------------
+
+
+@dataclass(frozen=True)
+class Resolved:
+    settings: RunSettings
+    repeat: int
+    seed: int
+
+
+FLAG = {
+    "repeat": "--repeat",
+    "seed": "--seed",
+    "timeout_scale": "--timeout-scale",
+    "max_retries": "--max-retries",
+    "sandbox": "--sandbox",
+    "secrets": "--secret",
+    "suites": "--suite",
+    "task_ids": "--task",
+    "tags": "--tag",
+    "tasks_dir": "--tasks",
+    "checkpoint_dir": "--checkpoint",
+    "policy_file": "--policy",
+    "jobs": "--jobs",
+    "executor": "--executor",
+    "ray_address": "--ray-address",
+    "keep_workspaces": "--keep-workspaces",
+}
+
+
+def _abs(p: Path | None) -> str | None:
+    return str(Path(p).resolve()) if p is not None else None
+
+
+def _given(req: RunRequest) -> dict[str, Any]:
+    """The options the command gave, under their RunSettings names."""
+    vals = {
+        "repeat": req.repeat,
+        "seed": req.seed,
+        "timeout_scale": req.timeout_scale,
+        "max_retries": req.max_retries,
+        "sandbox": req.sandbox,
+        "secrets": sorted(set(req.secrets)) if req.secrets else None,
+        "suites": sorted(set(req.suites)) if req.suites else None,
+        "task_ids": sorted(set(req.task_ids)) if req.task_ids else None,
+        "tags": sorted(set(req.tags)) if req.tags else None,
+        "tasks_dir": _abs(req.tasks),
+        "checkpoint_dir": _abs(req.checkpoint),
+        "policy_file": _abs(req.policy),
+        "jobs": req.jobs,
+        "executor": req.executor,
+        "ray_address": req.ray_address,
+        "keep_workspaces": req.keep_workspaces,
+    }
+    return {k: v for k, v in vals.items() if v is not None}
+
+
+def _defaults() -> dict[str, Any]:
+    return {
+        "repeat": DEFAULT_REPEAT,
+        "seed": 0,
+        "timeout_scale": 1.0,
+        "max_retries": DEFAULT_MAX_RETRIES,
+        "sandbox": "auto",
+        "secrets": [],
+        "suites": [],
+        "task_ids": [],
+        "tags": [],
+        "policy_file": None,
+        "jobs": os.cpu_count() or 1,
+        "executor": "local",
+        "ray_address": None,
+        "keep_workspaces": False,
+    }
+
+
+def _manifest_values(m: RunManifest) -> dict[str, Any]:
+    vals = m.settings.model_dump()
+    vals.update(repeat=m.repeat, seed=m.seed)
+    # What may change on resume is taken from this command (or its defaults), not the manifest.
+    for k in MAY_CHANGE_ON_RESUME:
+        vals.pop(k, None)
+    return vals
+
+
+def resolve_settings(req: RunRequest, manifest: RunManifest | None) -> Resolved:
+    """The settings of this run; on a resume, refuse (exit 4) every outcome-affecting change."""
+    given = _given(req)
+    vals = _defaults()
+    if req.resume:
+        if manifest is None:
+            raise invalid("--resume: no run bundle here (no manifest.json)", file=req.out,
+                          hint="start the run without --resume, giving --checkpoint and --tasks")
+        vals.update(_manifest_values(manifest))
+    vals.update(given)
+    for need, flag in (("checkpoint_dir", "--checkpoint"), ("tasks_dir", "--tasks")):
+        if vals.get(need) is None:
+            raise UsageError(f"{flag} is required to start a run",
+                             hint="give --checkpoint DIR --tasks DIR, or --resume to continue a bundle")
+    repeat, seed = vals.pop("repeat"), vals.pop("seed")
+    try:
+        settings = RunSettings(**vals)
+    except Exception as e:  # a value out of range reaches here only from a hand-edited manifest
+        raise invalid(f"settings: {e}", file=req.out / MANIFEST) from None
+    resolved = Resolved(settings, repeat, seed)
+    if manifest is not None:
+        refuse_changes(manifest, resolved, req.out)
+    return resolved
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, list):
+        return ", ".join(map(str, v)) if v else "none"
+    return "none" if v is None else str(v)
+
+
+def setting_differences(manifest: RunManifest, now: Resolved) -> list[str]:
+    """Each outcome-affecting setting that differs: "--seed: bundle has 0, this command gives 1"."""
+    before = _manifest_values(manifest)
+    after = now.settings.model_dump()
+    after.update(repeat=now.repeat, seed=now.seed)
+    diffs = []
+    for key in sorted(before, key=lambda k: FLAG.get(k, k)):
+        if key in MAY_CHANGE_ON_RESUME:
+            continue
+        b, a = before[key], after.get(key)
+        if isinstance(b, list):
+            b, a = sorted(b), sorted(a or [])
+        if b != a:
+            diffs.append(f"{FLAG.get(key, key)}: bundle has {_show(b)}, this command gives {_show(a)}")
+    return diffs
+
+
+def refuse_changes(manifest: RunManifest, now: Resolved, out: Path) -> None:
+    diffs = setting_differences(manifest, now)
+    if diffs:
+        raise invalid(
+            "resume refused: settings that can change outcomes differ from the bundle's",
+            file=out / MANIFEST,
+            problems=[Problem(None, d) for d in diffs],
+            hint="run the original command again (or `evalrig run --out BUNDLE --resume`), "
+            "or start a new bundle with a new --out",
+        )
+
+
+# -- the inputs of a run ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Inputs:
+    checkpoint: Any  # evalrig.checkpoint.Checkpoint
+    seal: SealCheck
+    sealed: Any  # SealEntry
+    taskset: Any  # evalrig.tasks.TaskSet
+    tasks: dict[str, Any]  # task id -> LoadedTask
+    plan: Plan
+    policy_pin: PolicyPin | None
+    level: Any  # evalrig.sandbox.LevelChoice
+    secrets: dict[str, str]
+    home: Path
+
+
+def seal_check(dir: Path, home: Path, phase: Literal["start", "resume", "end"]) -> tuple[SealCheck, Any, EvalrigError | None]:
+    """Check the seal against the registry; the check is recorded whatever it finds."""
+    from evalrig.checkpoint import check_sealed, checkpoint_id
+
+    at = utcnow()
+    try:
+        entry = check_sealed(dir, home)
+    except EvalrigError as e:
+        try:
+            current: str | None = checkpoint_id(dir).digest
+        except EvalrigError:
+            current = None
+        return SealCheck(phase=phase, at=at, checkpoint_id=current, matched=False,
+                         message=e.message), None, e
+    return SealCheck(phase=phase, at=at, checkpoint_id=entry.checkpoint_id, matched=True), entry, None
+
+
+def pin_policy(path: str | None) -> PolicyPin | None:
+    if path is None:
+        return None
+    from evalrig.policy import load_policy
+
+    loaded = load_policy(Path(path))
+    return PolicyPin(name=loaded.spec.name, version=loaded.spec.version, digest=loaded.digest)
+
+
+def secret_values(names: list[str], environ: Mapping[str, str]) -> dict[str, str]:
+    missing = [n for n in names if n not in environ]
+    if missing:
+        raise invalid(f"--secret {', '.join(missing)}: not set in this environment",
+                      field="--secret", hint="export the variable before running the rig")
+    return {n: environ[n] for n in names}
+
+
+def gather_inputs(r: Resolved, home: Path, phase: Literal["start", "resume"], environ: Mapping[str, str]) -> Inputs:
+    from evalrig.checkpoint import load_checkpoint
+    from evalrig.sandbox import resolve_level
+    from evalrig.tasks import load_taskset
+
+    s = r.settings
+    checkpoint = load_checkpoint(Path(s.checkpoint_dir))
+    check, entry, error = seal_check(Path(s.checkpoint_dir), home, phase)
+    if error is not None:
+        raise error
+    taskset = load_taskset(Path(s.tasks_dir))
+    outcome = OutcomeSettings(s.timeout_scale, s.max_retries, s.sandbox, tuple(s.secrets))
+    filters = Filters(tuple(s.suites), tuple(s.task_ids), tuple(s.tags))
+    plan = build_plan(taskset.tasks, entry.checkpoint_id, r.repeat, r.seed, outcome, filters)
+    return Inputs(
+        checkpoint=checkpoint,
+        seal=check,
+        sealed=entry,
+        taskset=taskset,
+        tasks={t.id: t for t in taskset.tasks},
+        plan=plan,
+        policy_pin=pin_policy(s.policy_file),
+        level=resolve_level(s.sandbox),
+        secrets=secret_values(s.secrets, environ),
+        home=home,
+    )
+
+
+def refuse_other_inputs(manifest: RunManifest, inputs: Inputs, attempted: set[str],
+                        out: Path) -> None:
+    """A bundle evaluates one checkpoint on one task set; a resume must not mix them.
+
+    A task whose content changed is no reason to refuse: its trials' inputs ids change,
+    so they run again. A task that is gone would leave results no plan accounts for.
+    """
+    problems = []
+    if manifest.checkpoint.id != inputs.sealed.checkpoint_id:
+        problems.append(Problem(None, f"checkpoint: bundle has {manifest.checkpoint.id}, "
+                                      f"this command gives {inputs.sealed.checkpoint_id}"))
+    if manifest.policy_pin != inputs.policy_pin:
+        before = manifest.policy_pin.digest if manifest.policy_pin else "none"
+        after = inputs.policy_pin.digest if inputs.policy_pin else "none"
+        problems.append(Problem(None, f"--policy: bundle pinned {before}, this command gives {after}"))
+    gone = sorted(attempted - {t.trial_id for t in inputs.plan.trials})
+    if gone:
+        problems.append(Problem(None, f"--tasks: the bundle has attempts of trials the task set "
+                                      f"no longer has: {_show(gone[:5])}"
+                                      + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")))
+    if problems:
+        raise invalid("resume refused: the inputs differ from the bundle's", file=out / MANIFEST,
+                      problems=problems,
+                      hint="a bundle evaluates one sealed checkpoint on one task set: "
+                      "start a new bundle with a new --out")
+
+
+# -- bookkeeping of the trials ----------------------------------------------------------
+
+
+@dataclass
+class TrialBook:
+    """Per-trial state and the run's counters, from the bundle and then live."""
+
+    plan: Plan
+    final: dict[str, str] = field(default_factory=dict)  # trial id -> final scored status
+    last_attempt: dict[str, int] = field(default_factory=dict)
+    attempts: int = 0
+    infra: int = 0
+    interrupted: int = 0
+
+    def __post_init__(self) -> None:
+        self._inputs = {t.trial_id: t.inputs_id for t in self.plan.trials}
+
+    def started(self, trial_id: str, n: int) -> None:
+        self.attempts += 1
+        self.last_attempt[trial_id] = max(n, self.last_attempt.get(trial_id, 0))
+
+    def result(self, r: Result) -> None:
+        if r.status == "infra_error":
+            self.infra += 1
+        if r.status in SCORED and self._inputs.get(r.trial_id) == r.inputs_id:
+            self.final[r.trial_id] = r.status
+
+    def ended(self, status: str | None) -> None:
+        if status == "interrupted":
+            self.interrupted += 1
+
+    def to_run(self) -> list[Trial]:
+        return [t for t in self.plan.trials if t.trial_id not in self.final]
+
+    def counts(self) -> RunCounts:
+        by = {s: 0 for s in SCORED}
+        for s in self.final.values():
+            by[s] += 1
+        scored = len(self.final)
+        return RunCounts(trials=len(self.plan), scored=scored, passed=by["passed"],
+                         failed=by["failed"], agent_error=by["agent_error"], timeout=by["timeout"],
+                         infra_error=self.infra, interrupted=self.interrupted,
+                         attempts=self.attempts, unscored=len(self.plan) - scored)
+
+
+def book_from_bundle(plan: Plan, b: RunBundle) -> TrialBook:
+    book = TrialBook(plan)
+    for ev in b.attempts:
+        if ev.event == "start":
+            book.started(ev.trial_id, ev.attempt)
+        else:
+            book.ended(ev.status)
+    for r in b.results:
+        book.result(r)
+    return book
+
+
+def repair_dangling(out: Path, b: RunBundle, book: TrialBook) -> int:
+    """End every attempt that started and never ended; returns how many.
+
+    Its end line carries its result's status when the result reached the disk (the crash
+    came between the two lines), else `interrupted`.
+    """
+    ended = {ev.attempt_id for ev in b.attempts if ev.event == "end"}
+    results = {r.attempt_id: r.status for r in b.results}
+    n = 0
+    for ev in b.attempts:
+        if ev.event == "start" and ev.attempt_id not in ended:
+            status = results.get(ev.attempt_id, "interrupted")
+            end = ev.model_copy(update={"event": "end", "at": utcnow(), "status": status})
+            append_line(out / "attempts.jsonl", end)
+            book.ended(status)
+            n += 1
+    return n
+
+
+# -- the bundle's fixed files -----------------------------------------------------------
+
+
+def dependency_versions() -> dict[str, str]:
+    import re
+    from importlib import metadata
+
+    out: dict[str, str] = {}
+    try:
+        reqs = metadata.requires("evalrig") or []
+    except metadata.PackageNotFoundError:
+        reqs = []
+    for req in reqs:
+        if "extra ==" in req:
+            continue
+        m = re.match(r"[A-Za-z0-9_.-]+", req)
+        if m:
+            with contextlib.suppress(metadata.PackageNotFoundError):
+                out[m.group(0)] = metadata.version(m.group(0))
+    return out
+
+
+def new_provenance(argv: tuple[str, ...], warnings: list[str]) -> Provenance:
+    import platform
+    import socket
+    import sys
+
+    return Provenance(rig_version=__version__, python=sys.version.split()[0],
+                      platform=platform.platform(), host=socket.gethostname(), argv=list(argv),
+                      dependencies=dependency_versions(), sandbox_warnings=warnings)
+
+
+def copy_history(checkpoint: Any, out: Path) -> str:
+    """The checkpoint's declared event log, as sealed, into history.jsonl."""
+    log = checkpoint.spec.history.log
+    if log is None:
+        return "none"
+    src = Path(checkpoint.dir) / log
+    if not src.is_file() or src.is_symlink():
+        raise invalid(f"history.log: {log} is not a file in the checkpoint",
+                      file=Path(checkpoint.dir) / "checkpoint.toml", field="history.log",
+                      hint="create the log (an empty file is an empty log) and seal again, "
+                      "or drop [history] log")
+    write_bytes_atomic(out / HISTORY, src.read_bytes())
+    return "declared"
+
+
+def taskset_ref(taskset: Any) -> TasksetRef:
+    return TasksetRef(id=taskset.id, count=len(taskset.tasks), suites=taskset.suites(),
+                      fresh_created_at=taskset.fresh_created_at())
+
+
+# -- the run ----------------------------------------------------------------------------
+
+
+class Stop:
+    """Ctrl-C / SIGTERM: stop launching, cancel running attempts, finish the bundle."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signal: int | None = None
+
+    @contextlib.contextmanager
+    def handlers(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+        def on_signal(signum: int, frame: Any) -> None:
+            self.signal = signum
+            self.event.set()
+
+        for s in previous:
+            signal.signal(s, on_signal)
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+
+@dataclass
+class Launch:
+    trial: Trial
+    n: int
+    retries_left: int
+
+
+class Run:
+    """One process's turn at a bundle: launches attempts and records what they give back."""
+
+    def __init__(self, out: Path, inputs: Inputs, settings: RunSettings, book: TrialBook,
+                 reporter: Reporter, hooks: Hooks, stop: Stop, scratch: Path) -> None:
+        self.out = out
+        self.inputs = inputs
+        self.settings = settings
+        self.book = book
+        self.reporter = reporter
+        self.stop = stop
+        self.scratch = scratch
+        self.spec_factory = hooks.spec_factory or _trial_spec_factory()
+        factory = hooks.executor_factory or make_executor
+        self.executor = factory(settings.executor, settings.jobs, hooks.work, settings.ray_address)
+        self.free_slots = list(range(self.executor.slots - 1, -1, -1))
+        self.inflight: dict[str, tuple[Launch, Any]] = {}
+        self.ran = 0
+        self.t0 = time.monotonic()
+        (out / ATTEMPTS_DIR).mkdir(exist_ok=True)
+
+    def execute(self, trials: list[Trial]) -> None:
+        pending = deque(Launch(t, self.book.last_attempt.get(t.trial_id, 0) + 1,
+                               self.settings.max_retries) for t in trials)
+        try:
+            while pending or self.inflight:
+                while pending and self.free_slots and not self.stop.event.is_set():
+                    self.launch(pending.popleft())
+                if not self.inflight:
+                    break
+                for done in self.executor.wait(WAIT_S):
+                    retry = self.handle(done)
+                    if retry is not None:
+                        pending.appendleft(retry)
+                if self.stop.event.is_set():
+                    self.executor.cancel()
+        finally:
+            if self.inflight:  # leaving on an error: stop the attempts before waiting for them
+                self.stop.event.set()
+                self.executor.cancel()
+            self.executor.close()
+
+    def launch(self, item: Launch) -> None:
+        t = item.trial
+        attempt_id = f"{t.task_id}-{t.rep}-{item.n}-{pysecrets.token_hex(4)}"
+        slot = self.free_slots.pop()
+        spec = self.spec_factory(
+            trial_id=t.trial_id, attempt_id=attempt_id, attempt=item.n, rep=t.rep, seed=t.seed,
+            inputs_id=t.inputs_id, task=self.inputs.tasks[t.task_id],
+            checkpoint=self.inputs.checkpoint, level=self.inputs.level.level, slot=slot,
+            timeout_scale=self.settings.timeout_scale, secrets=self.inputs.secrets,
+            scratch_root=self.scratch, evidence_dir=self.out / ATTEMPTS_DIR / attempt_id,
+            keep_workspace=self.settings.keep_workspaces,
+            verifier_retries=self.settings.max_retries, cancel=self.stop.event,
+        )
+        append_line(self.out / "attempts.jsonl", self._event("start", item, attempt_id, None))
+        self.book.started(t.trial_id, item.n)
+        self.inflight[attempt_id] = (item, spec)
+        self.executor.submit(Job("estimate", spec, estimate_id=f"e-{pysecrets.token_hex(8)}"))
+
+    def _event(self, kind: str, item: Launch, attempt_id: str, status: str | None) -> AttemptEvent:
+        t = item.trial
+        return AttemptEvent(event=kind, trial_id=t.trial_id, attempt_id=attempt_id,  # type: ignore[arg-type]
+                            attempt=item.n, task_id=t.task_id, rep=t.rep, at=utcnow(),
+                            status=status)  # type: ignore[arg-type]
+
+    def handle(self, done: Done) -> Launch | None:
+        spec = done.job.spec
+        item, _ = self.inflight[spec.attempt_id]
+        if done.job.kind == "estimate":
+            self._estimated(done, item, spec)
+            return None
+        return self._finished(done, item, spec)
+
+    def _estimated(self, done: Done, item: Launch, spec: Any) -> None:
+        est = done.estimate or self._missing_estimate(done, item, spec)
+        append_line(self.out / "estimates.jsonl", est)
+        if self.stop.event.is_set():
+            self._end(item, spec, "interrupted")
+            return
+        self.executor.submit(Job("attempt", spec))
+
+    def _missing_estimate(self, done: Done, item: Launch, spec: Any) -> Estimate:
+        t = item.trial
+        return Estimate(estimate_id=done.job.estimate_id, attempt_id=spec.attempt_id,
+                        trial_id=t.trial_id, task_id=t.task_id, rep=t.rep, state="missing",
+                        error=f"the rig failed to run the estimate: {done.error}", at=utcnow())
+
+    def _finished(self, done: Done, item: Launch, spec: Any) -> Launch | None:
+        if done.outcome is not None:
+            actual, result = done.outcome.actual, done.outcome.result
+        else:
+            actual, result = self._rig_fault(done, item, spec)
+        append_line(self.out / "actuals.jsonl", actual)
+        append_line(self.out / "results.jsonl", result)
+        self.book.result(result)
+        self._end(item, spec, result.status)
+        self.ran += 1
+        self._report()
+        if (result.status == "infra_error" and item.retries_left > 0
+                and not self.stop.event.is_set() and not is_verifier_fault(result)):
+            return Launch(item.trial, item.n + 1, item.retries_left - 1)
+        return None
+
+    def _end(self, item: Launch, spec: Any, status: str) -> None:
+        append_line(self.out / "attempts.jsonl", self._event("end", item, spec.attempt_id, status))
+        self.book.ended(status)
+        del self.inflight[spec.attempt_id]
+        self.free_slots.append(spec.slot)
+
+    def _rig_fault(self, done: Done, item: Launch, spec: Any) -> tuple[Actual, Result]:
+        """The attempt's own code raised: an infra_error, with what evidence there is."""
+        t = item.trial
+        task = self.inputs.tasks[t.task_id]
+        status = "interrupted" if self.stop.event.is_set() else "infra_error"
+        actual = Actual(trial_id=t.trial_id, attempt_id=spec.attempt_id, task_id=t.task_id,
+                        rep=t.rep, wall_s=done.wall_s, exit_code=None, timed_out=False,
+                        usage_source="missing", stdout_bytes=0, stderr_bytes=0,
+                        stdout_truncated=False, stderr_truncated=False)
+        digest, size = evidence_digest(spec.evidence_dir)
+        result = Result(trial_id=t.trial_id, attempt_id=spec.attempt_id, attempt=item.n,
+                        task_id=t.task_id, suite=task.suite, rep=t.rep, inputs_id=t.inputs_id,
+                        status=status, passed=None, verifier=task.verifier_identity,  # type: ignore[arg-type]
+                        sandbox=self.inputs.level.level, containment="subreaper",
+                        network=False, canary=Canary(value="", found=False),
+                        evidence_digest=digest, evidence_bytes=size,
+                        error=f"the rig failed while running the attempt: {done.error}")
+        return actual, result
+
+    def _report(self) -> None:
+        c = self.book
+        counts = c.counts()
+        self.reporter.progress(Progress(
+            total=counts.trials, done=counts.scored, passed=counts.passed,
+            failed=counts.failed + counts.agent_error + counts.timeout, errors=counts.infra_error,
+            attempts=counts.attempts, elapsed_s=time.monotonic() - self.t0, ran=self.ran))
+
+
+def is_verifier_fault(result: Result) -> bool:
+    """A verifier that kept failing on stored evidence: never a reason to re-run the agent (§5)."""
+    return result.status == "infra_error" and result.verifier_runs > 0
+
+
+def evidence_digest(dir: Path) -> tuple[str, int]:
+    """The digest of an attempt's evidence as the trial records it (the verifier's own
+    output left out: it is re-derived, not evidence)."""
+    from evalrig.tree import hash_tree
+    from evalrig.verifiers import VERIFIER_DIR
+
+    if not Path(dir).is_dir():
+        return sha256_bytes(b""), 0
+    td = hash_tree(Path(dir), exclude=frozenset({VERIFIER_DIR}))
+    return td.digest, td.bytes
+
+
+def _trial_spec_factory() -> SpecFactory:
+    from evalrig.trial import AttemptSpec
+
+    return AttemptSpec
+
+
+# -- the top: start or resume, run, finish ----------------------------------------------
+
+
+def _bundle_state(out: Path) -> RunManifest | None:
+    """The bundle's manifest; None for a new (absent or empty) --out."""
+    if (out / MANIFEST).exists():
+        return read_json(out / MANIFEST, RunManifest)
+    if out.exists():
+        if not out.is_dir():
+            raise invalid("--out is a file, not a directory", file=out, hint="give a new directory")
+        # A run killed before its first manifest leaves nothing but the lock files.
+        leftovers = [p.name for p in out.iterdir() if p.name not in (LOCK, LOCK_HOLDER)]
+        if leftovers:
+            raise invalid("--out exists and is not a run bundle (no manifest.json)", file=out,
+                          hint="give a new or empty directory for --out")
+    return None
+
+
+def run_eval(req: RunRequest, home: Path, environ: Mapping[str, str],
+             reporter: Reporter | None = None, hooks: Hooks = Hooks()) -> RunSummary:
+    """Start or resume the run bundle at `req.out`; returns how it stands when this ends."""
+    reporter = reporter or SilentReporter()
+    out = Path(req.out)
+    if not (out / MANIFEST).exists() and not req.resume:
+        # A new run: check every input before the bundle directory exists at all.
+        _bundle_state(out)
+        resolved = resolve_settings(req, None)
+        check_executor(resolved.settings.executor)
+        inputs = gather_inputs(resolved, home, "start", environ)
+        with BundleLock(out, list(req.argv)):
+            if (out / MANIFEST).exists():  # another process got here between the checks
+                raise invalid("another run created this bundle meanwhile", file=out,
+                              hint="run the command again to resume it")
+            return _start(out, req, resolved, inputs, reporter, hooks)
+    with BundleLock(out, list(req.argv)):
+        manifest = _bundle_state(out)
+        resolved = resolve_settings(req, manifest)
+        check_executor(resolved.settings.executor)
+        inputs = gather_inputs(resolved, home, "resume", environ)
+        assert manifest is not None
+        for name in RUN_JSONL:
+            cut_torn_tail(out / name)
+        bundle = load_run(out)
+        refuse_other_inputs(manifest, inputs, {ev.trial_id for ev in bundle.attempts}, out)
+        return _resume(out, req, bundle, resolved, inputs, reporter, hooks)
+
+
+def check_executor(kind: str) -> None:
+    if kind != "local":
+        raise invalid(f"--executor {kind}: not available yet", field="--executor",
+                      hint="use --executor local (the default); the Ray executor comes with "
+                      "the scale-out issue")
+
+
+def _start(out: Path, req: RunRequest, r: Resolved, inputs: Inputs, reporter: Reporter,
+           hooks: Hooks) -> RunSummary:
+    warnings = [inputs.level.warning] if inputs.level.warning else []
+    for w in warnings:
+        reporter.warning(w)
+    write_json_atomic(out / PROVENANCE, new_provenance(req.argv, warnings))
+    history = copy_history(inputs.checkpoint, out)
+    for name in RUN_JSONL:
+        (out / name).touch()
+    book = TrialBook(inputs.plan)
+    manifest = RunManifest(
+        run_id=f"run-{pysecrets.token_hex(8)}", rig_version=__version__,
+        checkpoint=CheckpointRef(id=inputs.sealed.checkpoint_id, name=inputs.sealed.name,
+                                 sealed_at=inputs.sealed.sealed_at),
+        taskset=taskset_ref(inputs.taskset), repeat=r.repeat, seed=r.seed, settings=r.settings,
+        subset=inputs.plan.subset, policy_pin=inputs.policy_pin, plan_digest=inputs.plan.digest,
+        status="running", counts=book.counts(), seal_checks=[inputs.seal], history=history,  # type: ignore[arg-type]
+        created_at=utcnow(),
+    )
+    write_json_atomic(out / MANIFEST, manifest)
+    reporter.started(len(inputs.plan), 0)
+    return _execute(out, manifest, r, inputs, book, book.to_run(), reporter, hooks, kept=0)
+
+
+def _resume(out: Path, req: RunRequest, bundle: RunBundle, r: Resolved, inputs: Inputs,
+            reporter: Reporter, hooks: Hooks) -> RunSummary:
+    manifest = bundle.manifest
+    book = book_from_bundle(inputs.plan, bundle)
+    repaired = repair_dangling(out, bundle, book)
+    to_run = book.to_run()
+    kept = len(inputs.plan) - len(to_run)
+    if not to_run and not repaired and manifest.status == "complete":
+        # Nothing to do: leave a finished bundle byte for byte as it was.
+        return RunSummary(manifest.run_id, manifest.status, manifest.counts, out, False, kept, 0)
+    prov = read_json(out / PROVENANCE, Provenance)
+    new_warnings = [w for w in [inputs.level.warning] if w and w not in prov.sandbox_warnings]
+    for w in [inputs.level.warning] if inputs.level.warning else []:
+        reporter.warning(w)
+    prov = prov.model_copy(update={
+        "sandbox_warnings": prov.sandbox_warnings + new_warnings,
+        "resumes": prov.resumes + [Resume(at=utcnow(), kept=kept, rerun=len(to_run))]})
+    write_json_atomic(out / PROVENANCE, prov)
+    manifest = manifest.model_copy(update={
+        "settings": r.settings, "taskset": taskset_ref(inputs.taskset),
+        "plan_digest": inputs.plan.digest, "status": "running", "counts": book.counts(),
+        "seal_checks": manifest.seal_checks + [inputs.seal], "finished_at": None, "files": {}})
+    write_json_atomic(out / MANIFEST, manifest)
+    reporter.started(len(inputs.plan), kept)
+    return _execute(out, manifest, r, inputs, book, to_run, reporter, hooks, kept=kept)
+
+
+def _execute(out: Path, manifest: RunManifest, r: Resolved, inputs: Inputs, book: TrialBook,
+             to_run: list[Trial], reporter: Reporter, hooks: Hooks, kept: int) -> RunSummary:
+    stop = Stop()
+    scratch = Path(tempfile.mkdtemp(prefix="evalrig-attempts-"))
+    try:
+        with stop.handlers():
+            run = Run(out, inputs, r.settings, book, reporter, hooks, stop, scratch)
+            run.execute(to_run)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    stopped = stop.signal is not None
+    return _finish(out, manifest, inputs, book, stopped, kept, run.ran)
+
+
+def _finish(out: Path, manifest: RunManifest, inputs: Inputs, book: TrialBook,
+            stopped: bool, kept: int, ran: int) -> RunSummary:
+    counts = book.counts()
+    checks = list(manifest.seal_checks)
+    error = None
+    if not stopped:
+        check, _, error = seal_check(Path(manifest.settings.checkpoint_dir), inputs.home, "end")
+        checks.append(check)
+    status = "complete" if counts.unscored == 0 else "incomplete"
+    final = manifest.model_copy(update={
+        "status": status, "counts": counts, "seal_checks": checks, "finished_at": utcnow(),
+        "files": file_digests(out)})
+    write_json_atomic(out / MANIFEST, final)
+    if error is not None:
+        raise invalid(f"the checkpoint changed during the run: {error.message}",
+                      file=manifest.settings.checkpoint_dir,
+                      hint="the run's results are void for a release; restore the checkpoint "
+                      "and run again into a new --out")
+    interrupted = stopped and status != "complete"
+    return RunSummary(final.run_id, status, counts, out, interrupted, kept, ran)
+
+
+# -- verify: re-derive a bundle from its evidence ---------------------------------------
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    results: int
+    rederived: int
+    files: int
+
+
+def verify_run(dir: Path) -> VerifyReport:
+    """Re-derive every result from stored evidence and check every digest; exit 4 on any mismatch."""
+    from evalrig.bundle import check_run_digests
+
+    dir = Path(dir)
+    b = load_run(dir)
+    problems = list(check_run_digests(dir))
+    for name, line in sorted(b.torn.items()):
+        problems.append(Problem(str(dir / name), "torn last line (a crash mid-write); "
+                                "resume the run to repair it", line=line))
+    problems += evidence_problems(dir, b)
+    rederived, verdict_problems = rederive(dir, b)
+    problems += verdict_problems
+    if problems:
+        raise invalid(f"{len(problems)} mismatch(es) in the run bundle", file=dir,
+                      problems=problems,
+                      hint="the bundle was changed after the run, or a verifier is not "
+                      "deterministic; rerun into a new --out to get a trustworthy bundle")
+    return VerifyReport(results=len(b.results), rederived=rederived, files=len(b.manifest.files))
+
+
+def evidence_problems(dir: Path, b: RunBundle) -> list[Problem]:
+    out = []
+    for i, r in enumerate(b.results, start=1):
+        digest, _ = evidence_digest(dir / ATTEMPTS_DIR / r.attempt_id)
+        if digest != r.evidence_digest:
+            out.append(Problem(str(dir / "results.jsonl"),
+                               f"trial {r.trial_id}: evidence of {r.attempt_id} has digest "
+                               f"{digest}, the result records {r.evidence_digest}", line=i))
+    return out
+
+
+def _changed_verifiers(b: RunBundle, tasks: dict[str, Any], path: str) -> tuple[set[str], list[Problem]]:
+    """Tasks whose verifier is gone or not the one the results record: refused by name."""
+    bad: set[str] = set()
+    problems = []
+    for r in b.results:
+        if r.task_id in bad:
+            continue
+        task = tasks.get(r.task_id)
+        if task is None:
+            bad.add(r.task_id)
+            problems.append(Problem(path, f"task {r.task_id}: no longer in the task set; "
+                                          "its results cannot be re-derived"))
+        elif task.verifier_identity != r.verifier:
+            bad.add(r.task_id)
+            problems.append(Problem(path, f"task {r.task_id}: its verifier changed since the run "
+                                          f"(recorded {r.verifier.digest}, now "
+                                          f"{task.verifier_identity.digest}); refusing to "
+                                          "re-derive with another verifier"))
+    return bad, problems
+
+
+def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
+    """Run each scored result's verifier again on its stored evidence and compare."""
+    from evalrig.sandbox import resolve_level
+    from evalrig.tasks import load_taskset
+    from evalrig.verifiers import verify_evidence
+
+    tasks_dir = Path(b.manifest.settings.tasks_dir)
+    tasks = {t.id: t for t in load_taskset(tasks_dir).tasks}
+    bad, problems = _changed_verifiers(b, tasks, str(tasks_dir))
+    level = resolve_level("auto").level
+    n = 0
+    path = str(dir / "results.jsonl")
+    scratch = Path(tempfile.mkdtemp(prefix="evalrig-verify-"))
+    try:
+        for i, r in enumerate(b.results, start=1):
+            recorded = _recorded_verdict(r)
+            if recorded is None or r.task_id in bad:
+                continue
+            v = verify_evidence(tasks[r.task_id], dir / ATTEMPTS_DIR / r.attempt_id, level, 0,
+                                b.manifest.settings.max_retries, scratch)
+            n += 1
+            now = _verdict_word(v.passed)
+            if now != recorded[0]:
+                problems.append(Problem(path, f"trial {r.trial_id}: recorded {recorded[0]}, "
+                                              f"re-derived {now}", line=i))
+            elif v.reward != recorded[1] or (r.status in ("passed", "failed") and v.checks != r.checks):
+                problems.append(Problem(path, f"trial {r.trial_id}: recorded reward {recorded[1]} "
+                                              f"checks {r.checks}, re-derived reward {v.reward} "
+                                              f"checks {v.checks}", line=i))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return n, problems
+
+
+def _verdict_word(passed: bool | None) -> str:
+    return {True: "passed", False: "failed", None: "a verifier fault"}[passed]
+
+
+def _recorded_verdict(r: Result) -> tuple[str, float | None] | None:
+    """What the verifier said at the time, where it judged: (passed|failed, reward)."""
+    if r.status in ("passed", "failed"):
+        return r.status, r.reward
+    if r.status in ("agent_error", "timeout") and r.diagnostic is not None:
+        return _verdict_word(r.diagnostic.passed), r.diagnostic.reward
+    return None
+
+
+__all__ = [
+    "Hooks",
+    "Progress",
+    "Reporter",
+    "RunRequest",
+    "RunSummary",
+    "run_eval",
+    "verify_run",
+    "resolve_settings",
+    "setting_differences",
+]
