@@ -6,9 +6,10 @@ confirms to be a regular file is copied. Symbolic links, FIFOs, sockets and devi
 skipped and listed. Directory links are never descended.
 
 While a file is copied it is, in one pass:
-- redacted: every secret value is replaced by `[REDACTED]` (so a secret never reaches a
-  file of the bundle);
-- scanned for the canary (plain, base64 and hex, through `sandbox.scan`);
+- redacted: every secret value is replaced by `[REDACTED:NAME]` (the same Redactor the
+  launcher uses on the streams), so a secret never reaches a file of the bundle;
+- scanned for the canary (plain, base64 and hex; streams.StreamScanner, which also
+  finds a form split across two reads);
 - counted against the evidence cap. A file that does not fit in what is left of the cap
   is not copied, and nothing after it is: the copy stops and marks itself truncated.
 
@@ -23,18 +24,14 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REDACTED = b"[REDACTED]"
+from evalrig.streams import Redactor, StreamScanner
+
 RESERVED_TOP = frozenset({"stdout.txt", "stderr.txt", "verifier"})
 _CHUNK = 1 << 20
-# Bytes of the previous chunk re-scanned with the next one, so an encoded canary that
-# straddles a chunk boundary is still found (a 32-char canary is 64 chars in hex).
-_SCAN_OVERLAP = 512
-
-Scanner = Callable[[bytes, Sequence[bytes]], bool]
 
 
 @dataclass
@@ -142,35 +139,8 @@ def _kind(mode: int) -> str:
 # -- copying one file --------------------------------------------------------------------
 
 
-class _Redactor:
-    """Streaming replacement of secret values; holds back a tail so a split secret is caught."""
-
-    def __init__(self, secrets: Sequence[bytes]) -> None:
-        self.secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
-        self.hold = max((len(s) for s in self.secrets), default=1) - 1
-        self.carry = b""
-
-    def feed(self, data: bytes) -> bytes:
-        if not self.secrets:
-            return data
-        buf = self._replace(self.carry + data)
-        cut = max(0, len(buf) - self.hold)
-        self.carry = buf[cut:]
-        return buf[:cut]
-
-    def flush(self) -> bytes:
-        out, self.carry = self._replace(self.carry), b""
-        return out
-
-    def _replace(self, buf: bytes) -> bytes:
-        for s in self.secrets:
-            if s in buf:
-                buf = buf.replace(s, REDACTED)
-        return buf
-
-
-def redact_bytes(data: bytes, secrets: Sequence[bytes]) -> bytes:
-    r = _Redactor(secrets)
+def redact_bytes(data: bytes, secrets: Mapping[str, bytes]) -> bytes:
+    r = Redactor(secrets)
     return r.feed(data) + r.flush()
 
 
@@ -183,8 +153,7 @@ class _Copy:
 
 
 def _copy_one(
-    src: Path, dst: Path, budget: int, secrets: Sequence[bytes], canary: Sequence[bytes],
-    scan: Scanner,
+    src: Path, dst: Path, budget: int, secrets: Mapping[str, bytes], canary: Sequence[bytes],
 ) -> _Copy:
     """Copy one regular file within `budget` bytes; refuse anything fstat says is not regular."""
     try:
@@ -199,18 +168,15 @@ def _copy_one(
             return _Copy(False, skip_reason="over the evidence cap")
         dst.parent.mkdir(parents=True, exist_ok=True)
         out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        red = _Redactor(secrets)
+        red = Redactor(secrets)
+        scanner = StreamScanner(canary)
         kept = 0
-        found = False
-        tail = b""
         try:
             while True:
                 block = os.read(fd, _CHUNK)
                 if not block:
                     break
-                if canary and not found:
-                    found = scan(tail + block, canary)
-                    tail = block[-_SCAN_OVERLAP:]
+                scanner.feed(block)
                 data = red.feed(block)
                 kept += len(data)
                 if kept > budget:  # the file grew after fstat (nothing should still write)
@@ -225,7 +191,7 @@ def _copy_one(
         if kept > budget:
             os.unlink(dst)
             return _Copy(False, skip_reason="over the evidence cap")
-        return _Copy(True, kept, found)
+        return _Copy(True, kept, scanner.found)
     finally:
         os.close(fd)
 
@@ -254,9 +220,8 @@ def collect(
     evidence_dir: Path,
     globs: Sequence[str],
     cap: int,
-    secrets: Sequence[bytes],
+    secrets: Mapping[str, bytes],
     canary: Sequence[bytes],
-    scan: Scanner,
     already: int = 0,
 ) -> EvidenceReport:
     """Copy the attempt's evidence into `evidence_dir`; `already` bytes of the cap are spent."""
@@ -271,7 +236,7 @@ def collect(
             continue
         if rep.truncated:
             continue
-        got = _copy_one(attempt_root / rel, evidence_dir / rel, cap - rep.bytes, secrets, canary, scan)
+        got = _copy_one(attempt_root / rel, evidence_dir / rel, cap - rep.bytes, secrets, canary)
         if not got.ok:
             if got.skip_reason == "over the evidence cap":
                 rep.truncated = True
@@ -285,15 +250,13 @@ def collect(
     return rep
 
 
-def scan_file(path: Path, needles: Sequence[bytes], scan: Scanner) -> bool:
-    """Whether a (rig-written) file holds a needle; read in chunks with an overlap."""
-    tail = b""
+def scan_file(path: Path, needles: Sequence[bytes]) -> bool:
+    """Whether a (rig-written) file holds a needle in any form, read in chunks."""
+    scanner = StreamScanner(needles)
     try:
         with open(path, "rb") as f:
-            while block := f.read(_CHUNK):
-                if scan(tail + block, needles):
-                    return True
-                tail = block[-_SCAN_OVERLAP:]
+            while not scanner.found and (block := f.read(_CHUNK)):
+                scanner.feed(block)
     except FileNotFoundError:
         return False
-    return False
+    return scanner.found

@@ -1,0 +1,570 @@
+"""One attempt, end to end: workspace, estimate, agent, evidence, canary, verdict (DESIGN §4–§6).
+
+Used by every executor, from worker threads: `run_estimate` then `run_attempt`. Neither
+raises for anything the agent or the verifier does (those are statuses); a rig bug
+raises, and the runner records it as `infra_error`.
+
+Choices the contract leaves open, written down here and in docs/:
+- The attempt root is `scratch_root/<attempt_id>/` with `agent/` (the checkpoint,
+  copied with os.copy_file_range — a reflink where the filesystem can, never a hard
+  link), `work/` (the task's files/), `out/`, `prompt.md`, `home/` (the fresh HOME) and,
+  under `process`, `tmp/` (TMPDIR; bwrap gives a fresh /tmp instead).
+- The estimate runs in `scratch_root/<attempt_id>.estimate/`, laid out the same, under
+  the same sandbox, with a limit of min(30 s, the attempt's deadline) and 64 KiB of
+  stdout. It gets no canary: its output is never evidence.
+- Environment precedence: the checkpoint's env, then the secrets, then the rig's own
+  variables (PATH, HOME, LANG, TMPDIR, EVALRIG_*, the canary); a checkpoint cannot
+  override what the rig sets.
+- Disk: the attempt root may grow by 4 × max_evidence_bytes (at least 64 MiB) past its
+  initial size; beyond that the agent is killed (an `agent_error`). No single file may
+  exceed the same allowance (RLIMIT_FSIZE).
+- An agent whose argv[0] does not exist is an `agent_error`: its checkpoint names a
+  program that is not there, which is the agent's fault, not the rig's.
+- A timed-out or failed agent's evidence is still judged; the verdict goes in
+  `diagnostic` and never changes the status. Its reward is 0.
+- A malformed out/usage.json means usage "missing" (all null); the reason is in
+  `result.error`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from evalrig import sandbox
+from evalrig.canary import CANARY_ENV, new_canary, plant_file
+from evalrig.checkpoint import Checkpoint
+from evalrig.evidence import collect
+from evalrig.models.run import (
+    Actual,
+    Canary,
+    Diagnostic,
+    Estimate,
+    Result,
+)
+from evalrig.tasks import LoadedTask
+from evalrig.tree import hash_tree
+from evalrig.verifiers import VERIFIER_DIR, Verdict, read_answer, verify_evidence
+
+__all__ = [
+    "AttemptOutcome",
+    "AttemptSpec",
+    "Verdict",
+    "run_attempt",
+    "run_estimate",
+    "verify_evidence",
+]
+
+ESTIMATE_LIMIT_S = 30.0
+ESTIMATE_OUTPUT_CAP = 64 * 1024
+MIN_DISK_ALLOWANCE = 64 << 20
+
+
+@dataclass(frozen=True)
+class AttemptSpec:
+    trial_id: str
+    attempt_id: str
+    attempt: int  # 1-based
+    rep: int
+    seed: int
+    inputs_id: str
+    task: LoadedTask
+    checkpoint: Checkpoint  # the sealed source dir: never modified
+    level: Literal["bwrap", "process"]
+    slot: int
+    timeout_scale: float
+    secrets: Mapping[str, str]  # name → value; never written anywhere
+    scratch_root: Path  # attempt roots are made here, outside the bundle and the tasks
+    evidence_dir: Path  # bundle/attempts/<attempt_id>/
+    keep_workspace: bool
+    verifier_retries: int
+    cancel: threading.Event | None = None
+
+    @property
+    def deadline_s(self) -> float:
+        return self.task.spec.timeout_s * self.timeout_scale
+
+
+@dataclass(frozen=True)
+class AttemptOutcome:
+    actual: Actual
+    result: Result
+
+
+# -- the workspace -----------------------------------------------------------------------
+
+
+def _copy_file(src: str, dst: str, mode: int) -> int:
+    fin = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, stat.S_IMODE(mode))
+        try:
+            total = 0
+            try:
+                while n := os.copy_file_range(fin, fout, 1 << 30):
+                    total += n
+            except OSError:  # a filesystem without copy_file_range: plain copy from here on
+                while block := os.read(fin, 1 << 20):
+                    os.write(fout, block)
+                    total += len(block)
+            return total
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
+
+
+def copy_tree(src: Path | str, dst: Path | str) -> int:
+    """Copy a directory tree (links as links, modes kept); returns the bytes copied.
+
+    Never hard links: the agent may write to its copy, and the sealed source must not change.
+    """
+    src_s, dst_s = os.fspath(src), os.fspath(dst)
+    os.mkdir(dst_s)
+    total = 0
+    with os.scandir(src_s) as it:
+        for e in it:
+            d = os.path.join(dst_s, e.name)
+            st = e.stat(follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                total += copy_tree(e.path, d)
+            elif stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(e.path), d)
+            elif stat.S_ISREG(st.st_mode):
+                total += _copy_file(e.path, d, st.st_mode)
+            else:
+                raise OSError(f"{e.path}: not a regular file, directory or link")
+    os.chmod(dst_s, stat.S_IMODE(os.stat(src_s).st_mode) | stat.S_IWUSR)
+    return total
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+    agent: Path
+    work: Path
+    out: Path
+    prompt: Path
+    home: Path
+    tmpdir: str
+    bytes: int  # its size when made, for the disk allowance
+
+
+def make_workspace(root: Path, task: LoadedTask, checkpoint_dir: Path, level: str) -> Workspace:
+    root.mkdir(parents=True)
+    size = copy_tree(checkpoint_dir, root / "agent")
+    if task.files_dir.is_dir():
+        size += copy_tree(task.files_dir, root / "work")
+    else:
+        (root / "work").mkdir()
+    (root / "out").mkdir()
+    (root / "home").mkdir()
+    shutil.copyfile(task.prompt_path, root / "prompt.md")
+    if level == "bwrap":
+        tmpdir = "/tmp"
+    else:
+        (root / "tmp").mkdir()
+        tmpdir = str(root / "tmp")
+    return Workspace(root, root / "agent", root / "work", root / "out", root / "prompt.md",
+                     root / "home", tmpdir, size)
+
+
+def remove_tree(path: Path) -> None:
+    if path.exists():
+        # the agent may have left read-only directories behind
+        def unlock(_f: Any, p: str, _e: Any) -> None:
+            os.chmod(os.path.dirname(p), 0o700)
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                os.unlink(p)
+
+        shutil.rmtree(path, onerror=unlock)
+
+
+# -- environment -------------------------------------------------------------------------
+
+
+def _fmt_seconds(s: float) -> str:
+    return f"{s:.3f}".rstrip("0").rstrip(".")
+
+
+def agent_env(spec: AttemptSpec, ws: Workspace, canary: str | None) -> dict[str, str]:
+    """Exactly the documented variables (DESIGN §4), nothing inherited from the rig."""
+    env = dict(spec.checkpoint.spec.agent.env)
+    env.update(spec.secrets)
+    env.update(
+        {
+            "PATH": sandbox.minimal_path(),
+            "HOME": str(ws.home),
+            "LANG": "C.UTF-8",
+            "TMPDIR": ws.tmpdir,
+            "EVALRIG_PROMPT": str(ws.prompt),
+            "EVALRIG_WORK": str(ws.work),
+            "EVALRIG_OUT": str(ws.out),
+            "EVALRIG_TASK_ID": spec.task.id,
+            "EVALRIG_ATTEMPT_ID": spec.attempt_id,
+            "EVALRIG_DEADLINE_S": _fmt_seconds(spec.deadline_s),
+            "EVALRIG_SEED": str(spec.seed),
+        }
+    )
+    if canary is not None:
+        env[CANARY_ENV] = canary
+    return env
+
+
+def network_of(spec: AttemptSpec) -> bool:
+    return spec.checkpoint.spec.agent.network or spec.task.spec.network
+
+
+def _secret_bytes(spec: AttemptSpec) -> dict[str, bytes]:
+    return {name: value.encode() for name, value in spec.secrets.items() if value}
+
+
+def _disk_allowance(spec: AttemptSpec) -> int:
+    return max(4 * spec.task.spec.max_evidence_bytes, MIN_DISK_ALLOWANCE)
+
+
+def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, str],
+            timeout_s: float, max_output: int, stdout: Path, stderr: Path,
+            scan_for: list[bytes]) -> Any:
+    allowance = _disk_allowance(spec)
+    return sandbox.launch(
+        sandbox.Launch(
+            argv=argv,
+            cwd=ws.agent,
+            env=env,
+            level=spec.level,
+            rw_paths=[ws.root],
+            ro_paths=sandbox.interpreter_binds(argv[0]),
+            network=network_of(spec),
+            timeout_s=timeout_s,
+            max_output_bytes=max_output,
+            stdout_path=stdout,
+            stderr_path=stderr,
+            memory_bytes=spec.task.spec.resources.memory_mb << 20,
+            max_processes=spec.task.spec.resources.max_processes,
+            max_file_bytes=allowance,
+            disk_watch=(ws.root, ws.bytes + allowance),
+            slot=spec.slot,
+            attempt_tag=spec.attempt_id,
+            scan_for=scan_for,
+            redact=_secret_bytes(spec),
+            cancel=spec.cancel,
+        )
+    )
+
+
+# -- the estimate ------------------------------------------------------------------------
+
+
+def _range(name: str, v: Any) -> tuple[float, float]:
+    if not (isinstance(v, list) and len(v) == 2 and all(_number(x) for x in v)):
+        raise ValueError(f"{name}: expected [low, high], two numbers")
+    lo, hi = float(v[0]), float(v[1])
+    if lo < 0 or hi < lo:
+        raise ValueError(f"{name}: expected 0 <= low <= high, got [{lo:g}, {hi:g}]")
+    return lo, hi
+
+
+def _number(v: Any) -> bool:
+    import math
+
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def parse_estimate(stdout: bytes) -> dict[str, Any]:
+    """The estimate's fields from its stdout; ValueError says what is wrong (never echoing it)."""
+    try:
+        doc = orjson.loads(stdout.strip())
+    except orjson.JSONDecodeError as e:
+        raise ValueError(f"stdout is not one JSON object ({e})") from None
+    if not isinstance(doc, dict):
+        raise ValueError("stdout is not one JSON object")
+    unknown = sorted(set(doc) - {"p_success", "time_s", "cost_usd", "level"})
+    if unknown:
+        raise ValueError(f"unknown key {unknown[0]!r} (allowed: cost_usd, level, p_success, time_s)")
+    out: dict[str, Any] = {}
+    if "p_success" in doc:
+        p = doc["p_success"]
+        if not (_number(p) and 0 <= p <= 1):
+            raise ValueError("p_success: expected a number in [0, 1]")
+        out["p_success"] = float(p)
+    for key in ("time_s", "cost_usd"):
+        if key in doc:
+            out[key] = _range(key, doc[key])
+    if "level" in doc:
+        lv = doc["level"]
+        if not (_number(lv) and 0 < lv < 1):
+            raise ValueError("level: expected a number strictly between 0 and 1")
+        out["level"] = float(lv)
+    return out
+
+
+def run_estimate(spec: AttemptSpec, estimate_id: str, now: datetime) -> Estimate:
+    """Run the checkpoint's estimate command on its own fresh copy; never a fault of the attempt."""
+    argv = spec.checkpoint.spec.agent.estimate
+    if argv is None:
+        fields: dict[str, Any] = {"state": "none"}
+    else:
+        root = spec.scratch_root / f"{spec.attempt_id}.estimate"
+        try:
+            fields = _estimate_fields(spec, root, list(argv))
+        finally:
+            if not spec.keep_workspace:
+                remove_tree(root)
+    return Estimate.model_validate({
+        "estimate_id": estimate_id, "attempt_id": spec.attempt_id, "trial_id": spec.trial_id,
+        "task_id": spec.task.id, "rep": spec.rep, "at": now, **fields,
+    })
+
+
+def _estimate_fields(spec: AttemptSpec, root: Path, argv: list[str]) -> dict[str, Any]:
+    """state, error and the parsed values; the error never quotes what the agent printed."""
+    try:
+        ws = make_workspace(root, spec.task, spec.checkpoint.dir, spec.level)
+    except OSError as e:
+        return {"state": "missing", "error": f"the rig could not make its workspace: {e}"}
+    fin = _launch(spec, ws, argv, agent_env(spec, ws, None),
+                  min(ESTIMATE_LIMIT_S, spec.deadline_s), ESTIMATE_OUTPUT_CAP,
+                  root / "estimate.stdout", root / "estimate.stderr", [])
+    if fin.error or fin.timed_out or fin.interrupted or fin.exit_code != 0:
+        why = (fin.error or ("timed out" if fin.timed_out else None)
+               or ("interrupted" if fin.interrupted else None)
+               or (f"killed by signal {fin.signal}" if fin.signal else f"exited {fin.exit_code}"))
+        return {"state": "missing", "error": f"estimate command {why}"}
+    if fin.stdout_truncated:
+        return {"state": "malformed", "error": f"stdout over {ESTIMATE_OUTPUT_CAP} bytes"}
+    data = (root / "estimate.stdout").read_bytes()
+    if not data.strip():
+        return {"state": "missing", "error": "estimate command printed nothing"}
+    try:
+        return {"state": "valid", **parse_estimate(data)}
+    except ValueError as e:
+        return {"state": "malformed", "error": str(e)}
+
+
+# -- usage -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Usage:
+    source: Literal["reported", "missing"]
+    cost_usd: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    error: str | None = None
+
+
+def read_usage(evidence_dir: Path) -> Usage:
+    """out/usage.json as the agent reported it; a missing figure stays null, never 0."""
+    data = read_answer(evidence_dir, "out/usage.json")
+    if data is None:
+        return Usage("missing")
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        return Usage("missing", error=f"out/usage.json ignored: not JSON ({e})")
+    if not isinstance(doc, dict):
+        return Usage("missing", error="out/usage.json ignored: not a JSON object")
+    cost = doc.get("cost_usd")
+    if cost is not None and not (_number(cost) and cost >= 0):
+        return Usage("missing", error="out/usage.json ignored: cost_usd: expected a number >= 0")
+    tokens: dict[str, int | None] = {}
+    for key in ("input_tokens", "output_tokens"):
+        v = doc.get(key)
+        if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            return Usage("missing", error=f"out/usage.json ignored: {key}: expected an integer >= 0")
+        tokens[key] = v
+    return Usage("reported", None if cost is None else float(cost),
+                 tokens["input_tokens"], tokens["output_tokens"])
+
+
+# -- the attempt -------------------------------------------------------------------------
+
+
+def _status_of(fin: Any, cancel: threading.Event | None) -> tuple[str, str | None]:
+    """The agent's part of the status: before any verdict."""
+    if fin.interrupted or (cancel is not None and cancel.is_set()):
+        return "interrupted", "the rig stopped during the attempt"
+    if fin.error:
+        if fin.error_kind == "agent":  # its checkpoint names a program that is not there
+            return "agent_error", f"the agent could not start: {fin.error}"
+        return "infra_error", f"the sandbox could not run the agent: {fin.error}"
+    if fin.timed_out:
+        return "timeout", None
+    if fin.killed_for == "disk":
+        return "agent_error", "killed: the attempt root grew past its disk allowance"
+    if fin.killed_for:
+        return "agent_error", f"killed: {fin.killed_for}"
+    if fin.signal:
+        return "agent_error", f"the agent was killed by signal {fin.signal}"
+    if fin.exit_code != 0:
+        return "agent_error", f"the agent exited {fin.exit_code}"
+    return "ok", None
+
+
+def _spent_on_streams(evidence_dir: Path) -> int:
+    total = 0
+    for name in ("stdout.txt", "stderr.txt"):
+        try:
+            total += os.lstat(evidence_dir / name).st_size
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def _ensure_streams(evidence_dir: Path) -> None:
+    """stdout.txt and stderr.txt exist in every evidence dir (empty if nothing ran)."""
+    for name in ("stdout.txt", "stderr.txt"):
+        p = evidence_dir / name
+        if not p.exists():
+            p.touch()
+
+
+@dataclass
+class _Record:
+    """What the attempt accumulates on its way to an Actual and a Result."""
+
+    status: str = "infra_error"
+    error: str | None = None
+    verdict: Verdict | None = None
+    fin: Any = None
+    canary_where: tuple[str, ...] = ()
+    evidence_truncated: bool = False
+    evidence_skipped: tuple[str, ...] = ()
+
+
+def run_attempt(spec: AttemptSpec) -> AttemptOutcome:
+    """Run one attempt and judge its stored evidence; see the module docstring."""
+    spec.evidence_dir.mkdir(parents=True, exist_ok=True)
+    root = spec.scratch_root / spec.attempt_id
+    canary = new_canary()
+    rec = _Record()
+    try:
+        _attempt(spec, root, canary, rec)
+    finally:
+        if not spec.keep_workspace:
+            remove_tree(root)
+    _ensure_streams(spec.evidence_dir)
+    return _outcome(spec, canary, rec)
+
+
+def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record) -> None:
+    try:
+        ws = make_workspace(root, spec.task, spec.checkpoint.dir, spec.level)
+        plant_file(ws.home, canary)
+    except OSError as e:
+        rec.status, rec.error = "infra_error", f"the rig could not make the workspace: {e}"
+        return
+    argv = list(spec.checkpoint.spec.agent.command)
+    rec.fin = _launch(spec, ws, argv, agent_env(spec, ws, canary), spec.deadline_s,
+                      spec.task.spec.max_output_bytes, spec.evidence_dir / "stdout.txt",
+                      spec.evidence_dir / "stderr.txt", [canary.encode()])
+    rec.status, rec.error = _status_of(rec.fin, spec.cancel)
+    rec.canary_where = tuple(rec.fin.canary_found_in or ())
+    if rec.fin.error:  # nothing ran: no evidence to take
+        return
+    try:
+        got = collect(ws.root, spec.evidence_dir, spec.task.spec.evidence,
+                      spec.task.spec.max_evidence_bytes,
+                      _secret_bytes(spec), [canary.encode()],
+                      already=_spent_on_streams(spec.evidence_dir))
+    except OSError as e:
+        rec.status, rec.error = "infra_error", f"the rig could not copy the evidence: {e}"
+        return
+    rec.canary_where += tuple(got.canary_in)
+    rec.evidence_truncated, rec.evidence_skipped = got.truncated, tuple(got.skipped)
+    if rec.status == "interrupted":
+        return
+    rec.verdict = verify_evidence(
+        spec.task, spec.evidence_dir, rec.fin.level, spec.slot, spec.verifier_retries,
+        root / "verify", output_dir=spec.evidence_dir / VERIFIER_DIR, cancel=spec.cancel,
+    )
+    if spec.cancel is not None and spec.cancel.is_set() and rec.verdict.outcome == "fault":
+        rec.status, rec.error = "interrupted", "the rig stopped while the verifier ran"
+    elif rec.status == "ok":
+        if rec.verdict.outcome == "fault":
+            rec.status, rec.error = "infra_error", f"verifier fault: {rec.verdict.error}"
+        else:
+            rec.status = rec.verdict.outcome
+    elif rec.verdict.outcome == "fault":
+        rec.error = f"{rec.error}; the diagnostic verifier run faulted: {rec.verdict.error}"
+
+
+def _outcome(spec: AttemptSpec, canary: str, rec: _Record) -> AttemptOutcome:
+    fin = rec.fin
+    usage = read_usage(spec.evidence_dir)
+    error = rec.error
+    if usage.error:
+        error = f"{error}; {usage.error}" if error else usage.error
+    ids: dict[str, Any] = {"trial_id": spec.trial_id, "attempt_id": spec.attempt_id, "task_id": spec.task.id,
+           "rep": spec.rep}
+    actual = Actual(
+        **ids,
+        wall_s=fin.wall_s if fin else 0.0,
+        cpu_s=fin.cpu_s if fin else None,
+        peak_rss=fin.peak_rss if fin else None,
+        exit_code=fin.exit_code if fin else None,
+        timed_out=bool(fin and fin.timed_out),
+        cost_usd=usage.cost_usd,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        usage_source=usage.source,
+        stdout_bytes=fin.stdout_bytes if fin else 0,
+        stderr_bytes=fin.stderr_bytes if fin else 0,
+        stdout_truncated=bool(fin and fin.stdout_truncated),
+        stderr_truncated=bool(fin and fin.stderr_truncated),
+    )
+    v = rec.verdict
+    scored_by_verdict = rec.status in ("passed", "failed")
+    passed: bool | None
+    if scored_by_verdict:
+        passed = rec.status == "passed"
+    elif rec.status in ("agent_error", "timeout"):
+        passed = False
+    else:
+        passed = None
+    diagnostic = None
+    if rec.status in ("agent_error", "timeout") and v is not None:
+        diagnostic = Diagnostic(passed=v.passed, reward=v.reward)
+    tree = hash_tree(spec.evidence_dir, exclude=frozenset({VERIFIER_DIR}))
+    result = Result(
+        **ids,
+        attempt=spec.attempt,
+        suite=spec.task.suite,
+        inputs_id=spec.inputs_id,
+        status=rec.status,  # type: ignore[arg-type]
+        passed=passed,
+        reward=(v.reward if scored_by_verdict and v else (0.0 if passed is False else None)),
+        checks=(v.checks if scored_by_verdict and v else {}),
+        verifier=spec.task.verifier_identity,
+        verifier_runs=v.runs if v else 0,
+        verifier_usage=v.usage if v else None,
+        diagnostic=diagnostic,
+        sandbox=fin.level if fin else spec.level,
+        containment=fin.containment if fin else _expected_containment(spec.level),
+        network=network_of(spec),
+        canary=Canary(value=canary, found=bool(rec.canary_where), where=list(rec.canary_where)),
+        evidence_digest=tree.digest,
+        evidence_bytes=tree.bytes,
+        evidence_truncated=rec.evidence_truncated,
+        evidence_skipped=list(rec.evidence_skipped),
+        error=error,
+    )
+    return AttemptOutcome(actual, result)
+
+
+def _expected_containment(level: str) -> Literal["namespace", "subreaper"]:
+    """For an attempt that never launched: what the launcher would have used."""
+    probe = getattr(sandbox, "containment_for", None)
+    return probe(level) if probe else "namespace"  # type: ignore[no-any-return]
