@@ -136,24 +136,46 @@ def _claimed_id(dir: Path) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def check_sealed(dir: Path, home: Path) -> SealEntry:
-    """The registered seal the directory's content matches now; exit 4 when none does."""
+@dataclass(frozen=True)
+class SealStatus:
+    """What the registry says about a directory's content now."""
+
+    current: str
+    """The content hash now."""
+    entry: SealEntry | None
+    """The registered seal of that content, if any."""
+    claimed: str | None
+    """The id SEAL.json claims, if readable (not the authority)."""
+    changed: bool
+    """SEAL.json names a registered seal that the content no longer matches."""
+
+
+def seal_status(dir: Path, home: Path) -> SealStatus:
     dir = Path(dir)
     _require_dir(dir)
     current = checkpoint_id(dir).digest
     entry = registered_seal(home, current)
-    if entry is not None:
-        return entry
     claimed = _claimed_id(dir)
-    if claimed is not None and registered_seal(home, claimed) is not None:
+    changed = (entry is None and claimed is not None and claimed != current
+               and registered_seal(home, claimed) is not None)
+    return SealStatus(current, entry, claimed, changed)
+
+
+def check_sealed(dir: Path, home: Path) -> SealEntry:
+    """The registered seal the directory's content matches now; exit 4 when none does."""
+    dir = Path(dir)
+    status = seal_status(dir, home)
+    if status.entry is not None:
+        return status.entry
+    if status.changed:
         raise invalid(
-            f"changed since it was sealed as {claimed} (its content is now {current})",
+            f"changed since it was sealed as {status.claimed} (its content is now {status.current})",
             file=dir,
             hint="a sealed checkpoint never changes: restore it, or seal the new content "
             "with `evalrig seal DIR` as a new checkpoint",
         )
     raise invalid(
-        f"not sealed: no registered seal matches its content {current}",
+        f"not sealed: no registered seal matches its content {status.current}",
         file=dir,
         hint=f"run `evalrig seal {dir}` (the registry in {registry_path(home)} is the authority, "
         "not SEAL.json)",

@@ -88,11 +88,23 @@ def command(name: str, example: str) -> Callable[[F], F]:
                 raise typer.Exit(int(ExitCode.INTERNAL)) from None
             raise typer.Exit(int(code or 0))
 
-        doc = (fn.__doc__ or "").strip()
+        doc = help_text(fn.__doc__ or "")
         app.command(name, help=f"{doc}\n\nExample:\n\n    {example}", epilog=None)(wrapper)
         return fn
 
     return deco
+
+
+def help_text(docstring: str) -> str:
+    """A docstring as help: dedented, each paragraph on one line so that the help
+    formatter wraps it to the terminal (indented paragraphs are kept as written)."""
+    import inspect
+
+    paragraphs = inspect.cleandoc(docstring).split("\n\n")
+    return "\n\n".join(
+        p if p.startswith(" ") else " ".join(line.strip() for line in p.splitlines())
+        for p in paragraphs
+    )
 
 
 def err(message: str) -> None:
