@@ -47,12 +47,19 @@ class Report:
 
 
 def check_tasks(dir: Path, report: Report) -> None:
-    from evalrig.tasks import collect_task_problems
+    from evalrig.tasks import collect_task_problems, read_lock
 
     taskset, problems = collect_task_problems(dir)
     report.problems += problems
-    if taskset is not None:
-        report.count("tasks", len(taskset.tasks))
+    if taskset is None:
+        return
+    report.count("tasks", len(taskset.tasks))
+    lock = read_lock(dir)
+    unlocked = [t.id for t in taskset.tasks if t.suite == "fixed" and (lock is None or t.id not in lock.tasks)]
+    if unlocked:
+        report.warnings.append(Problem(
+            str(Path(dir) / "fixed.lock"), f"fixed tasks not locked yet: {', '.join(unlocked)}; "
+            f"run `evalrig lock --tasks {dir}` (the fixed suite only grows once locked)"))
 
 
 def check_policies(path: Path, report: Report) -> None:

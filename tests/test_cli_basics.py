@@ -1,0 +1,113 @@
+"""What every command shares: help with an example, --json/--debug, exit codes 2 and 6."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from evalrig import __version__
+from evalrig.cli import app
+from evalrig.cli.app import DebugOpt, JsonOpt, command
+
+
+def command_names() -> list[str]:
+    return sorted(c.name for c in app.registered_commands if c.name)
+
+
+def test_there_are_commands() -> None:
+    assert {"seal", "lock", "validate", "schema"} <= set(command_names())
+
+
+@pytest.mark.parametrize("name", command_names())
+def test_every_command_has_help_with_an_example(name: str) -> None:
+    r = CliRunner().invoke(app, [name, "--help"], env={"NO_COLOR": "1"})
+    assert r.exit_code == 0, r.output
+    assert "Example" in r.stdout
+    assert f"evalrig {name}" in r.stdout.split("Example", 1)[1]
+    assert "--json" in r.stdout and "--debug" in r.stdout
+
+
+@pytest.mark.parametrize("name", command_names())
+def test_every_command_takes_json_and_debug(name: str) -> None:
+    cmd = typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+    opts = {o for p in cmd.params for o in p.opts}
+    assert {"--json", "--debug"} <= opts
+
+
+def test_version() -> None:
+    r = CliRunner().invoke(app, ["--version"])
+    assert (r.exit_code, r.stdout) == (0, f"evalrig {__version__}\n")
+
+
+def test_no_arguments_shows_help() -> None:
+    r = CliRunner().invoke(app, [])
+    assert r.exit_code in (0, 2)
+    assert "Usage" in r.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["seal"], ["validate", "--bogus"], ["no-such-command"], ["lock", "--tasks"], ["schema", "nope"]],
+)
+def test_usage_errors_exit_2(args: list[str]) -> None:
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+
+
+@pytest.fixture
+def broken_command() -> Iterator[str]:
+    """A command with a bug in it, registered for one test and then removed."""
+    before = list(app.registered_commands)
+
+    @command("broken-for-test", "evalrig broken-for-test")
+    def broken(json_out: JsonOpt = False, debug: DebugOpt = False) -> int:
+        """Fails the way a bug does."""
+        return {}["missing"]  # type: ignore[no-any-return]
+
+    yield "broken-for-test"
+    app.registered_commands[:] = before
+
+
+def test_internal_error_exits_6_without_traceback(broken_command: str) -> None:
+    r = CliRunner().invoke(app, [broken_command])
+    assert r.exit_code == 6
+    assert "Traceback" not in r.output
+    assert r.stderr.startswith("internal error: KeyError: 'missing'\n")
+    assert "rerun with --debug" in r.stderr
+
+
+def test_internal_error_with_debug_shows_the_traceback(broken_command: str) -> None:
+    r = CliRunner().invoke(app, [broken_command, "--debug"])
+    assert r.exit_code == 6
+    assert "Traceback (most recent call last)" in r.stderr
+    assert 'return {}["missing"]' in r.stderr
+
+
+def test_invalid_input_with_debug_shows_the_traceback(tmp_path: object) -> None:
+    r = CliRunner().invoke(app, ["seal", "/nonexistent/checkpoint", "--debug"])
+    assert r.exit_code == 4
+    assert "Traceback" in r.stderr
+    r = CliRunner().invoke(app, ["seal", "/nonexistent/checkpoint"])
+    assert r.exit_code == 4 and "Traceback" not in r.stderr
+
+
+def test_json_error_report_on_stdout() -> None:
+    import json
+
+    r = CliRunner().invoke(app, ["seal", "/nonexistent/checkpoint", "--json"])
+    assert r.exit_code == 4
+    assert json.loads(r.stdout)["error"]["file"] == "/nonexistent/checkpoint"
+
+
+def test_console_script_runs_as_a_process() -> None:
+    """The real entry point, not only the in-process runner: exit codes survive."""
+    r = subprocess.run([sys.executable, "-m", "evalrig", "seal", "/nonexistent/c"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 4
+    assert r.stderr.startswith("error: /nonexistent/c: no such directory")
