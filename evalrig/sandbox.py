@@ -229,7 +229,9 @@ def _try_bwrap(path: str) -> str | None:
     argv = _bwrap_prefix(path, cwd=Path("/"), binds=[], network=False, tmp_size=None)
     argv += _inner_chain(uid=_slot_uid(0), limits=[]) + ["/bin/true"]
     try:
-        done = subprocess.run(argv, capture_output=True, env={}, timeout=20, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            argv, capture_output=True, env={}, timeout=20, stdin=subprocess.DEVNULL
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)
     if done.returncode != 0:
@@ -280,7 +282,9 @@ def _unshare_argv() -> list[str] | None:
             for extra in flags:
                 argv = [unshare, *extra, "--fork", "--kill-child"]
                 try:
-                    ok = subprocess.run(argv + ["/bin/true"], capture_output=True, env={}, timeout=10)
+                    ok = subprocess.run(
+                        argv + ["/bin/true"], capture_output=True, env={}, timeout=10
+                    )
                 except (OSError, subprocess.TimeoutExpired):
                     continue
                 if ok.returncode == 0:
@@ -299,6 +303,7 @@ def _become_subreaper() -> None:
 
 
 # --------------------------------------------------------------------------- argv
+
 
 def interpreter_binds(argv0: str) -> list[Path]:
     """The directories to bind read-only so that `argv0` can run inside bwrap.
@@ -359,6 +364,7 @@ def _bwrap_prefix(
     else:
         args = [bwrap, "--unshare-all"] + (["--share-net"] if network else [])
     args += ["--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr", *_root_view()]
+    args += ["--perms", "0755", "--dir", "/etc"]  # else bwrap makes it 0700
     for entry in ETC_FILES:
         args += ["--ro-bind-try", entry, entry]
     args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777"]
@@ -366,7 +372,9 @@ def _bwrap_prefix(
         args += ["--size", str(tmp_size)]
     args += ["--tmpfs", "/tmp"]
     # Parents before children, so a read-only bind inside a read-write one stays on top.
-    for kind, path in sorted(binds, key=lambda b: (len(b[1].parts), str(b[1]))):
+    ordered = sorted(binds, key=lambda b: (len(b[1].parts), str(b[1])))
+    args += _parent_dirs([path for _, path in ordered])
+    for kind, path in ordered:
         args += ["--ro-bind" if kind == "ro" else "--bind", str(path), str(path)]
     args += ["--chdir", str(cwd)]
     if _is_root():
@@ -376,6 +384,27 @@ def _bwrap_prefix(
     else:
         args += ["--cap-drop", "ALL"]
     return args + ["--"]
+
+
+def _parent_dirs(targets: list[Path]) -> list[str]:
+    """Traversable (0755) empty parents for the bind targets.
+
+    bubblewrap would make missing parents 0700, which a slot uid cannot enter; these hold
+    nothing but the way down to the bound directory.
+    """
+    covered = [Path(p) for p in ("/usr", "/proc", "/dev")] + targets
+    made: list[Path] = []
+    for target in targets:
+        for parent in reversed(target.parents):
+            if parent in (Path("/"), Path("/tmp")) or parent in made:
+                continue
+            if any(parent.is_relative_to(c) for c in covered):
+                continue
+            made.append(parent)
+    args: list[str] = []
+    for parent in made:
+        args += ["--perms", "0755", "--dir", str(parent)]
+    return args
 
 
 def _inner_chain(uid: int | None, limits: list[str]) -> list[str]:
@@ -424,6 +453,8 @@ def _plan(spec: Launch) -> _Plan:
         tmp_size = spec.disk_watch[1] if spec.disk_watch and _bwrap_has_size(bwrap) else None
         prefix = _bwrap_prefix(bwrap, spec.cwd, binds, spec.network, tmp_size)
         chain = _inner_chain(uid, _limits(spec, own_uid=uid is not None))
+        if "PWD" not in spec.env:
+            chain += ["/usr/bin/env", "-u", "PWD", "--"]  # bwrap always sets PWD
         return _Plan(prefix + chain + list(spec.argv), None, "namespace", uid)
     unshare = _unshare_argv()
     chain = _inner_chain(None, _limits(spec, own_uid=False))
@@ -448,6 +479,7 @@ def _bwrap_has_size(bwrap: str) -> bool:
 
 
 # --------------------------------------------------------------------------- checks
+
 
 def _unstartable(spec: Launch) -> str | None:
     """Why argv[0] cannot start (the agent's fault), or None."""
@@ -512,6 +544,7 @@ def _tree_bytes(root: Path) -> int:
 
 
 # --------------------------------------------------------------------------- launch
+
 
 def _failed(spec: Launch, message: str, kind: Literal["agent", "infra"]) -> Finished:
     return Finished(
@@ -820,4 +853,3 @@ def _parent(pid: int) -> int | None:
     except OSError:
         return None
     return int(stat.rsplit(")", 1)[1].split()[1])
-

@@ -93,7 +93,11 @@ class StreamScanner:
             self.found = True
             return
         if self._overlap:
-            self._tail = (self._tail + chunk)[-self._overlap :] if len(chunk) < self._overlap else chunk[-self._overlap :]
+            self._tail = (
+                (self._tail + chunk)[-self._overlap :]
+                if len(chunk) < self._overlap
+                else chunk[-self._overlap :]
+            )
 
 
 class Redactor:

@@ -1,0 +1,511 @@
+"""launch() under both levels, with real processes (tests/agents/sandbox_*.py).
+
+bwrap tests skip, saying why, where bubblewrap cannot run; they never pass vacuously.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evalrig import sandbox
+from evalrig.errors import EvalrigError
+from evalrig.sandbox import Finished, Launch, interpreter_binds, launch, minimal_path, resolve_level
+
+AGENTS = Path(__file__).parent / "agents"
+REPO = Path(__file__).resolve().parent.parent
+# The base interpreter (not the venv's), as a checkpoint's `python3` would be: exercises
+# interpreter_binds() when it lives outside /usr (a pyenv build under /root, here).
+PY = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+CANARY = b"evalrig-canary-0d9e8f7a6b5c4d3e"
+
+
+def bwrap_or_skip() -> str:
+    choice = resolve_level("auto")
+    if choice.level != "bwrap":
+        pytest.skip(f"bwrap cannot run here: {choice.warning}")
+    assert choice.bwrap_path is not None
+    return choice.bwrap_path
+
+
+@dataclass
+class Box:
+    """One attempt root laid out as trial.py lays it out, and a spec maker for it."""
+
+    root: Path
+    level: str
+    bwrap_path: str | None
+    tag: str
+
+    def spec(self, script: str, *args: str, **changes: Any) -> Launch:
+        agent = self.root / "agent"
+        shutil.copy(AGENTS / script, agent / script)
+        env = {
+            "PATH": minimal_path(),
+            "HOME": str(self.root / "home"),
+            "LANG": "C.UTF-8",
+            "TMPDIR": str(self.root / "tmp"),
+            "EVALRIG_ATTEMPT_ID": self.tag,
+        }
+        base = Launch(
+            argv=[PY, "-I", script, *args],
+            cwd=agent,
+            env=env,
+            level=self.level,  # type: ignore[arg-type]
+            rw_paths=[self.root],
+            ro_paths=interpreter_binds(PY),
+            network=False,
+            timeout_s=20.0,
+            max_output_bytes=1 << 20,
+            stdout_path=self.root.parent / f"{self.tag}.stdout",
+            stderr_path=self.root.parent / f"{self.tag}.stderr",
+            attempt_tag=self.tag,
+            bwrap_path=self.bwrap_path,
+        )
+        return replace(base, **changes)
+
+    def stdout(self) -> str:
+        return (self.root.parent / f"{self.tag}.stdout").read_text()
+
+    def stderr(self) -> str:
+        return (self.root.parent / f"{self.tag}.stderr").read_text()
+
+
+def make_box(tmp_path: Path, level: str) -> Box:
+    bwrap = bwrap_or_skip() if level == "bwrap" else None
+    root = tmp_path / "attempt"
+    for sub in ("agent", "home", "tmp", "out", "work"):
+        (root / sub).mkdir(parents=True)
+    return Box(root, level, bwrap, f"att-{os.urandom(6).hex()}")
+
+
+@pytest.fixture(params=["process", "bwrap"])
+def box(request: pytest.FixtureRequest, tmp_path: Path) -> Box:
+    return make_box(tmp_path, request.param)
+
+
+@pytest.fixture
+def bbox(tmp_path: Path) -> Box:
+    return make_box(tmp_path, "bwrap")
+
+
+@pytest.fixture
+def pbox(tmp_path: Path) -> Box:
+    return make_box(tmp_path, "process")
+
+
+def tagged_alive(tag: str) -> list[int]:
+    """Live processes whose environment carries the attempt's tag."""
+    marker = f"\0EVALRIG_ATTEMPT_ID={tag}\0".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                environ = Path(f"/proc/{name}/environ").read_bytes()
+            except OSError:
+                continue
+            if marker in b"\0" + environ + b"\0":
+                found.append(int(name))
+    return found
+
+
+def agent_json(box: Box, finished: Finished) -> dict[str, Any]:
+    assert finished.error is None, finished.error
+    assert finished.exit_code == 0, (finished, box.stderr())
+    return json.loads(box.stdout())
+
+
+# --------------------------------------------------------------------------- basics
+
+
+def test_env_is_exactly_what_was_given(box: Box) -> None:
+    spec = box.spec("sandbox_env.py")
+    seen = agent_json(box, launch(spec))["env"]
+    # Python itself may add nothing; the C library and the shell are not involved.
+    assert seen == dict(spec.env)
+
+
+def test_cwd_is_the_agent_directory(box: Box) -> None:
+    assert agent_json(box, launch(box.spec("sandbox_env.py")))["cwd"] == str(box.root / "agent")
+
+
+@pytest.mark.parametrize("code", [0, 3, 42])
+def test_exit_codes_are_reported(box: Box, code: int) -> None:
+    finished = launch(box.spec("sandbox_env.py", str(code)))
+    assert (finished.exit_code, finished.signal, finished.timed_out) == (code, None, False)
+    assert finished.level == box.level and finished.containment == "namespace"
+    assert finished.cpu_s is not None and finished.cpu_s > 0
+    assert finished.peak_rss is not None and finished.peak_rss > 1 << 20
+
+
+def test_death_by_signal_is_reported(box: Box) -> None:
+    finished = launch(box.spec("sandbox_crash.py"))
+    assert (finished.exit_code, finished.signal) == (None, 11)
+
+
+def test_missing_program_is_an_error_not_a_start(box: Box) -> None:
+    finished = launch(replace(box.spec("sandbox_env.py"), argv=["no-such-agent-binary", "x"]))
+    assert finished.error == f"no-such-agent-binary: not found on PATH={minimal_path()}"
+    assert finished.error_kind == "agent" and finished.exit_code is None
+
+
+def test_minimal_path() -> None:
+    assert minimal_path() == "/usr/local/bin:/usr/bin:/bin"
+
+
+def test_interpreter_binds() -> None:
+    assert interpreter_binds("sh") == []  # /usr/bin/sh via /bin
+    assert interpreter_binds("./run.sh") == []  # in the workspace
+    real = Path(os.path.realpath(PY))
+    if not real.is_relative_to("/usr"):
+        assert real.parent.parent in interpreter_binds(PY)
+    venv_python = Path(sys.executable)
+    if sys.prefix != sys.base_prefix and not venv_python.is_relative_to("/usr"):
+        assert Path(sys.prefix) in interpreter_binds(str(venv_python))
+
+
+def test_resolve_level() -> None:
+    assert resolve_level("process") == sandbox.LevelChoice("process", None, None)
+    auto = resolve_level("auto")
+    if auto.level == "bwrap":
+        assert auto.warning is None and auto.bwrap_path and os.access(auto.bwrap_path, os.X_OK)
+        assert resolve_level("bwrap") == auto
+    else:
+        assert auto.warning and "falling back to --sandbox process" in auto.warning
+        with pytest.raises(EvalrigError) as info:
+            resolve_level("bwrap")
+        assert info.value.code == 4 and "bubblewrap cannot run here" in info.value.message
+
+
+# --------------------------------------------------------------------------- containment
+
+
+def test_timeout_kills_a_sigterm_ignoring_agent_and_its_setsid_grandchild(box: Box) -> None:
+    began = time.monotonic()
+    finished = launch(box.spec("sandbox_hang.py", timeout_s=1.5))
+    assert box.stdout() == "ready\n", "the grandchild was never started"
+    assert finished.timed_out and finished.killed_for == "timeout"
+    assert finished.signal == 9 and finished.exit_code is None
+    assert 1.4 < time.monotonic() - began < 5
+    assert tagged_alive(box.tag) == []
+
+
+def test_exit_kills_what_the_agent_left_behind(box: Box) -> None:
+    script = (
+        "import os,subprocess,sys; "
+        "subprocess.Popen(['sleep','600'], start_new_session=True); "
+        "print('left a daemon', flush=True)"
+    )
+    finished = launch(replace(box.spec("sandbox_env.py"), argv=[PY, "-I", "-c", script]))
+    assert finished.exit_code == 0 and not finished.timed_out
+    assert box.stdout() == "left a daemon\n"
+    assert tagged_alive(box.tag) == []
+
+
+def test_cancel_kills_within_a_tenth_of_a_second(box: Box) -> None:
+    cancel = threading.Event()
+    set_at: list[float] = []
+
+    def fire() -> None:
+        set_at.append(time.monotonic())
+        cancel.set()
+
+    timer = threading.Timer(0.8, fire)
+    timer.start()
+    finished = launch(box.spec("sandbox_hang.py", cancel=cancel))
+    returned = time.monotonic()
+    timer.join()
+    assert finished.interrupted and finished.killed_for == "interrupt" and not finished.timed_out
+    assert returned - set_at[0] < 0.25  # ~0.1 s promised; slack for a loaded 2-core box
+    assert tagged_alive(box.tag) == []
+
+
+def test_subreaper_fallback_kills_tagged_orphans(pbox: Box) -> None:
+    spec = pbox.spec("sandbox_hang.py", timeout_s=1.5)
+    out = run_harness(spec, force_subreaper=True)
+    finished = out["finished"]
+    assert finished["containment"] == "subreaper" and finished["timed_out"]
+    assert pbox.stdout() == "ready\n"
+    assert tagged_alive(pbox.tag) == []
+
+
+def run_harness(spec: Launch, **extra: Any) -> dict[str, Any]:
+    fields = {
+        "argv": spec.argv,
+        "cwd": str(spec.cwd),
+        "env": dict(spec.env),
+        "level": spec.level,
+        "rw_paths": [str(p) for p in spec.rw_paths],
+        "ro_paths": [str(p) for p in spec.ro_paths],
+        "network": spec.network,
+        "timeout_s": spec.timeout_s,
+        "max_output_bytes": spec.max_output_bytes,
+        "stdout_path": str(spec.stdout_path),
+        "stderr_path": str(spec.stderr_path),
+        "attempt_tag": spec.attempt_tag,
+        "scan_for": [n.hex() for n in spec.scan_for],
+        "bwrap_path": spec.bwrap_path,
+        **extra,
+    }
+    done = subprocess.run(
+        [sys.executable, str(AGENTS / "sandbox_harness.py"), json.dumps(fields)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+# --------------------------------------------------------------------------- streams
+
+
+def test_stdout_cap_keeps_a_prefix_and_flags_truncation(box: Box) -> None:
+    finished = launch(box.spec("sandbox_flood.py", "5000", max_output_bytes=1000))
+    assert finished.stdout_bytes == 5000 and finished.stdout_truncated
+    assert not finished.stderr_truncated and finished.stderr_bytes == 0
+    assert box.stdout() == "x" * 1000
+
+
+def test_a_gigabyte_of_stdout_keeps_the_rig_flat(pbox: Box) -> None:
+    gigabyte = 1 << 30
+    spec = pbox.spec(
+        "sandbox_flood.py", str(gigabyte), CANARY.hex(), max_output_bytes=1 << 20, scan_for=[CANARY]
+    )
+    began = time.monotonic()
+    out = run_harness(spec)
+    elapsed = time.monotonic() - began
+    finished = out["finished"]
+    assert finished["stdout_bytes"] == gigabyte + len(CANARY) and finished["stdout_truncated"]
+    assert finished["canary_found_in"] == ["stdout"]  # found past the cap
+    assert (pbox.root.parent / f"{pbox.tag}.stdout").stat().st_size == 1 << 20
+    assert out["hwm_after"] - out["hwm_before"] < 16 << 20, out
+    assert elapsed < 30
+
+
+def forms(needle: bytes) -> dict[str, bytes]:
+    pad = os.urandom(60)
+    return {
+        "plain": b"token " + needle + b"\n",
+        "hex": needle.hex().encode(),
+        "HEX": needle.hex().upper().encode(),
+        "b64+0": base64.b64encode(pad + needle + pad),
+        "b64+1": base64.b64encode(pad + b"a" + needle + pad),
+        "b64+2": base64.b64encode(pad + b"ab" + needle + pad),
+    }
+
+
+@pytest.mark.parametrize("form", list(forms(CANARY)))
+def test_canary_is_found_in_every_form(box: Box, form: str) -> None:
+    payload = forms(CANARY)[form]
+    finished = launch(
+        box.spec("sandbox_flood.py", "100", payload.hex(), "stderr", scan_for=[CANARY])
+    )
+    assert finished.canary_found_in == ("stderr",)
+
+
+def test_no_canary_no_finding(box: Box) -> None:
+    finished = launch(
+        box.spec("sandbox_flood.py", "100000", b"nothing here".hex(), scan_for=[CANARY])
+    )
+    assert finished.canary_found_in == ()
+
+
+def test_canary_past_the_stdout_cap_is_found(box: Box) -> None:
+    spec = box.spec(
+        "sandbox_flood.py", "300000", CANARY.hex(), max_output_bytes=1000, scan_for=[CANARY]
+    )
+    finished = launch(spec)
+    assert finished.canary_found_in == ("stdout",) and finished.stdout_truncated
+    assert CANARY not in (box.root.parent / f"{box.tag}.stdout").read_bytes()
+
+
+def test_secrets_are_redacted_in_the_kept_streams(box: Box) -> None:
+    secret = b"sk-test-" + os.urandom(8).hex().encode()
+    # 1 MiB + a bit of padding first, so the secret is likely to straddle a read
+    spec = box.spec(
+        "sandbox_flood.py",
+        str((1 << 20) - 5),
+        (secret + b" end").hex(),
+        max_output_bytes=4 << 20,
+        redact={"API_KEY": secret},
+    )
+    finished = launch(spec)
+    kept = (box.root.parent / f"{box.tag}.stdout").read_bytes()
+    assert secret not in kept and kept.endswith(b"[REDACTED:API_KEY] end")
+    assert finished.stdout_bytes == (1 << 20) - 5 + len(secret) + 4
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def test_disk_filler_is_killed(box: Box) -> None:
+    spec = box.spec(
+        "sandbox_fill.py",
+        str(box.root / "work" / "fill.bin"),
+        disk_watch=(box.root, 8 << 20),
+    )
+    finished = launch(spec)
+    assert finished.killed_for == "disk" and not finished.timed_out
+    assert tagged_alive(box.tag) == []
+
+
+def test_file_size_limit_stops_one_big_file(box: Box) -> None:
+    spec = box.spec("sandbox_fill.py", str(box.root / "work" / "big.bin"), max_file_bytes=3 << 20)
+    finished = launch(spec)
+    # Python ignores SIGXFSZ, so the write fails with EFBIG (27) instead of killing it.
+    assert finished.exit_code == 7 and box.stdout() == "stopped after 3145728 bytes: errno 27\n"
+
+
+def test_memory_limit(box: Box) -> None:
+    script = "b = bytearray(512 << 20); print('allocated')"
+    finished = launch(
+        replace(box.spec("sandbox_env.py", memory_bytes=256 << 20), argv=[PY, "-I", "-c", script])
+    )
+    assert finished.exit_code == 1 and "MemoryError" in box.stderr()
+
+
+# --------------------------------------------------------------------------- bwrap view
+
+
+def test_bwrap_hides_the_rig_the_tasks_and_sibling_attempts(
+    bbox: Box, tmp_path: Path, evalrig_home: Path
+) -> None:
+    sibling = tmp_path / "tasks" / "fresh" / "t1" / "verifier"
+    sibling.mkdir(parents=True)
+    (sibling / "expected.txt").write_text("the answer")
+    (evalrig_home / "seals.jsonl").write_text("{}\n")
+    ask = {
+        "read": [
+            str(sibling / "expected.txt"),
+            str(REPO / "pyproject.toml"),
+            str(evalrig_home / "seals.jsonl"),
+            "/work/shared/DESIGN.md",
+            "/root/.bashrc",
+            "/etc/shadow",
+            "/etc/passwd",
+        ],
+        "list": [str(tmp_path), "/work", "/root", "/etc", "/tmp", "/"],
+    }
+    (bbox.root / "work" / "input.txt").write_text("visible")
+    controls = [str(bbox.root / "work" / "input.txt"), "/etc/hosts"]  # the probe can see
+    seen = agent_json(
+        bbox,
+        launch(bbox.spec("sandbox_probe.py", json.dumps({**ask, "read": ask["read"] + controls}))),
+    )
+    assert seen["read:" + controls[0]] == "visible"
+    assert not seen["read:/etc/hosts"].startswith("error:")
+    for path in ask["read"]:
+        assert seen["read:" + path] == "error:FileNotFoundError", path
+    assert seen[f"list:{tmp_path}"] == ["attempt"]
+    assert seen["list:/work"] == "error:FileNotFoundError"
+    assert set(seen["list:/etc"]) <= {Path(p).name for p in sandbox.ETC_FILES}
+    assert seen["list:/tmp"] == [] or str(tmp_path).startswith("/tmp")
+    prefix_roots = {Path(p).parts[1] for p in interpreter_binds(PY)}
+    assert set(seen["list:/"]) <= {
+        "usr",
+        "bin",
+        "sbin",
+        "lib",
+        "lib32",
+        "lib64",
+        "libx32",
+        "etc",
+        "proc",
+        "dev",
+        "tmp",
+        *prefix_roots,
+        tmp_path.parts[1],
+    }
+    if "/root" not in {str(p) for p in interpreter_binds(PY)} and "root" in prefix_roots:
+        assert seen["list:/root"] == [Path(interpreter_binds(PY)[0]).parts[2]]
+
+
+def test_bwrap_runs_as_the_slot_uid_when_root(bbox: Box) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the rig is not root: bwrap keeps the rig's uid in a user namespace")
+    seen = agent_json(bbox, launch(bbox.spec("sandbox_env.py", slot=3)))
+    assert (seen["uid"], seen["gid"]) == (sandbox.BASE_UID + 3, sandbox.BASE_UID + 3)
+    assert (bbox.root / "out").stat().st_uid == sandbox.BASE_UID + 3  # chowned for it
+
+
+def test_bwrap_process_limit_counts_the_slot_uid(bbox: Box) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the rig is not root: no slot uid, so no per-attempt process count")
+    seen = agent_json(
+        bbox,
+        launch(bbox.spec("sandbox_probe.py", json.dumps({"fork": 20}), max_processes=8, slot=5)),
+    )
+    assert seen["fork"]["started"] < 8 and seen["fork"]["failed"] > 0
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    yield server.getsockname()[1]
+    server.close()
+
+
+def test_bwrap_has_no_network(bbox: Box, listener: int) -> None:
+    ask = {"connect": [["127.0.0.1", listener]]}
+    finished = launch(bbox.spec("sandbox_probe.py", json.dumps(ask)))
+    assert agent_json(bbox, finished)[f"connect:{listener}"] == "error:ConnectionRefusedError"
+    assert finished.network is False
+
+
+def test_bwrap_network_true_can_connect(bbox: Box, listener: int) -> None:
+    ask = {"connect": [["127.0.0.1", listener]]}
+    finished = launch(bbox.spec("sandbox_probe.py", json.dumps(ask), network=True))
+    assert agent_json(bbox, finished)[f"connect:{listener}"] == "ok"
+    assert finished.network is True
+
+
+def test_bwrap_read_only_binds_cannot_be_written(bbox: Box, tmp_path: Path) -> None:
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    (evidence / "stdout.txt").write_text("kept")
+    os.chmod(evidence, 0o777)  # only the read-only mount stands in the way
+    os.chmod(evidence / "stdout.txt", 0o666)
+    ask = {
+        "read": [str(evidence / "stdout.txt")],
+        "write": [
+            str(evidence / "stdout.txt"),
+            str(evidence / "new.txt"),
+            "/usr/evil",
+            str(bbox.root / "out" / "a.txt"),
+        ],
+    }
+    spec = bbox.spec("sandbox_probe.py", json.dumps(ask))
+    seen = agent_json(bbox, launch(replace(spec, ro_paths=[*spec.ro_paths, evidence])))
+    assert seen["read:" + str(evidence / "stdout.txt")] == "kept"
+    assert seen["write:" + str(evidence / "stdout.txt")] == "error:30"  # EROFS
+    assert seen["write:" + str(evidence / "new.txt")] == "error:30"
+    assert seen["write:/usr/evil"] in ("error:30", "error:13")
+    assert seen["write:" + str(bbox.root / "out" / "a.txt")] == "ok"
+    assert (evidence / "stdout.txt").read_text() == "kept"
+
+
+def test_bwrap_program_outside_the_view_is_an_agent_error(bbox: Box, tmp_path: Path) -> None:
+    outside = tmp_path / "bin" / "tool"
+    outside.parent.mkdir()
+    outside.write_text("#!/bin/sh\necho hi\n")
+    outside.chmod(0o755)
+    finished = launch(replace(bbox.spec("sandbox_env.py"), argv=[str(outside)]))
+    assert finished.error_kind == "agent" and "not visible inside the bwrap sandbox" in (
+        finished.error or ""
+    )

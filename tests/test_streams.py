@@ -1,0 +1,129 @@
+"""Canary scanning, redaction and the output cap, on real files and byte streams."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from evalrig.streams import CappedSink, Redactor, StreamScanner, encoded_forms, scan
+
+CANARY = b"evalrig-canary-7f3a9c0e51d24b68"
+
+
+def feed_all(scanner: StreamScanner, data: bytes, size: int) -> bool:
+    for i in range(0, len(data), size):
+        scanner.feed(data[i : i + size])
+    return scanner.found
+
+
+def test_plain_hex_lower_and_upper_are_found() -> None:
+    assert scan(b"noise " + CANARY + b" noise", [CANARY])
+    assert scan(b"id=" + CANARY.hex().encode() + b";", [CANARY])
+    assert scan(b"ID=" + CANARY.hex().upper().encode() + b";", [CANARY])
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2])
+def test_base64_found_at_every_alignment_inside_a_longer_blob(offset: int) -> None:
+    blob = base64.b64encode(os.urandom(30) + b"\x01" * offset + CANARY + os.urandom(17))
+    # the 30 random bytes keep the alignment at `offset` modulo 3
+    assert scan(b"data:" + blob + b"\n", [CANARY])
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2])
+def test_urlsafe_base64_found(offset: int) -> None:
+    needle = bytes(range(250, 256)) + CANARY  # bytes that encode to + and /
+    blob = base64.urlsafe_b64encode(b"\x02" * (3 + offset) + needle + b"tail")
+    assert scan(blob, [needle])
+
+
+def test_unrelated_text_is_not_a_finding() -> None:
+    assert not scan(base64.b64encode(os.urandom(4096)) + os.urandom(4096).hex().encode(), [CANARY])
+    assert not scan(b"evalrig-canary-7f3a9c0e51d24b6", [CANARY])  # one byte short
+
+
+def test_edge_characters_of_each_alignment_are_left_out() -> None:
+    # every form must appear in the encoding of the needle at its own alignment
+    for form in encoded_forms(CANARY)[3:]:
+        assert any(
+            form in base64.b64encode(b"\0" * k + CANARY)
+            or form in base64.urlsafe_b64encode(b"\0" * k + CANARY)
+            for k in range(3)
+        )
+
+
+@given(split=st.integers(min_value=1, max_value=200), size=st.integers(min_value=1, max_value=64))
+def test_stream_scanner_finds_a_needle_split_across_chunks(split: int, size: int) -> None:
+    data = b"a" * split + CANARY + b"b" * 50
+    assert feed_all(StreamScanner([CANARY]), data, size)
+
+
+@given(size=st.integers(min_value=1, max_value=64))
+def test_stream_scanner_finds_base64_split_across_chunks(size: int) -> None:
+    data = b"prefix " + base64.b64encode(b"zz" + CANARY + b"zz") + b" suffix"
+    assert feed_all(StreamScanner([CANARY]), data, size)
+
+
+def test_stream_scanner_without_needles_finds_nothing() -> None:
+    scanner = StreamScanner([])
+    scanner.feed(CANARY)
+    assert not scanner.found
+
+
+def redact_in_chunks(secrets: dict[str, bytes], data: bytes, size: int) -> bytes:
+    redactor = Redactor(secrets)
+    out = b"".join(redactor.feed(data[i : i + size]) for i in range(0, len(data), size))
+    return out + redactor.flush()
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 11, 1000])
+def test_redaction_across_chunk_boundaries(size: int) -> None:
+    data = b"key=sk-live-12345 and again sk-live-12345."
+    out = redact_in_chunks({"API_KEY": b"sk-live-12345"}, data, size)
+    assert out == b"key=[REDACTED:API_KEY] and again [REDACTED:API_KEY]."
+
+
+_NO_FF = st.binary(max_size=40).map(lambda b: b.replace(b"\xff", b""))
+
+
+@given(before=_NO_FF, after=_NO_FF, size=st.integers(min_value=1, max_value=50))
+def test_redaction_keeps_everything_else_byte_for_byte(
+    before: bytes, after: bytes, size: int
+) -> None:
+    secret = b"\xffSECRET\xfe"  # cannot occur in before/after, which hold no 0xff byte
+    out = redact_in_chunks({"S": secret}, before + secret + after, size)
+    assert out == before + b"[REDACTED:S]" + after
+
+
+def test_a_longer_secret_containing_a_shorter_one_is_redacted_whole() -> None:
+    out = redact_in_chunks({"SHORT": b"abc", "LONG": b"abcdef"}, b"xabcdefy abcx", 2)
+    assert out == b"x[REDACTED:LONG]y [REDACTED:SHORT]x"
+
+
+def test_capped_sink_keeps_a_prefix_counts_everything_and_flags_truncation(tmp_path: Path) -> None:
+    sink = CappedSink(tmp_path / "out.txt", 10, {})
+    for piece in (b"0123", b"4567", b"89ab", b"cdef"):
+        sink.feed(piece)
+    sink.close()
+    assert (tmp_path / "out.txt").read_bytes() == b"0123456789"
+    assert sink.total == 16 and sink.truncated
+
+
+def test_capped_sink_exactly_at_the_cap_is_not_truncated(tmp_path: Path) -> None:
+    sink = CappedSink(tmp_path / "out.txt", 8, {})
+    sink.feed(b"01234567")
+    sink.close()
+    assert (tmp_path / "out.txt").read_bytes() == b"01234567" and not sink.truncated
+
+
+def test_capped_sink_redacts_what_it_keeps(tmp_path: Path) -> None:
+    sink = CappedSink(tmp_path / "out.txt", 1000, {"TOKEN": b"hunter2hunter2"})
+    for piece in (b"pw: hunter2", b"hunter2\n"):
+        sink.feed(piece)
+    sink.close()
+    assert (tmp_path / "out.txt").read_bytes() == b"pw: [REDACTED:TOKEN]\n"
+    assert sink.total == 19 and not sink.truncated
