@@ -760,7 +760,9 @@ def run_eval(req: RunRequest, home: Path, environ: Mapping[str, str],
     """Start or resume the run bundle at `req.out`; returns how it stands when this ends."""
     reporter = reporter or SilentReporter()
     out = Path(req.out)
-    if not (out / MANIFEST).exists() and not req.resume:
+    if req.resume and not (out / MANIFEST).exists():
+        resolve_settings(req, None)  # refuses: nothing to resume (and creates nothing)
+    if not (out / MANIFEST).exists():
         # A new run: check every input before the bundle directory exists at all.
         _bundle_state(out)
         resolved = resolve_settings(req, None)

@@ -54,3 +54,19 @@ def make_tasks(root: Path, n: int = 6, prompt: str = "answer: parity\n") -> Path
     for i in range(n):
         add_task(tasks, f"t{i}", prompt, suite="fresh" if i % 2 else "fixed")
     return tasks
+
+
+def cli(*args: str | Path) -> object:
+    """Run the CLI in-process; returns typer's Result (exit_code, stdout, stderr)."""
+    from typer.testing import CliRunner
+
+    from evalrig.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def results_by_trial(bundle: Path) -> dict[str, str]:
+    """trial_id → status of the result that counts."""
+    from evalrig.bundle import final_results, load_run
+
+    return {k: r.status for k, r in final_results(load_run(bundle)).items()}

@@ -1,0 +1,128 @@
+"""`evalrig run` in-process (typer's CliRunner) on real checkpoints, tasks and agents."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from agents.run_kit import add_task, cli, make_checkpoint, make_tasks
+
+from evalrig.bundle import file_digests, load_run
+from evalrig.digest import sha256_file
+from evalrig.plan import trial_seed
+
+
+@pytest.fixture
+def kit(tmp_path: Path, evalrig_home: Path) -> tuple[Path, Path]:
+    return make_checkpoint(tmp_path, evalrig_home, history='{"prev": null}\n'), make_tasks(tmp_path, 3)
+
+
+def run(ck: Path, tasks: Path, out: Path, *more: str) -> object:
+    return cli("run", "--checkpoint", ck, "--tasks", tasks, "--out", out, "--repeat", "2",
+               "--sandbox", "process", "--jobs", "2", *more)
+
+
+def test_a_complete_run_records_what_compare_and_gate_need(kit, tmp_path: Path, repo_root: Path) -> None:
+    ck, tasks = kit
+    out = tmp_path / "b"
+    policy = repo_root / "policies" / "default.toml"
+    r = run(ck, tasks, out, "--policy", policy, "--json")
+    assert r.exit_code == 0, r.stderr
+    summary = orjson.loads(r.stdout)
+    assert summary["status"] == "complete" and summary["bundle"] == str(out)
+    assert summary["counts"]["trials"] == 6 and summary["counts"]["unscored"] == 0
+
+    b = load_run(out)
+    m = b.manifest
+    assert m.status == "complete" and not m.subset and m.repeat == 2 and m.seed == 0
+    assert [c.phase for c in m.seal_checks] == ["start", "end"]
+    assert all(c.matched and c.checkpoint_id == m.checkpoint.id for c in m.seal_checks)
+    assert m.taskset.count == 3 and m.taskset.suites == {"fixed": 2, "fresh": 1, "invariant": 0}
+    assert list(m.taskset.fresh_created_at) == ["t1"]
+    assert m.policy_pin is not None and m.policy_pin.digest == sha256_file(policy)
+    assert m.policy_pin.name == "default"
+    assert m.history == "declared"
+    assert (out / "history.jsonl").read_text() == '{"prev": null}\n'
+    assert m.files == file_digests(out) and "history.jsonl" in m.files
+    assert "provenance.json" in m.files and "manifest.json" not in m.files
+    # one start and one end line per attempt, an estimate, an actual and a result each
+    assert [e.event for e in b.attempts].count("start") == 6 == len(b.results)
+    assert len(b.estimates) == 6 == len(b.actuals)
+    assert {r.sandbox for r in b.results} == {"process"}
+    prov = orjson.loads((out / "provenance.json").read_bytes())
+    assert prov["argv"][0] == "evalrig" and "pydantic" in prov["dependencies"]
+
+
+def test_the_agent_sees_the_seed_of_the_formula_the_same_in_two_runs(kit, tmp_path: Path) -> None:
+    ck, tasks = kit
+    seeds = []
+    for name in ("one", "two"):
+        assert run(ck, tasks, tmp_path / name, "--seed", "7").exit_code == 0
+        b = load_run(tmp_path / name)
+        seeds.append({r.trial_id: int((tmp_path / name / "attempts" / r.attempt_id / "out"
+                                       / "seed.txt").read_text()) for r in b.results})
+    assert seeds[0] == seeds[1]
+    assert seeds[0]["t2:1"] == trial_seed(7, "t2", 1)
+    assert len(set(seeds[0].values())) == 6
+
+
+def test_repeat_zero_is_a_usage_error(kit, tmp_path: Path) -> None:
+    ck, tasks = kit
+    r = cli("run", "--checkpoint", ck, "--tasks", tasks, "--out", tmp_path / "b", "--repeat", "0")
+    assert r.exit_code == 2
+    assert not (tmp_path / "b").exists()
+
+
+def test_an_unsealed_checkpoint_is_refused_before_any_bundle_exists(tmp_path: Path, evalrig_home: Path) -> None:
+    ck = make_checkpoint(tmp_path, evalrig_home, do_seal=False)
+    r = run(ck, make_tasks(tmp_path, 1), tmp_path / "b")
+    assert r.exit_code == 4
+    assert "not sealed" in r.stderr and str(ck) in r.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_checkpoint_changed_after_sealing_is_refused(kit, tmp_path: Path) -> None:
+    ck, tasks = kit
+    (ck / "agent.py").write_text((ck / "agent.py").read_text() + "\n# edited\n")
+    r = run(ck, tasks, tmp_path / "b")
+    assert r.exit_code == 4
+    assert "changed since it was sealed" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_filters_mark_the_run_a_subset(kit, tmp_path: Path) -> None:
+    ck, tasks = kit
+    add_task(tasks, "tagged", "answer: even\n", tags=["slow"])
+    assert run(ck, tasks, tmp_path / "b", "--tag", "slow", "--suite", "fixed").exit_code == 0
+    m = load_run(tmp_path / "b").manifest
+    assert m.subset and m.counts.trials == 2
+    assert m.settings.tags == ["slow"] and m.settings.suites == ["fixed"]
+
+
+def test_an_agent_error_counts_as_a_scored_failure(tmp_path: Path, evalrig_home: Path) -> None:
+    ck = make_checkpoint(tmp_path, evalrig_home)
+    tasks = tmp_path / "tasks"
+    add_task(tasks, "exits3", "answer: even\nexit: 3\n")
+    r = run(ck, tasks, tmp_path / "b")
+    assert r.exit_code == 0, r.stderr
+    m = load_run(tmp_path / "b").manifest
+    assert m.counts.agent_error == 2 and m.counts.unscored == 0
+
+
+def test_ray_is_not_available_yet_and_a_missing_secret_is_named(kit, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    ck, tasks = kit
+    r = run(ck, tasks, tmp_path / "b", "--executor", "ray")
+    assert r.exit_code == 4 and "--executor ray: not available yet" in r.stderr
+    monkeypatch.delenv("EVALRIG_TEST_KEY", raising=False)
+    r = run(ck, tasks, tmp_path / "b", "--secret", "EVALRIG_TEST_KEY")
+    assert r.exit_code == 4 and "--secret EVALRIG_TEST_KEY: not set" in r.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_out_that_is_not_a_bundle_is_refused(kit, tmp_path: Path) -> None:
+    ck, tasks = kit
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "notes.txt").write_text("mine")
+    r = run(ck, tasks, tmp_path / "b")
+    assert r.exit_code == 4 and "not a run bundle" in r.stderr
