@@ -366,16 +366,14 @@ def verify_evidence(
 ) -> Verdict:
     """Judge the stored evidence of one attempt with the task's verifier.
 
-    `task` is a LoadedTask. `output_dir`, when given, receives the verifier's output
+    `task` is a LoadedTask. `output_dir`, when given, receives a command verifier's output
     (run_attempt passes evidence_dir/verifier); `evalrig verify` leaves it None so that
-    re-deriving changes nothing in the bundle.
+    re-deriving changes nothing in the bundle. Built-in kinds store nothing.
     """
     spec = task.spec.verifier
     if not isinstance(spec, CommandVerifier):
-        verdict = verify_builtin(spec, evidence_dir)
-        if output_dir is not None:
-            store_output(verdict, [], output_dir)
-        return verdict
+        # nothing to store: the verdict is the result's, and re-deriving it is instant
+        return verify_builtin(spec, evidence_dir)
     scratch_root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="verify-", dir=scratch_root))
     try:

@@ -42,7 +42,7 @@ def main() -> int:
     elif mode == "env":
         with open(os.path.join(out, "env.json"), "w") as f:
             json.dump(dict(env), f)
-        with open(os.path.join(env["HOME"], ".config/release/token")) as f:
+        with open(os.path.join(env["HOME"], ".release-token")) as f:
             token = f.read().strip()
         # the canary file holds the canary variable's value; say so without leaking it
         with open(os.path.join(out, "answer.txt"), "w") as f:
