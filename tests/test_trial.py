@@ -85,11 +85,12 @@ def make_task(tmp_path: Path, verifier: Mapping[str, Any], *, timeout_s: float =
 
 def spec_for(tmp_path: Path, task: LoadedTask, ckpt: Any, *, level: str = "process",
              secrets: Mapping[str, str] | None = None, keep: bool = False, retries: int = 2,
-             cancel: threading.Event | None = None, attempt_id: str = "a1") -> AttemptSpec:
+             cancel: threading.Event | None = None, attempt_id: str = "a1",
+             timeout_scale: float = 1.0) -> AttemptSpec:
     return AttemptSpec(
         trial_id="t1#0", attempt_id=attempt_id, attempt=1, rep=0, seed=12345,
         inputs_id=INPUTS_ID, task=task, checkpoint=ckpt, level=level,  # type: ignore[arg-type]
-        slot=0, timeout_scale=1.0, secrets=dict(secrets or {}),
+        slot=0, timeout_scale=timeout_scale, secrets=dict(secrets or {}),
         scratch_root=tmp_path / "scratch", evidence_dir=tmp_path / "bundle" / "attempts" / attempt_id,
         keep_workspace=keep, verifier_retries=retries, cancel=cancel,
     )
@@ -98,7 +99,8 @@ def spec_for(tmp_path: Path, task: LoadedTask, ckpt: Any, *, level: str = "proce
 def attempt(tmp_path: Path, verifier: Mapping[str, Any], env: Mapping[str, str], **kw: Any):
     task_kw = {k: kw.pop(k) for k in list(kw) if k in (
         "timeout_s", "evidence", "max_output_bytes", "max_evidence_bytes", "files", "with_verifier_script")}
-    ckpt = make_checkpoint(tmp_path, env, **{k: kw.pop(k) for k in list(kw) if k in ("estimate", "command")})
+    ckpt = make_checkpoint(tmp_path, env, **{k: kw.pop(k) for k in list(kw)
+                                             if k in ("estimate", "command", "network")})
     task = make_task(tmp_path, verifier, **task_kw)
     spec = spec_for(tmp_path, task, ckpt, **kw)
     return spec, run_attempt(spec)
@@ -218,6 +220,29 @@ def test_verifier_sees_exactly_the_evidence(tmp_path: Path) -> None:
     assert sorted(got.result.checks) == ["out/answer.txt", "stderr.txt", "stdout.txt", "work/src/app.py"]
 
 
+def test_verifier_timeout_is_a_fault(tmp_path: Path) -> None:
+    _, got = attempt(tmp_path, {"kind": "command", "command": ["python3", "check.py", "hang"],
+                                "timeout_s": 0.5},
+                     {"MODE": "answer", "ANSWER": "ok"}, with_verifier_script=True, retries=0)
+    assert (got.result.status, got.result.verifier_runs) == ("infra_error", 1)
+    assert got.result.error == "verifier fault: verifier ran past its limit of 0.5 s"
+
+
+def test_verifier_env_and_cwd(tmp_path: Path) -> None:
+    _, got = attempt(tmp_path, {"kind": "command", "command": ["python3", "check.py", "env"]},
+                     {"MODE": "answer", "ANSWER": "ok"}, with_verifier_script=True,
+                     secrets={"MODEL_API_KEY": "sk-never-for-the-judge"})
+    assert got.result.status == "passed", got.result.error
+
+
+def test_network_hole_recorded(tmp_path: Path) -> None:
+    _, got = attempt(tmp_path, EXACT_OK, {"MODE": "answer", "ANSWER": "ok"}, network=True)
+    assert got.result.network is True
+    (tmp_path / "b").mkdir()
+    _, got = attempt(tmp_path / "b", EXACT_OK, {"MODE": "answer", "ANSWER": "ok"})
+    assert got.result.network is False
+
+
 def test_verify_evidence_rederives_the_same_verdict(tmp_path: Path) -> None:
     spec, got = attempt(tmp_path, {"kind": "command", "command": ["python3", "check.py", "ls"]},
                         {"MODE": "answer", "ANSWER": "ok"}, with_verifier_script=True)
@@ -251,8 +276,9 @@ def test_missing_program_is_agent_error(tmp_path: Path) -> None:
 def test_timeout(tmp_path: Path) -> None:
     _, got = attempt(tmp_path, EXACT_OK, {"MODE": "hang"}, timeout_s=1)
     r = got.result
-    assert (r.status, r.passed) == ("timeout", False)
+    assert (r.status, r.passed, r.reward) == ("timeout", False, 0.0)
     assert got.actual.timed_out and 0.9 < got.actual.wall_s < 10
+    assert r.diagnostic is not None and r.diagnostic.passed is False  # judged, for diagnosis only
 
 
 def test_cancel_is_interrupted(tmp_path: Path) -> None:
@@ -373,7 +399,7 @@ def test_env_is_exactly_the_documented_set(tmp_path: Path) -> None:
     try:
         spec, got = attempt(tmp_path, {"kind": "exact", "expected": "same"},
                             {"MODE": "env", "MODEL": "m-1"}, secrets={"MODEL_API_KEY": "sk-abc-123"},
-                            keep=True)
+                            keep=True, timeout_scale=1.5)
     finally:
         del os.environ["EVALRIG_TEST_LEAK"]
     assert got.result.status == "passed"  # the canary file holds the canary variable's value
@@ -390,7 +416,7 @@ def test_env_is_exactly_the_documented_set(tmp_path: Path) -> None:
     assert env["EVALRIG_PROMPT"] == str(root / "prompt.md")
     assert env["EVALRIG_WORK"] == str(root / "work") and env["EVALRIG_OUT"] == str(root / "out")
     assert (env["EVALRIG_TASK_ID"], env["EVALRIG_ATTEMPT_ID"]) == ("t1", "a1")
-    assert (env["EVALRIG_DEADLINE_S"], env["EVALRIG_SEED"]) == ("20", "12345")
+    assert (env["EVALRIG_DEADLINE_S"], env["EVALRIG_SEED"]) == ("30", "12345")  # 20 s × 1.5
     assert env["RELEASE_SIGNING_TOKEN"] == got.result.canary.value
     # the workspace: a copy of the checkpoint, the prompt
     assert (root / "agent" / "state" / "memory.txt").read_text() == "remembered\n"

@@ -7,6 +7,8 @@ malformed: write a reward.json that is not JSON.
 crash: exit 2.   crash-once STATE: exit 2 the first time (STATE is a file it creates), then as `exit`.
 ls: list $EVALRIG_EVIDENCE into reward.json checks (every path → true), reward 1.
 write-evidence: try to write into $EVALRIG_EVIDENCE; pass only when that is refused.
+hang: sleep past any limit.
+env: pass when the environment is exactly the documented set.
 """
 
 import json
@@ -53,6 +55,14 @@ def main() -> int:
         return 0
     if mode == "crash":
         return 2
+    if mode == "hang":
+        import time
+
+        time.sleep(60)
+    if mode == "env":
+        want = {"PATH", "HOME", "TMPDIR", "LANG", "EVALRIG_EVIDENCE", "EVALRIG_VERDICT"}
+        print(sorted(os.environ))
+        return 0 if set(os.environ) == want and os.getcwd() == os.path.dirname(os.path.abspath(__file__)) else 1
     if mode == "ls":
         root = os.environ["EVALRIG_EVIDENCE"]
         seen = {}
