@@ -19,8 +19,15 @@ import typer
 from evalrig import __version__
 from evalrig.errors import EvalrigError, ExitCode
 
+def _help_markup() -> Any:
+    """Rich help only for a person at a colour terminal, plain otherwise (as for output,
+    DESIGN §6); plain help also spares importing rich's markdown stack (~0.2 s)."""
+    return "rich" if sys.stdout.isatty() and "NO_COLOR" not in os.environ else None
+
+
 app = typer.Typer(
     name="evalrig",
+    rich_markup_mode=_help_markup(),
     help=(
         "Decide, by measuring, whether a candidate agent build may replace the champion.\n\n"
         "Example:  evalrig validate --tasks tasks --policies policies"

@@ -53,6 +53,9 @@ class Strict(BaseModel):
         frozen=True,
         allow_inf_nan=False,
         populate_by_name=True,
+        # Build each model's validator on first use, not at import: start-up time matters
+        # (`eval.sh validate` loads only a few of the formats).
+        defer_build=True,
     )
 
 
