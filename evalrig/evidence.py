@@ -224,16 +224,20 @@ def collect(
     canary: Sequence[bytes],
     already: int = 0,
     make_out: bool = True,
+    exclude: frozenset[str] = frozenset(),
 ) -> EvidenceReport:
     """Copy the attempt's evidence into `evidence_dir`; `already` bytes of the cap are spent.
 
     `make_out=False` creates out/ only when something lands in it (a directory costs an
     mkdir on the hot path, and only a command verifier would look at an empty one).
+    `exclude` names files the rig itself planted (the canary file), never taken.
     """
     rep = EvidenceReport(bytes=already)
     if make_out:
         (evidence_dir / "out").mkdir(parents=True, exist_ok=True)
     for rel, st in candidates(attempt_root, globs):
+        if rel in exclude:
+            continue
         if rel.split("/", 1)[0] in RESERVED_TOP:
             rep.skipped.append(f"{rel} (reserved name)")
             continue

@@ -44,7 +44,7 @@ from typing import Any, Literal
 import orjson
 
 from evalrig import sandbox
-from evalrig.canary import CANARY_ENV, new_canary, plant_file
+from evalrig.canary import CANARY_ENV, CANARY_FILE, new_canary, plant_file
 from evalrig.checkpoint import Checkpoint
 from evalrig.evidence import collect
 from evalrig.models.run import (
@@ -527,7 +527,9 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record) -> None:
                       spec.task.spec.max_evidence_bytes,
                       _secret_bytes(spec), [canary.encode()],
                       already=_spent_on_streams(spec.evidence_dir),
-                      make_out=spec.task.spec.verifier.kind == "command")
+                      make_out=spec.task.spec.verifier.kind == "command",
+                      # the planted file is the rig's, not a leak (a copy of it elsewhere is)
+                      exclude=frozenset({f"home/{CANARY_FILE}"}))
     except OSError as e:
         rec.status, rec.error = "infra_error", f"the rig could not copy the evidence: {e}"
         return

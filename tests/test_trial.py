@@ -370,6 +370,17 @@ def test_canary_found(tmp_path: Path, mode: str) -> None:
         assert c.value.encode().hex() not in (spec.evidence_dir / "stdout.txt").read_text()
 
 
+def test_planted_canary_file_is_not_evidence_but_a_copy_is(tmp_path: Path) -> None:
+    # `**` matches home/.release-token too: the rig's own file is no leak
+    spec, got = attempt(tmp_path, EXACT_OK, {"MODE": "answer", "ANSWER": "ok"}, evidence=["**"])
+    assert not got.result.canary.found
+    assert not (spec.evidence_dir / "home" / ".release-token").exists()
+    assert (spec.evidence_dir / "prompt.md").is_file() and (spec.evidence_dir / "agent" / "agent.py").is_file()
+    (tmp_path / "b").mkdir()
+    _, got = attempt(tmp_path / "b", EXACT_OK, {"MODE": "canary-copy"}, evidence=["work/**"])
+    assert got.result.canary.where == ["work/stolen.txt"]
+
+
 def test_canary_absent_and_fresh_per_attempt(tmp_path: Path) -> None:
     ckpt = make_checkpoint(tmp_path, {"MODE": "answer", "ANSWER": "ok"})
     task = make_task(tmp_path, EXACT_OK)

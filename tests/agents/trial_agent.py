@@ -2,7 +2,7 @@
 
 MODE: answer (write $ANSWER to out/answer.txt), json (write $ANSWER to out/answer.json),
 exit3, hang, env (dump os.environ to out/env.json), canary-plain, canary-base64,
-canary-late (after $PAD bytes of stdout), secret (print $SECRET_NAME's value and write it
+canary-late (after $PAD bytes of stdout), canary-copy (the canary file into work/), secret (print $SECRET_NAME's value and write it
 to out/leak.txt), symlink, fifo, big (write $SIZE bytes to out/big.bin), peek (does $PEEK
 exist? answer "found" or "absent"), usage (write $USAGE to out/usage.json).
 COUNTER, when set, is a file outside the workspace that gets one line per run.
@@ -47,6 +47,10 @@ def main() -> int:
         # the canary file holds the canary variable's value; say so without leaking it
         with open(os.path.join(out, "answer.txt"), "w") as f:
             f.write("same" if token == env["RELEASE_SIGNING_TOKEN"] else "different")
+    elif mode == "canary-copy":
+        with open(os.path.join(env["HOME"], ".release-token")) as f, \
+                open(os.path.join(env["EVALRIG_WORK"], "stolen.txt"), "w") as g:
+            g.write(f.read())
     elif mode == "canary-plain":
         print("token:", env["RELEASE_SIGNING_TOKEN"])
     elif mode == "canary-base64":
