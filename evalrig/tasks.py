@@ -120,13 +120,27 @@ def verifier_identity(spec: TaskFile, verifier_dir: Path) -> VerifierIdentity:
 _SCRIPT = re.compile(r"^[^\s$-][^\s$]*\.(py|sh|bash|js|mjs|ts|rb|pl|lua|R)$")
 
 
-def _command_file_problems(spec: TaskFile, task_dir: Path, file: str, index: dict) -> list[Problem]:
+class _LazyLines:
+    """Key → line of a TOML text, scanned only when a problem needs a line (most tasks
+    have none, and validate must stay fast on thousands of them)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._index: dict[tuple[str, ...], int] | None = None
+
+    def of(self, path: tuple[str, ...]) -> int | None:
+        if self._index is None:
+            self._index = key_lines(self.text)
+        return line_of(self._index, path)
+
+
+def _command_file_problems(spec: TaskFile, task_dir: Path, file: str, index: _LazyLines) -> list[Problem]:
     """A command verifier needs its verifier/ folder and the scripts its argv names there."""
     v = spec.verifier
     if v.kind != "command":
         return []
     vdir = task_dir / "verifier"
-    line = line_of(index, ("verifier", "command"))
+    line = index.of(("verifier", "command"))
     if not vdir.is_dir():
         return [Problem(file, f"the command verifier runs from {vdir}/, which does not exist "
                         "(put its files there)", "verifier.command", line)]
@@ -149,7 +163,7 @@ def load_task(task_dir: Path, suite: str) -> LoadedTask | list[Problem]:
     doc = read_toml(toml_path, "task's task.toml")
     if isinstance(doc, Problem):
         return [doc]
-    index = key_lines(doc.text)
+    index = _LazyLines(doc.text)
     problems: list[Problem] = []
     data = dict(doc.data)
     given = data.get("suite")
@@ -158,7 +172,7 @@ def load_task(task_dir: Path, suite: str) -> LoadedTask | list[Problem]:
     elif isinstance(given, str) and given in SUITES and given != suite:
         problems.append(Problem(
             file, f'"{given}" does not match its folder {task_dir.parent}/ '
-            f"(move the task folder to {given}/ or drop the key)", "suite", line_of(index, ("suite",))))
+            f"(move the task folder to {given}/ or drop the key)", "suite", index.of(("suite",))))
         data["suite"] = suite
     data.setdefault("id", task_dir.name)
     spec = validate_doc(doc, TaskFile, data)

@@ -27,9 +27,12 @@ class TreeDigest:
     bytes: int
 
 
-def _entries(root: Path, exclude: frozenset[str]) -> list[tuple[bytes, str]]:
-    """(relative path as bytes, absolute path) of every non-directory entry."""
-    out: list[tuple[bytes, str]] = []
+def _entries(root: Path, exclude: frozenset[str]) -> list[tuple[bytes, bytes, os.stat_result]]:
+    """(relative path, absolute path, lstat) of every non-directory entry.
+
+    The lstat is the walk's own, kept so that hashing does not stat every file again.
+    """
+    out: list[tuple[bytes, bytes, os.stat_result]] = []
     root_s = os.fsencode(root)
 
     def walk(dir_abs: bytes, rel: bytes) -> None:
@@ -43,7 +46,7 @@ def _entries(root: Path, exclude: frozenset[str]) -> list[tuple[bytes, str]]:
                 if stat.S_ISDIR(st.st_mode):
                     walk(e.path, r)
                 elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-                    out.append((r, os.fsdecode(e.path)))
+                    out.append((r, e.path, st))
                 else:
                     kind = "socket" if stat.S_ISSOCK(st.st_mode) else (
                         "FIFO" if stat.S_ISFIFO(st.st_mode) else "device")
@@ -66,8 +69,7 @@ def hash_tree(root: Path, exclude: frozenset[str] = frozenset()) -> TreeDigest:
     h = hashlib.sha256()
     files = 0
     total = 0
-    for rel, path in _entries(root, exclude):
-        st = os.lstat(path)
+    for rel, path, st in _entries(root, exclude):
         if stat.S_ISLNK(st.st_mode):
             target = os.fsencode(os.readlink(path))
             h.update(b"l" + rel + b"\0" + str(len(target)).encode() + b"\0" + target)
@@ -75,11 +77,15 @@ def hash_tree(root: Path, exclude: frozenset[str] = frozenset()) -> TreeDigest:
         else:
             kind = b"x" if st.st_mode & stat.S_IXUSR else b"f"
             h.update(kind + rel + b"\0" + str(st.st_size).encode() + b"\0")
-            with open(path, "rb", buffering=0) as f:
+            # O_NOFOLLOW: an entry swapped for a link since the walk is refused, not followed.
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
                 n = 0
-                while block := f.read(_CHUNK):
+                while block := os.read(fd, _CHUNK):
                     h.update(block)
                     n += len(block)
+            finally:
+                os.close(fd)
             if n != st.st_size:
                 raise invalid(f"{os.fsdecode(rel)} changed while it was hashed", file=root,
                               hint="stop whatever writes to it and seal again")
