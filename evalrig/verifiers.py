@@ -225,11 +225,11 @@ def _read_usage(path: Path) -> dict[str, Any] | None:
 
 
 @dataclass(frozen=True)
-class CommandRun:
-    """One run of a command verifier, its files in `run_dir` (stdout.txt, stderr.txt, verdict/)."""
+class CommandOutcome:
+    """The last run's verdict and every run's directory (stdout.txt, stderr.txt, verdict/)."""
 
     verdict: Verdict
-    run_dir: Path
+    run_dirs: list[Path]
 
 
 def _run_command_once(
@@ -238,6 +238,7 @@ def _run_command_once(
 ) -> Verdict:
     from evalrig import sandbox
 
+    tag = f"verifier-{run_dir.parent.name}-{run_dir.name}"
     verdict_dir = run_dir / "verdict"
     home = run_dir / "home"
     for d in (verdict_dir, home):
@@ -255,6 +256,9 @@ def _run_command_once(
         "LANG": "C.UTF-8",
         "EVALRIG_EVIDENCE": str(evidence_dir),
         "EVALRIG_VERDICT": str(verdict_dir),
+        # the containment tag: where no PID namespace can be made, the launcher kills
+        # every leftover process carrying it (unique per run: scratch is a fresh mkdtemp)
+        "EVALRIG_ATTEMPT_ID": tag,
     }
     ro = [verifier_dir, evidence_dir, *sandbox.interpreter_binds(spec.command[0])]
     fin = sandbox.launch(
@@ -271,7 +275,7 @@ def _run_command_once(
             stdout_path=run_dir / "stdout.txt",
             stderr_path=run_dir / "stderr.txt",
             slot=slot + VERIFIER_SLOT_OFFSET,
-            attempt_tag=f"verifier-{run_dir.name}",
+            attempt_tag=tag,
             cancel=cancel,
         )
     )
@@ -297,10 +301,11 @@ def _run_command_once(
 def verify_command(
     spec: CommandVerifier, verifier_dir: Path | None, evidence_dir: Path, level: str, slot: int,
     retries: int, scratch: Path, cancel: threading.Event | None = None,
-) -> tuple[Verdict, list[Path]]:
+) -> CommandOutcome:
     """Run the command verifier, re-running it on a fault up to `retries` times."""
     if verifier_dir is None or not verifier_dir.is_dir():
-        return Verdict("fault", runs=0, error="the task has no verifier/ folder to run the command in"), []
+        return CommandOutcome(
+            Verdict("fault", runs=0, error="the task has no verifier/ folder to run the command in"), [])
     runs: list[Path] = []
     verdict = Verdict("fault", error="verifier never ran")
     for n in range(1, retries + 2):
@@ -309,7 +314,9 @@ def verify_command(
         verdict = _run_command_once(spec, verifier_dir, evidence_dir, run_dir, level, slot, cancel)
         if verdict.outcome != "fault" or (cancel is not None and cancel.is_set()):
             break
-    return Verdict(verdict.outcome, verdict.reward, verdict.checks, verdict.usage, len(runs), verdict.error), runs
+    return CommandOutcome(
+        Verdict(verdict.outcome, verdict.reward, verdict.checks, verdict.usage, len(runs), verdict.error),
+        runs)
 
 
 # -- storing the verifier's output ---------------------------------------------------------
@@ -378,12 +385,10 @@ def verify_evidence(
     scratch = Path(tempfile.mkdtemp(prefix="verify-", dir=scratch_root))
     try:
         view = _judged_view(evidence_dir, scratch)
-        verdict, runs = verify_command(
-            spec, task.verifier_dir, view, level, slot, retries, scratch, cancel
-        )
+        got = verify_command(spec, task.verifier_dir, view, level, slot, retries, scratch, cancel)
         if output_dir is not None:
-            store_output(verdict, runs, output_dir)
-        return verdict
+            store_output(got.verdict, got.run_dirs, output_dir)
+        return got.verdict
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -60,7 +60,8 @@ def main() -> int:
 
         time.sleep(60)
     if mode == "env":
-        want = {"PATH", "HOME", "TMPDIR", "LANG", "EVALRIG_EVIDENCE", "EVALRIG_VERDICT"}
+        want = {"PATH", "HOME", "TMPDIR", "LANG", "EVALRIG_EVIDENCE", "EVALRIG_VERDICT",
+                "EVALRIG_ATTEMPT_ID"}
         print(sorted(os.environ))
         return 0 if set(os.environ) == want and os.getcwd() == os.path.dirname(os.path.abspath(__file__)) else 1
     if mode == "ls":
