@@ -159,3 +159,23 @@ def test_scan_file_across_chunks(tmp_path: Path) -> None:
     p.write_bytes(b"z" * ((1 << 20) - 10) + canary.hex().encode())
     assert scan_file(p, [canary])
     assert not scan_file(tmp_path / "missing", [canary])
+
+
+def test_out_itself_a_symlink_is_not_followed(tmp_path: Path) -> None:
+    root = tmp_path / "attempt"
+    (root / "work").mkdir(parents=True)
+    (root / "out").symlink_to("/etc")
+    (root / "work" / "src").symlink_to("/usr/lib/python3")
+    rep = _collect(root, tmp_path / "ev", ["work/**/*.py"])
+    assert rep.files == [] and rep.skipped == ["out (symlink)"]
+    assert os.listdir(tmp_path / "ev" / "out") == []
+
+
+def test_exclude_and_duplicate_globs(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    (root / "home").mkdir()
+    (root / "home" / ".release-token").write_text("rst_x\n")
+    rep = collect(root, tmp_path / "ev", ["out/**", "**"], 1 << 20, {}, [],
+                  exclude=frozenset({"home/.release-token"}))
+    assert rep.files.count("out/answer.txt") == 1
+    assert "home/.release-token" not in rep.files and "agent/agent.py" in rep.files
