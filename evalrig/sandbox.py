@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import json
 import os
 import resource
 import select
@@ -53,6 +54,7 @@ import selectors
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -69,6 +71,7 @@ __all__ = [
     "Finished",
     "Launch",
     "Level",
+    "containment_for",
     "LevelChoice",
     "StreamScanner",
     "interpreter_binds",
@@ -105,7 +108,7 @@ _PIPE_SIZE = 1 << 20
 _F_SETPIPE_SZ = 1031
 _PR_SET_CHILD_SUBREAPER = 36
 _POLL_S = 0.05  # how often cancel is checked: well under the 100 ms promised
-_DRAIN_AFTER_KILL_S = 2.0  # pipes still open this long after the kill belong to an escapee
+_DRAIN_AFTER_EXIT_S = 2.0  # pipes still open this long after the exit belong to an escapee
 _REAP_WAIT_S = 5.0
 
 
@@ -158,6 +161,11 @@ class Finished:
     found or executed (in the sandbox's view, for bwrap) is the agent's fault, so the
     caller records an ``agent_error``; the rig could not fork, make a pipe, or prepare the
     paths (`error_kind` says which: "agent" or "infra") is an ``infra_error``.
+
+    `cpu_s` and `peak_rss` come from os.wait4 of the direct child, which includes every
+    descendant it reaped. Linux starts that child's peak RSS at the rig's own peak (the
+    exec happens in the rig's address space, vfork), so a peak no higher than the rig's is
+    indistinguishable from it and reported as None; a higher one is the agent's.
     """
 
     exit_code: int | None
@@ -166,8 +174,8 @@ class Finished:
     interrupted: bool
     killed_for: str | None  # "timeout" | "disk" | "interrupt" | None
     wall_s: float
-    cpu_s: float | None
-    peak_rss: int | None  # bytes
+    cpu_s: float | None  # user + system of the process tree (reaped descendants included)
+    peak_rss: int | None  # bytes; None when it cannot be told from the rig's own (below)
     stdout_bytes: int  # everything the process wrote, before capping
     stderr_bytes: int
     stdout_truncated: bool
@@ -182,7 +190,7 @@ class Finished:
 
 # --------------------------------------------------------------------------- levels
 
-_probe_lock = threading.Lock()
+_probe_lock = threading.RLock()  # the bwrap probe goes through launch()
 _bwrap_cache: dict[str, tuple[str | None, str | None]] = {}
 _unshare_cache: list[list[str] | None] = []
 
@@ -226,17 +234,29 @@ def _probe_bwrap() -> tuple[str | None, str | None]:
 
 
 def _try_bwrap(path: str) -> str | None:
-    argv = _bwrap_prefix(path, cwd=Path("/"), binds=[], network=False, tmp_size=None)
-    argv += _inner_chain(uid=_slot_uid(0), limits=[]) + ["/bin/true"]
-    try:
-        done = subprocess.run(
-            argv, capture_output=True, env={}, timeout=20, stdin=subprocess.DEVNULL
+    """Why a sandboxed `true` fails with this bwrap (the launch() path itself), or None."""
+    with tempfile.TemporaryDirectory(prefix="evalrig-probe-") as scratch:
+        out = Path(scratch)
+        probe = Launch(
+            argv=["/bin/true"],
+            cwd=Path("/"),
+            env={},
+            level="bwrap",
+            rw_paths=[],
+            ro_paths=[],
+            network=False,
+            timeout_s=20.0,
+            max_output_bytes=4096,
+            stdout_path=out / "stdout",
+            stderr_path=out / "stderr",
+            bwrap_path=path,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return str(exc)
-    if done.returncode != 0:
-        text = done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
-        return text.splitlines()[-1]
+        done = launch(probe)
+        if done.error is not None:
+            return done.error
+        if done.exit_code != 0:
+            text = (out / "stderr").read_text(errors="replace").strip()
+            return text.splitlines()[-1] if text else f"exit {done.exit_code} {done.signal}"
     return None
 
 
@@ -290,16 +310,35 @@ def _unshare_argv() -> list[str] | None:
                 if ok.returncode == 0:
                     found = argv
                     break
-        if found is None:
-            _become_subreaper()
         _unshare_cache.append(found)
         return found
 
 
+def containment_for(level: Level) -> Literal["namespace", "subreaper"]:
+    """What launch() will use at this level: a PID namespace, or the subreaper fallback."""
+    if level == "bwrap":
+        return "namespace"
+    return "namespace" if _unshare_argv() is not None else "subreaper"
+
+
+_subreaper: list[bool] = []
+
+
 def _become_subreaper() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+    """Make the rig a child subreaper (once per process).
+
+    Orphans of a launch are then reparented to the rig rather than to the host's init:
+    bwrap's init, which outlives bwrap by a moment and whose rusage holds the agent's, and
+    in the fallback the agent's escaped descendants. launch() reaps exactly those (by
+    pidfd, never waitpid(-1), which would steal other children's statuses).
+    """
+    with _probe_lock:
+        if _subreaper:
+            return
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+        _subreaper.append(True)
 
 
 # --------------------------------------------------------------------------- argv
@@ -442,6 +481,7 @@ class _Plan:
     popen_cwd: Path | None
     containment: Literal["namespace", "subreaper"]
     uid: int | None
+    info_fd: bool = False  # bwrap: ask for its init's host pid (--info-fd)
 
 
 def _plan(spec: Launch) -> _Plan:
@@ -455,7 +495,7 @@ def _plan(spec: Launch) -> _Plan:
         chain = _inner_chain(uid, _limits(spec, own_uid=uid is not None))
         if "PWD" not in spec.env:
             chain += ["/usr/bin/env", "-u", "PWD", "--"]  # bwrap always sets PWD
-        return _Plan(prefix + chain + list(spec.argv), None, "namespace", uid)
+        return _Plan(prefix + chain + list(spec.argv), None, "namespace", uid, info_fd=True)
     unshare = _unshare_argv()
     chain = _inner_chain(None, _limits(spec, own_uid=False))
     if unshare is None:
@@ -561,7 +601,7 @@ def _failed(spec: Launch, message: str, kind: Literal["agent", "infra"]) -> Fini
         stdout_truncated=False,
         stderr_truncated=False,
         canary_found_in=(),
-        containment="namespace",
+        containment=containment_for(spec.level),
         level=spec.level,
         network=spec.network,
         error=message,
@@ -579,6 +619,7 @@ def launch(spec: Launch) -> Finished:
     if why is not None:
         return _failed(spec, why, "agent")
     try:
+        _become_subreaper()
         plan = _plan(spec)
         if plan.uid is not None:
             for root in spec.rw_paths:
@@ -598,8 +639,9 @@ class _Run:
         self.spec = spec
         self.plan = plan
         self.killed_for: str | None = None
-        self.kill_time: float | None = None
-        self.inner_pidfds: list[int] = []
+        # The namespace's init when it is not our direct child: pid -> pidfd. Its exit
+        # means the namespace is empty; as the rig is a subreaper, we reap it (rusage).
+        self.inner: dict[int, int] = {}
 
     def run(self) -> Finished:
         spec = self.spec
@@ -609,31 +651,46 @@ class _Run:
             "stderr": CappedSink(spec.stderr_path, spec.max_output_bytes, secrets),
         }
         scanners = {name: StreamScanner(spec.scan_for) for name in sinks}
+        info_r, info_w = os.pipe() if self.plan.info_fd else (-1, -1)
+        argv = self.plan.argv
+        if info_w >= 0:  # bwrap tells the host pid of its init here
+            argv = [argv[0], "--info-fd", str(info_w), *argv[1:]]
+        # Linux charges the spawning process's peak RSS to the child at its first exec.
+        rig_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
-                self.plan.argv,
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=dict(spec.env),
                 cwd=self.plan.popen_cwd,
                 start_new_session=True,
+                pass_fds=(info_w,) if info_w >= 0 else (),
             )
         except OSError:
             for sink in sinks.values():
                 sink.close()
+            if info_r >= 0:
+                os.close(info_r)
             raise
+        finally:
+            if info_w >= 0:
+                os.close(info_w)
         self.proc = proc
         try:
-            status, rusage = self._supervise(proc, sinks, scanners, start)
+            status, usages = self._supervise(proc, sinks, scanners, start, info_r)
         finally:
             for sink in sinks.values():
                 sink.close()
-            for fd in self.inner_pidfds:
+            for fd in self.inner.values():
                 os.close(fd)
+            if info_r >= 0:
+                os.close(info_r)
         wall = time.monotonic() - start
         exit_code, sig = self._decode(status)
+        peak = max(u.ru_maxrss for u in usages)
         return Finished(
             exit_code=exit_code,
             signal=sig,
@@ -641,8 +698,8 @@ class _Run:
             interrupted=self.killed_for == "interrupt",
             killed_for=self.killed_for,
             wall_s=wall,
-            cpu_s=rusage.ru_utime + rusage.ru_stime,
-            peak_rss=rusage.ru_maxrss * 1024,
+            cpu_s=sum(u.ru_utime + u.ru_stime for u in usages),
+            peak_rss=peak * 1024 if peak > rig_peak else None,
             stdout_bytes=sinks["stdout"].total,
             stderr_bytes=sinks["stderr"].total,
             stdout_truncated=sinks["stdout"].truncated,
@@ -668,59 +725,79 @@ class _Run:
         sinks: dict[str, CappedSink],
         scanners: dict[str, StreamScanner],
         start: float,
-    ) -> tuple[int, resource.struct_rusage]:
-        spec = self.spec
+        info_r: int,
+    ) -> tuple[int, list[resource.struct_rusage]]:
         assert proc.stdout is not None and proc.stderr is not None
         pidfd = os.pidfd_open(proc.pid)
-        selector = selectors.DefaultSelector()
-        buffer = bytearray(_READ_SIZE)
-        view = memoryview(buffer)
         try:
-            for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
-                _widen_pipe(pipe.fileno())
-                os.set_blocking(pipe.fileno(), False)
-                selector.register(pipe.fileno(), selectors.EVENT_READ, name)
-            selector.register(pidfd, selectors.EVENT_READ, "exit")
-            deadline = start + spec.timeout_s
-            watch = _DiskWatch(spec.disk_watch) if spec.disk_watch else None
-            exited = False
-            open_pipes = 2
-            while open_pipes or not exited:
-                now = time.monotonic()
-                if self.killed_for is None:
-                    reason = self._limit_reached(now, deadline, watch)
-                    if reason is not None:
-                        self._kill(reason)
-                elif open_pipes and exited and now - (self.kill_time or now) > _DRAIN_AFTER_KILL_S:
-                    break  # an escaped process holds the pipe; stop reading it
-                wait = self._wait_time(now, deadline, watch)
-                for key, _ in selector.select(wait):
-                    if key.data == "exit":
-                        selector.unregister(pidfd)
-                        exited = True
-                        if self.plan.containment == "subreaper":
-                            _sweep_tagged(spec.attempt_tag, proc.pid)
-                        continue
-                    n = os.readv(key.fd, [view])
-                    if n == 0:
-                        selector.unregister(key.fd)
-                        open_pipes -= 1
-                        continue
-                    chunk = bytes(view[:n])
-                    scanners[key.data].feed(chunk)
-                    sinks[key.data].feed(chunk)
+            self._pump_until_exit(proc, pidfd, sinks, scanners, start)
             _, status, rusage = os.wait4(proc.pid, 0)
             proc.returncode = status  # Popen must not wait for it again
-            self._await_inner_exit()
-            return status, rusage
+            if info_r >= 0:
+                # The writer is gone with bwrap; its init is our child (or zombie) now,
+                # so its pid cannot have been reused.
+                self._adopt(_info_child_pid(info_r))
+            return status, [rusage, *self._reap_inner()]
         finally:
-            selector.close()
             os.close(pidfd)
             proc.stdout.close()
             proc.stderr.close()
             if proc.returncode is None:  # an exception mid-loop: leave nothing behind
                 self._kill(self.killed_for or "interrupt")
                 proc.wait()
+                self._reap_inner()
+
+    def _pump_until_exit(
+        self,
+        proc: subprocess.Popen[bytes],
+        pidfd: int,
+        sinks: dict[str, CappedSink],
+        scanners: dict[str, StreamScanner],
+        start: float,
+    ) -> None:
+        """Read both pipes to their end and watch the limits until the top process exits."""
+        assert proc.stdout is not None and proc.stderr is not None
+        spec = self.spec
+        view = memoryview(bytearray(_READ_SIZE))
+        deadline = start + spec.timeout_s
+        watch = _DiskWatch(spec.disk_watch) if spec.disk_watch else None
+        with selectors.DefaultSelector() as selector:
+            for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+                _widen_pipe(pipe.fileno())
+                os.set_blocking(pipe.fileno(), False)
+                selector.register(pipe.fileno(), selectors.EVENT_READ, name)
+            selector.register(pidfd, selectors.EVENT_READ, "exit")
+            ended_at: float | None = None  # when the top process exited
+            open_pipes = 2
+            while open_pipes or ended_at is None:
+                now = time.monotonic()
+                if ended_at is None and self.killed_for is None:
+                    reason = self._limit_reached(now, deadline, watch)
+                    if reason is not None:
+                        self._kill(reason)
+                elif ended_at is not None and now - ended_at > _DRAIN_AFTER_EXIT_S:
+                    break  # only an escapee (subreaper mode) holds a pipe this long
+                wait = 0.1 if ended_at or self.killed_for else self._wait_time(now, deadline, watch)
+                for key, _ in selector.select(wait):
+                    if key.data == "exit":
+                        selector.unregister(pidfd)
+                        ended_at = time.monotonic()
+                        if self.plan.containment == "subreaper":
+                            _sweep_tagged(spec.attempt_tag, proc.pid)
+                    elif not self._pump(key.fd, view, scanners[key.data], sinks[key.data]):
+                        selector.unregister(key.fd)
+                        open_pipes -= 1
+
+    @staticmethod
+    def _pump(fd: int, view: memoryview, scanner: StreamScanner, sink: CappedSink) -> bool:
+        """One read from a pipe into its scanner and sink; False at end of file."""
+        n = os.readv(fd, [view])
+        if n == 0:
+            return False
+        chunk = bytes(view[:n])
+        scanner.feed(chunk)
+        sink.feed(chunk)
+        return True
 
     def _limit_reached(self, now: float, deadline: float, watch: _DiskWatch | None) -> str | None:
         if now >= deadline:
@@ -732,8 +809,6 @@ class _Run:
         return None
 
     def _wait_time(self, now: float, deadline: float, watch: _DiskWatch | None) -> float:
-        if self.killed_for is not None:
-            return 0.1
         wait = max(deadline - now, 0.0)
         if self.spec.cancel is not None:
             wait = min(wait, _POLL_S)
@@ -742,18 +817,14 @@ class _Run:
         return wait
 
     def _kill(self, reason: str) -> None:
-        """SIGKILL the whole group and the namespace's init, wherever it is."""
+        """SIGKILL the top process's group and the namespace's init, wherever it is."""
         self.killed_for = reason
-        self.kill_time = time.monotonic()
         pid = self.proc.pid
-        # The namespace's init may sit in a session of its own (bwrap): open it first so
-        # that we can wait for it (its exit means the namespace is empty).
+        # bwrap's init sits in a session of its own, and unshare's child dies only by
+        # PDEATHSIG, after unshare: hold and kill them directly.
         for child in _children(pid):
-            try:
-                fd = os.pidfd_open(child)
-            except OSError:
-                continue
-            self.inner_pidfds.append(fd)
+            self._adopt(child)
+        for fd in self.inner.values():
             _pidfd_kill(fd)
         try:
             os.killpg(pid, signal.SIGKILL)
@@ -762,9 +833,40 @@ class _Run:
         if self.plan.containment == "subreaper":
             _sweep_tagged(self.spec.attempt_tag, pid)
 
-    def _await_inner_exit(self) -> None:
-        for fd in self.inner_pidfds:
-            select.select([fd], [], [], _REAP_WAIT_S)
+    def _adopt(self, pid: int | None) -> None:
+        if pid is None or pid in self.inner:
+            return
+        try:
+            self.inner[pid] = os.pidfd_open(pid)
+        except OSError:
+            pass  # already gone and reaped
+
+    def _reap_inner(self) -> list[resource.struct_rusage]:
+        """Wait for each inner init to exit (its namespace is then empty) and reap it."""
+        usages = []
+        for pid, fd in self.inner.items():
+            exited = bool(select.select([fd], [], [], _REAP_WAIT_S)[0])
+            flags = os.WEXITED | os.WNOWAIT | (0 if exited else os.WNOHANG)
+            try:
+                if os.waitid(os.P_PIDFD, fd, flags) is None:
+                    continue  # still dying after the wait: leave it to the subreaper
+            except ChildProcessError:
+                continue  # its own parent reaped it
+            _, _, rusage = os.wait4(pid, 0)  # our zombie: the pid is still its own
+            usages.append(rusage)
+        return usages
+
+
+def _info_child_pid(fd: int) -> int | None:
+    """The "child-pid" of bwrap's --info-fd JSON (read to the end: bwrap has exited)."""
+    chunks = []
+    while chunk := os.read(fd, 4096):
+        chunks.append(chunk)
+    try:
+        pid = json.loads(b"".join(chunks)).get("child-pid")
+    except ValueError:
+        return None
+    return pid if isinstance(pid, int) else None
 
 
 def _pidfd_kill(fd: int) -> None:

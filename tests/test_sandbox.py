@@ -148,7 +148,14 @@ def test_exit_codes_are_reported(box: Box, code: int) -> None:
     assert (finished.exit_code, finished.signal, finished.timed_out) == (code, None, False)
     assert finished.level == box.level and finished.containment == "namespace"
     assert finished.cpu_s is not None and finished.cpu_s > 0
-    assert finished.peak_rss is not None and finished.peak_rss > 1 << 20
+
+
+def test_peak_rss_is_the_agents_when_it_exceeds_the_rigs(box: Box) -> None:
+    script = "b = bytearray(400 << 20); b[:: 4096] = b'x' * len(b[:: 4096])"
+    finished = launch(replace(box.spec("sandbox_env.py"), argv=[PY, "-I", "-c", script]))
+    assert finished.exit_code == 0
+    assert finished.peak_rss is not None and 400 << 20 < finished.peak_rss < 600 << 20
+    assert finished.cpu_s is not None and finished.cpu_s > 0
 
 
 def test_death_by_signal_is_reported(box: Box) -> None:
@@ -203,16 +210,65 @@ def test_timeout_kills_a_sigterm_ignoring_agent_and_its_setsid_grandchild(box: B
     assert tagged_alive(box.tag) == []
 
 
-def test_exit_kills_what_the_agent_left_behind(box: Box) -> None:
+@pytest.mark.parametrize("holds_pipes", [True, False])
+def test_exit_kills_what_the_agent_left_behind(box: Box, holds_pipes: bool) -> None:
+    quiet = "" if holds_pipes else ", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL"
     script = (
-        "import os,subprocess,sys; "
-        "subprocess.Popen(['sleep','600'], start_new_session=True); "
+        "import subprocess; "
+        f"subprocess.Popen(['sleep', '600'], start_new_session=True{quiet}); "
         "print('left a daemon', flush=True)"
     )
+    began = time.monotonic()
     finished = launch(replace(box.spec("sandbox_env.py"), argv=[PY, "-I", "-c", script]))
-    assert finished.exit_code == 0 and not finished.timed_out
+    assert finished.exit_code == 0 and not finished.timed_out and finished.killed_for is None
     assert box.stdout() == "left a daemon\n"
     assert tagged_alive(box.tag) == []
+    assert time.monotonic() - began < 5  # ended with the agent, not at the limit
+
+
+def test_process_level_with_a_user_namespace(pbox: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The non-root form of the process level (`unshare --user --map-root-user`)."""
+    unshare = shutil.which("unshare")
+    assert unshare is not None
+    argv = [unshare, "--user", "--map-root-user", "--pid", "--fork", "--kill-child"]
+    if subprocess.run([*argv, "/bin/true"], capture_output=True).returncode != 0:
+        pytest.skip("user namespaces cannot be made here")
+    monkeypatch.setattr(sandbox, "_unshare_cache", [argv])
+    finished = launch(pbox.spec("sandbox_hang.py", timeout_s=1.5))
+    assert finished.timed_out and finished.containment == "namespace"
+    assert pbox.stdout() == "ready\n"
+    assert tagged_alive(pbox.tag) == []
+
+
+def test_a_cancel_set_before_the_start_still_returns_interrupted(box: Box) -> None:
+    cancel = threading.Event()
+    cancel.set()
+    finished = launch(box.spec("sandbox_hang.py", cancel=cancel))
+    assert finished.interrupted and finished.wall_s < 1
+    assert tagged_alive(box.tag) == []
+
+
+def test_no_file_descriptor_is_left_open(box: Box) -> None:
+    launch(box.spec("sandbox_env.py"))  # the one-time probes are done
+    before = len(os.listdir("/proc/self/fd"))
+    for code in ("0", "1"):
+        launch(box.spec("sandbox_env.py", code))
+    launch(box.spec("sandbox_hang.py", timeout_s=0.5))
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert my_zombies() == []  # the rig is a subreaper: it reaps what is reparented to it
+
+
+def my_zombies() -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] == "Z" and int(fields[1]) == os.getpid():
+                found.append(int(name))
+    return found
 
 
 def test_cancel_kills_within_a_tenth_of_a_second(box: Box) -> None:
