@@ -766,7 +766,7 @@ def run_eval(req: RunRequest, home: Path, environ: Mapping[str, str],
         # A new run: check every input before the bundle directory exists at all.
         _bundle_state(out)
         resolved = resolve_settings(req, None)
-        check_executor(resolved.settings.executor)
+        check_executor(resolved.settings.executor, resolved.settings.ray_address)
         inputs = gather_inputs(resolved, home, "start", environ)
         with BundleLock(out, list(req.argv)):
             if (out / MANIFEST).exists():  # another process got here between the checks
@@ -776,7 +776,7 @@ def run_eval(req: RunRequest, home: Path, environ: Mapping[str, str],
     with BundleLock(out, list(req.argv)):
         manifest = _bundle_state(out)
         resolved = resolve_settings(req, manifest)
-        check_executor(resolved.settings.executor)
+        check_executor(resolved.settings.executor, resolved.settings.ray_address)
         inputs = gather_inputs(resolved, home, "resume", environ)
         assert manifest is not None
         for name in RUN_JSONL:
@@ -786,11 +786,11 @@ def run_eval(req: RunRequest, home: Path, environ: Mapping[str, str],
         return _resume(out, req, bundle, resolved, inputs, reporter, hooks)
 
 
-def check_executor(kind: str) -> None:
-    if kind != "local":
-        raise invalid(f"--executor {kind}: not available yet", field="--executor",
-                      hint="use --executor local (the default); the Ray executor comes with "
-                      "the scale-out issue")
+def check_executor(kind: str, ray_address: str | None = None) -> None:
+    """Refuse an executor that cannot run here before the bundle is touched (exit 4)."""
+    from evalrig.executors import check_executor as check
+
+    check(kind, ray_address, join=True)
 
 
 def _start(out: Path, req: RunRequest, r: Resolved, inputs: Inputs, reporter: Reporter,

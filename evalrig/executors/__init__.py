@@ -6,8 +6,8 @@ produced as they finish, in any order. Two phases per attempt, because the estim
 be on disk, synced, before the attempt starts (DESIGN §4), and only the runner writes.
 
 For `local` the evidence is already in place when an attempt job completes (the trial
-wrote it into `spec.evidence_dir`). A remote executor (Ray, a later issue) runs the same
-two functions on a worker, then writes the evidence bytes it gets back into
+wrote it into `spec.evidence_dir`). The Ray executor (`evalrig.executors.ray`) runs the
+same two functions on a worker, then writes the evidence bytes it gets back into
 `spec.evidence_dir` on the driver's side before reporting the job done — so the runner,
 the bundle and resume are the same whichever executor ran the attempt.
 
@@ -79,14 +79,32 @@ class Executor(Protocol):
 
 def make_executor(kind: str, slots: int, work: AttemptWork | None = None,
                   ray_address: str | None = None) -> Executor:
+    check_executor(kind)
+    if kind == "ray":
+        from evalrig.executors.ray import RayExecutor
+
+        return RayExecutor(slots, work or trial_work(), ray_address)
+    from evalrig.executors.local import LocalExecutor
+
+    return LocalExecutor(slots, work or trial_work())
+
+
+def check_executor(kind: str, ray_address: str | None = None, *, join: bool = False) -> None:
+    """Refuse an executor this install cannot run, before any bundle exists (exit 4).
+
+    With `join`, the Ray executor also joins its cluster now, so an unreachable
+    `--ray-address` is refused before the run starts rather than after.
+    """
     from evalrig.errors import invalid
 
     if kind == "local":
-        from evalrig.executors.local import LocalExecutor
+        return
+    if kind == "ray":
+        from evalrig.executors import ray as ray_executor
 
-        return LocalExecutor(slots, work or trial_work())
-    raise invalid(
-        f"--executor {kind}: not available yet",
-        field="--executor",
-        hint="use --executor local (the default); the Ray executor comes with the scale-out issue",
-    )
+        ray_executor.require_ray()
+        if join:
+            ray_executor.connect(ray_address)
+        return
+    raise invalid(f"--executor {kind}: unknown", field="--executor",
+                  hint="use --executor local (the default) or --executor ray")

@@ -1,0 +1,408 @@
+"""`run --executor ray` on real Ray clusters started here, every listener on loopback.
+
+Two clusters, one at a time (class-scoped, so the first is down before the second
+starts — the machine is small): one node with 2 CPUs, then two nodes with 1 CPU each
+(`ray.cluster_utils.Cluster`). Each is shut down by its fixture, never by process name.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'evalrig[ray]'")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from evalrig.bundle import final_results, load_run  # noqa: E402
+from evalrig.canary import CANARY_ENV  # noqa: E402
+from evalrig.checkpoint import seal  # noqa: E402
+from evalrig.cli import app  # noqa: E402
+from evalrig.executors.ray import pack_tree, unpack_tree  # noqa: E402
+from evalrig.plan import trial_seed  # noqa: E402
+from evalrig.tree import hash_tree  # noqa: E402
+
+AGENTS = Path(__file__).resolve().parent / "agents"
+ROOT = Path(__file__).resolve().parent.parent
+SEALED_AT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+OBJECT_STORE = 100 << 20
+LOOPBACK_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_AUTH_MODE": "disabled",  # recent Ray refuses a join by address without token auth
+}
+DOCUMENTED_ENV = {"PATH", "HOME", "LANG", "TMPDIR", "EVALRIG_PROMPT", "EVALRIG_WORK",
+                  "EVALRIG_OUT", "EVALRIG_TASK_ID", "EVALRIG_ATTEMPT_ID", "EVALRIG_DEADLINE_S",
+                  "EVALRIG_SEED"}
+
+
+# -- builders ----------------------------------------------------------------------------
+
+
+def make_checkpoint(root: Path, home: Path) -> Path:
+    d = root / "ckpt"
+    d.mkdir()
+    shutil.copy(AGENTS / "ray_agent.py", d / "agent.py")
+    (d / "checkpoint.toml").write_text('name = "exo"\n[agent]\ncommand = ["python3", "agent.py"]\n')
+    seal(d, home, SEALED_AT)
+    return d
+
+
+def add_task(tasks: Path, task_id: str, prompt: str, *, cpus: int = 1, suite: str = "fixed") -> None:
+    d = tasks / suite / task_id
+    d.mkdir(parents=True)
+    (d / "prompt.md").write_text(prompt)
+    created = "created_at = 2026-12-01T10:00:00.000000Z\n" if suite == "fresh" else ""
+    (d / "task.toml").write_text(f"timeout_s = 150\n{created}[resources]\ncpus = {cpus}\n"
+                                 '[verifier]\nkind = "exact"\nexpected = "even"\n')
+
+
+def make_tasks(root: Path, n: int, extra: dict[str, str] | None = None) -> Path:
+    """n tasks answering the seed's parity (half pass); `extra` adds prompt lines by task id."""
+    tasks = root / "tasks"
+    for i in range(n):
+        tid = f"t{i}"
+        add_task(tasks, tid, "answer: parity\n" + (extra or {}).get(tid, ""),
+                 suite="fresh" if i % 2 else "fixed")
+    return tasks
+
+
+def cli(*args: str | Path) -> object:
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def run_args(ck: Path, tasks: Path, out: Path, *more: str) -> list[str | Path]:
+    return ["run", "--checkpoint", ck, "--tasks", tasks, "--out", out, "--repeat", "2",
+            "--jobs", "2", *more]
+
+
+def outcomes(bundle: Path) -> dict[str, tuple[str, bool | None, str]]:
+    """trial id -> (status, passed, evidence digest) of the result that counts."""
+    return {k: (r.status, r.passed, r.evidence_digest)
+            for k, r in final_results(load_run(bundle)).items()}
+
+
+# -- clusters on loopback ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loopback_env() -> Iterator[None]:
+    """Every process of the clusters and every driver binds to 127.0.0.1.
+
+    Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER once, when it is imported: "0" makes a node
+    take the loopback address as its own (and bind there) instead of the address it sees
+    the world from. The variable covers the processes started from here (the CLI driver
+    under test); this process imported Ray before the fixture ran, so its copy of the
+    flag is set too.
+    """
+    from ray._private import ray_constants
+
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in LOOPBACK_ENV.items():
+            mp.setenv(k, v)
+        mp.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
+        yield
+
+
+@pytest.fixture(scope="class")
+def one_node() -> Iterator[str]:
+    ctx = ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
+                   object_store_memory=OBJECT_STORE, logging_level=logging.ERROR,
+                   log_to_driver=False)
+    try:
+        yield str(ctx.address_info["gcs_address"])
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="class")
+def two_nodes() -> Iterator[object]:
+    from ray.cluster_utils import Cluster
+
+    node = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": OBJECT_STORE}
+    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    try:
+        cluster.add_node(**node)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+# -- /proc: listeners, agents, workers ---------------------------------------------------
+
+
+def _descendants(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            ppid = _ppid(int(p.name))
+            if ppid is not None:
+                children.setdefault(ppid, []).append(int(p.name))
+    out, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        out.add(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("PPid:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _socket_inodes(pids: set[int]) -> set[str]:
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.scandir(f"/proc/{pid}/fd"):
+                try:
+                    target = os.readlink(fd.path)
+                except OSError:
+                    continue
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    return inodes
+
+
+def _listeners() -> list[tuple[str, str]]:
+    """(local address hex, inode) of every TCP socket in LISTEN (state 0A)."""
+    out = []
+    for name in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{name}").read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A":
+                out.append((f[1].rsplit(":", 1)[0], f[9]))
+    return out
+
+
+def _is_loopback(hex_addr: str) -> bool:
+    if len(hex_addr) == 8:  # IPv4, little-endian
+        return socket.inet_ntoa(bytes.fromhex(hex_addr)[::-1]).startswith("127.")
+    raw = b"".join(bytes.fromhex(hex_addr[i:i + 8])[::-1] for i in range(0, 32, 8))
+    addr = socket.inet_ntop(socket.AF_INET6, raw)
+    return addr == "::1" or addr.startswith("::ffff:127.")
+
+
+def assert_listeners_on_loopback() -> int:
+    """Every TCP listener of this process and its descendants (the cluster's processes)."""
+    ours = _socket_inodes(_descendants(os.getpid()))
+    mine = [(a, i) for a, i in _listeners() if i in ours]
+    outside = [a for a, _ in mine if not _is_loopback(a)]
+    assert not outside, f"listeners outside loopback: {outside}"
+    return len(mine)
+
+
+def _environ(pid: int) -> dict[bytes, bytes]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(kv.split(b"=", 1) for kv in raw.split(b"\0") if b"=" in kv)
+
+
+def find_agent(marker: bytes, timeout: float = 60) -> int:
+    """The pid of the agent process whose EVALRIG_ATTEMPT_ID contains `marker`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in Path("/proc").iterdir():
+            if p.name.isdigit():
+                aid = _environ(int(p.name)).get(b"EVALRIG_ATTEMPT_ID", b"")
+                if marker in aid and b"agent.py" in _cmdline(int(p.name)):
+                    return int(p.name)
+        time.sleep(0.1)
+    raise AssertionError(f"no agent with attempt id containing {marker!r} appeared")
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def ray_worker_of(pid: int) -> int:
+    """The Ray worker process running the attempt: the agent's first `ray::` ancestor."""
+    cur: int | None = pid
+    while cur and cur > 1:
+        if _cmdline(cur).startswith(b"ray::"):
+            return cur
+        cur = _ppid(cur)
+    raise AssertionError(f"process {pid} has no Ray worker among its ancestors")
+
+
+# -- no cluster needed -------------------------------------------------------------------
+
+
+def test_a_packed_tree_unpacks_to_the_same_digest(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "a" / "b").mkdir(parents=True)
+    (src / "a" / "b" / "run.sh").write_text("#!/bin/sh\n")
+    (src / "a" / "b" / "run.sh").chmod(0o755)
+    (src / "data.bin").write_bytes(bytes(range(256)) * 100)
+    (src / "empty").mkdir()
+    (src / "link").symlink_to("a/b/run.sh")
+    unpack_tree(pack_tree(src), tmp_path / "dst")
+    assert hash_tree(tmp_path / "dst").digest == hash_tree(src).digest
+    assert os.access(tmp_path / "dst" / "a" / "b" / "run.sh", os.X_OK)
+    assert (tmp_path / "dst" / "empty").is_dir()
+
+
+def test_a_tar_reaching_outside_its_directory_is_refused(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    for n, name in enumerate(("../evil", "/abs/evil", "link/evil")):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            link = tarfile.TarInfo("link")
+            link.type, link.linkname = tarfile.SYMTYPE, str(tmp_path)
+            tar.addfile(link)
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+        dest = tmp_path / f"dst-{n}"
+        with pytest.raises(OSError, match="tar member"):
+            unpack_tree(buf.getvalue(), dest)
+    assert not (tmp_path / "evil").exists()
+
+
+# -- one node ----------------------------------------------------------------------------
+
+
+class TestOneNode:
+    def test_a_ray_run_equals_a_local_run(self, one_node: str, tmp_path: Path,
+                                          evalrig_home: Path) -> None:
+        ck, tasks = make_checkpoint(tmp_path, evalrig_home), make_tasks(tmp_path, 3)
+        local = cli(*run_args(ck, tasks, tmp_path / "local"))
+        assert local.exit_code == 0, local.stderr
+        remote = cli(*run_args(ck, tasks, tmp_path / "ray", "--executor", "ray",
+                               "--ray-address", one_node))
+        assert remote.exit_code == 0, remote.stderr
+        a, b = outcomes(tmp_path / "local"), outcomes(tmp_path / "ray")
+        assert len(a) == 6 and a == b  # same trials, statuses, verdicts and evidence digests
+        assert {s for s, _, _ in a.values()} == {"passed", "failed"}
+        ray_bundle = load_run(tmp_path / "ray")
+        assert ray_bundle.manifest.settings.executor == "ray"
+        assert {r.inputs_id for r in ray_bundle.results} == {
+            r.inputs_id for r in load_run(tmp_path / "local").results}
+        v = cli("verify", tmp_path / "ray")
+        assert v.exit_code == 0, v.stderr
+
+    def test_the_agent_sees_no_ray_variables_and_cannot_reach_the_cluster(
+            self, one_node: str, tmp_path: Path, evalrig_home: Path) -> None:
+        ck = make_checkpoint(tmp_path, evalrig_home)
+        tasks = make_tasks(tmp_path, 1, {"t0": f"env: dump\nprobe: {one_node}\n"})
+        r = cli(*run_args(ck, tasks, tmp_path / "b", "--repeat", "1", "--executor", "ray",
+                          "--ray-address", one_node))
+        assert r.exit_code == 0, r.stderr
+        (res,) = load_run(tmp_path / "b").results
+        ev = tmp_path / "b" / "attempts" / res.attempt_id / "out"
+        env = orjson.loads((ev / "env.json").read_bytes())
+        assert not [k for k in env if k.startswith("RAY")]
+        assert set(env) == DOCUMENTED_ENV | {CANARY_ENV}  # nothing of the worker's
+        if res.sandbox != "bwrap":
+            pytest.skip("no network namespace without bwrap on this machine")
+        # the test process itself can reach the GCS port; the agent must not
+        host, port = one_node.rsplit(":", 1)
+        socket.create_connection((host, int(port)), timeout=2).close()
+        assert (ev / "probe.txt").read_text().strip() != "connected"
+
+    def test_kill_9_of_the_driver_then_resume_on_ray(self, one_node: str, tmp_path: Path,
+                                                      evalrig_home: Path) -> None:
+        ck = make_checkpoint(tmp_path, evalrig_home)
+        tasks = make_tasks(tmp_path, 2, {"t1": "hang: 0:1\n"})
+        out = tmp_path / "b"
+        argv = [sys.executable, "-m", "evalrig",
+                *map(str, run_args(ck, tasks, out, "--executor", "ray", "--ray-address", one_node))]
+        driver = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, env=dict(os.environ))
+        try:
+            find_agent(b"t1-0-1-")
+        finally:
+            driver.send_signal(signal.SIGKILL)
+            driver.wait()
+        before = load_run(out)
+        assert before.manifest.status == "running"
+        r = cli("run", "--out", out, "--resume", "--executor", "ray", "--ray-address", one_node)
+        assert r.exit_code == 0, r.stderr
+        after = load_run(out)
+        assert after.manifest.status == "complete" and after.manifest.counts.unscored == 0
+        ends = [e for e in after.attempts if e.event == "end" and e.trial_id == "t1:0"]
+        assert [e.status for e in ends][:1] == ["interrupted"]
+        assert final_results(after)["t1:0"].attempt == 2
+        v = cli("verify", out)
+        assert v.exit_code == 0, v.stderr
+
+    def test_every_listener_is_on_loopback(self, one_node: str) -> None:
+        assert assert_listeners_on_loopback() >= 2  # at least the GCS and the raylet
+
+
+# -- two nodes ---------------------------------------------------------------------------
+
+
+class TestTwoNodes:
+    def test_a_worker_killed_mid_attempt_is_an_infra_error_then_retried(
+            self, two_nodes: object, tmp_path: Path, evalrig_home: Path) -> None:
+        ck = make_checkpoint(tmp_path, evalrig_home)
+        tasks = make_tasks(tmp_path, 2, {"t0": "hang: 1:1\n"})
+        killed: list[int] = []
+
+        def kill_the_worker() -> None:
+            worker = ray_worker_of(find_agent(b"t0-1-1-"))
+            os.kill(worker, signal.SIGKILL)
+            killed.append(worker)
+
+        killer = threading.Thread(target=kill_the_worker, daemon=True)
+        killer.start()
+        r = cli(*run_args(ck, tasks, tmp_path / "b", "--executor", "ray",
+                          "--ray-address", two_nodes.address))  # type: ignore[attr-defined]
+        killer.join()
+        assert killed and r.exit_code == 0, r.stderr
+        b = load_run(tmp_path / "b")
+        assert b.manifest.status == "complete"
+        t = [x for x in b.results if x.trial_id == "t0:1"]
+        assert [x.status for x in t][0] == "infra_error" and len(t) == 2
+        assert "the rig failed while running the attempt" in (t[0].error or "")
+        expected = "failed" if trial_seed(0, "t0", 1) % 2 else "passed"
+        assert t[1].status == expected and t[1].attempt == 2
+        assert b.manifest.counts.infra_error == 1
+        assert cli("verify", tmp_path / "b").exit_code == 0
+
+    def test_a_task_asking_more_cpus_than_any_node_has_is_an_infra_error(
+            self, two_nodes: object, tmp_path: Path, evalrig_home: Path) -> None:
+        ck = make_checkpoint(tmp_path, evalrig_home)
+        tasks = tmp_path / "tasks"
+        add_task(tasks, "big", "answer: even\n", cpus=2)
+        r = cli(*run_args(ck, tasks, tmp_path / "b", "--repeat", "1", "--max-retries", "0",
+                          "--executor", "ray", "--ray-address", two_nodes.address))  # type: ignore[attr-defined]
+        assert r.exit_code == 5, r.stderr
+        (res,) = load_run(tmp_path / "b").results
+        assert res.status == "infra_error"
+        assert "asks for 2 CPUs and no live node of the cluster has more than 1" in (res.error or "")
+
+    def test_every_listener_is_on_loopback(self, two_nodes: object) -> None:
+        assert assert_listeners_on_loopback() >= 4  # a GCS and two raylets at least
