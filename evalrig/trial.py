@@ -603,7 +603,8 @@ def _outcome(spec: AttemptSpec, canary: str, rec: _Record) -> AttemptOutcome:
         verifier_usage=v.usage if v else None,
         diagnostic=diagnostic,
         sandbox=fin.level if fin else spec.level,
-        containment=fin.containment if fin else _expected_containment(spec.level),
+        # never launched (the workspace failed): claim no more than best effort
+        containment=fin.containment if fin else "subreaper",
         network=network_of(spec),
         canary=Canary(value=canary, found=bool(rec.canary_where), where=list(rec.canary_where)),
         evidence_digest=tree.digest,
@@ -614,8 +615,3 @@ def _outcome(spec: AttemptSpec, canary: str, rec: _Record) -> AttemptOutcome:
     )
     return AttemptOutcome(actual, result)
 
-
-def _expected_containment(level: str) -> Literal["namespace", "subreaper"]:
-    """For an attempt that never launched: what the launcher would have used."""
-    probe = getattr(sandbox, "containment_for", None)
-    return probe(level) if probe else "namespace"  # type: ignore[no-any-return]

@@ -273,6 +273,18 @@ def test_missing_program_is_agent_error(tmp_path: Path) -> None:
     assert r.error.startswith("the agent could not start: no-such-program-xyz: not found on PATH")
 
 
+def test_workspace_failure_is_infra_error(tmp_path: Path) -> None:
+    ckpt = make_checkpoint(tmp_path, {"MODE": "answer", "ANSWER": "ok"})
+    spec = spec_for(tmp_path, make_task(tmp_path, EXACT_OK), ckpt)
+    spec.scratch_root.write_text("a file where the scratch directory should be")
+    got = run_attempt(spec)
+    r = got.result
+    assert (r.status, r.passed, r.reward, r.verifier_runs) == ("infra_error", None, None, 0)
+    assert r.error is not None and r.error.startswith("the rig could not make the workspace: ")
+    assert (spec.evidence_dir / "stdout.txt").read_bytes() == b""
+    assert got.actual.exit_code is None and got.actual.usage_source == "missing"
+
+
 def test_timeout(tmp_path: Path) -> None:
     _, got = attempt(tmp_path, EXACT_OK, {"MODE": "hang"}, timeout_s=1)
     r = got.result
