@@ -503,8 +503,15 @@ def run_attempt(spec: AttemptSpec) -> AttemptOutcome:
     finally:
         if not spec.keep_workspace:
             _reaper.remove(root)
+        if spec.task.spec.verifier.kind == "command":
+            _reaper.remove(_verify_scratch(spec))
     _ensure_streams(spec.evidence_dir)
     return _outcome(spec, canary, rec)
+
+
+def _verify_scratch(spec: AttemptSpec) -> Path:
+    """Beside the attempt root, not in it: the agent could have planted a link there."""
+    return spec.scratch_root / f"{spec.attempt_id}.verify"
 
 
 def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record) -> None:
@@ -539,7 +546,8 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record) -> None:
         return
     rec.verdict = verify_evidence(
         spec.task, spec.evidence_dir, rec.fin.level, spec.slot, spec.verifier_retries,
-        root / "verify", output_dir=spec.evidence_dir / VERIFIER_DIR, cancel=spec.cancel,
+        _verify_scratch(spec),
+        output_dir=spec.evidence_dir / VERIFIER_DIR, cancel=spec.cancel,
     )
     if spec.cancel is not None and spec.cancel.is_set() and rec.verdict.outcome == "fault":
         rec.status, rec.error = "interrupted", "the rig stopped while the verifier ran"

@@ -233,6 +233,8 @@ def test_verifier_env_and_cwd(tmp_path: Path) -> None:
                      {"MODE": "answer", "ANSWER": "ok"}, with_verifier_script=True,
                      secrets={"MODEL_API_KEY": "sk-never-for-the-judge"})
     assert got.result.status == "passed", got.result.error
+    flush_removals()
+    assert os.listdir(tmp_path / "scratch") == []  # attempt root and verifier scratch gone
 
 
 def test_network_hole_recorded(tmp_path: Path) -> None:
