@@ -419,6 +419,13 @@ def test_secret_redacted_everywhere(tmp_path: Path) -> None:
     assert secret not in got.result.model_dump_json() + got.actual.model_dump_json()
 
 
+DOCUMENTED_ENV = {
+    "PATH", "HOME", "LANG", "TMPDIR", "EVALRIG_PROMPT", "EVALRIG_WORK", "EVALRIG_OUT",
+    "EVALRIG_TASK_ID", "EVALRIG_ATTEMPT_ID", "EVALRIG_DEADLINE_S", "EVALRIG_SEED",
+    "RELEASE_SIGNING_TOKEN",
+}
+
+
 def test_env_is_exactly_the_documented_set(tmp_path: Path) -> None:
     os.environ["EVALRIG_TEST_LEAK"] = "rig-only"
     try:
@@ -430,11 +437,7 @@ def test_env_is_exactly_the_documented_set(tmp_path: Path) -> None:
     assert got.result.status == "passed"  # the canary file holds the canary variable's value
     env = orjson.loads((spec.evidence_dir / "out" / "env.json").read_bytes())
     root = spec.scratch_root / spec.attempt_id
-    assert set(env) == {
-        "PATH", "HOME", "LANG", "TMPDIR", "EVALRIG_PROMPT", "EVALRIG_WORK", "EVALRIG_OUT",
-        "EVALRIG_TASK_ID", "EVALRIG_ATTEMPT_ID", "EVALRIG_DEADLINE_S", "EVALRIG_SEED",
-        "RELEASE_SIGNING_TOKEN", "MODE", "MODEL", "MODEL_API_KEY",
-    }
+    assert set(env) == DOCUMENTED_ENV | {"MODE", "MODEL", "MODEL_API_KEY"}
     assert env["PATH"] == sandbox.minimal_path()
     assert env["HOME"] == str(root / "home") and env["LANG"] == "C.UTF-8"
     assert env["TMPDIR"] == str(root / "tmp")
@@ -546,3 +549,4 @@ def test_bwrap_env_and_canary(tmp_path: Path) -> None:
     assert got.result.status == "passed", got.result.error
     env = orjson.loads((spec.evidence_dir / "out" / "env.json").read_bytes())
     assert env["TMPDIR"] == "/tmp"
+    assert set(env) == DOCUMENTED_ENV | {"MODE"}
