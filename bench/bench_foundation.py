@@ -13,6 +13,7 @@ shrinks (b) and (c) tenfold for a smoke run.
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -26,15 +27,29 @@ EVAL = ROOT / "eval.sh"
 PY = ROOT / ".venv" / "bin" / "python"
 
 
+CPU: list[float] = []
+"""CPU seconds (user + sys) of each measured run: on a shared, loaded machine the wall
+clock overstates a command's own cost, so both are printed."""
+
+
 def wall(cmd: list[str], env: dict[str, str], cwd: Path = ROOT) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - t
+    elapsed = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return elapsed
 
 
 def median_wall(cmd: list[str], env: dict[str, str], runs: int = 10, cwd: Path = ROOT) -> float:
     wall(cmd, env, cwd)  # warm the page cache
+    CPU.clear()
     return statistics.median(wall(cmd, env, cwd) for _ in range(runs))
+
+
+def cpu() -> str:
+    return f"(cpu {statistics.median(CPU):.3f} s)"
 
 
 def imports_scipy(args: list[str], env: dict[str, str]) -> bool:
@@ -47,12 +62,13 @@ def imports_scipy(args: list[str], env: dict[str, str]) -> bool:
 
 def bench_startup(env: dict[str, str]) -> None:
     base = median_wall([str(PY), "-c", "pass"], env)
-    print(f"(a) python -c pass                      {base:6.3f} s  (the floor)")
+    print(f"(a) python -c pass                      {base:6.3f} s  {cpu()} the floor")
     for args in (["--help"], ["validate", "--tasks", "tasks"]):
         t = median_wall([str(EVAL), *args], env)
+        used = cpu()
         scipy = imports_scipy(args, env)
         verdict = "ok" if t <= 0.3 else "OVER 0.3 s"
-        print(f"    eval.sh {' '.join(args):30} {t:6.3f} s  {verdict}; scipy imported: {scipy}")
+        print(f"    eval.sh {' '.join(args):30} {t:6.3f} s  {used} {verdict}; scipy imported: {scipy}")
 
 
 def make_tasks(root: Path, n: int) -> None:
@@ -78,7 +94,7 @@ def bench_validate(tmp: Path, env: dict[str, str], n: int) -> None:
     make_tasks(root, n)
     t = median_wall([str(EVAL), "validate", "--tasks", str(root)], env, runs=5)
     verdict = "ok" if t <= 1.5 else "OVER 1.5 s"
-    print(f"(b) validate on {n} generated tasks     {t:6.3f} s  {verdict}")
+    print(f"(b) validate on {n} generated tasks     {t:6.3f} s  {cpu()} {verdict}")
 
 
 def make_checkpoint(root: Path, files: int, total: int) -> None:
@@ -105,13 +121,15 @@ def bench_seal(tmp: Path, env: dict[str, str], files: int, total: int) -> None:
     # Both read the same files once before timing (a warm cache): the comparison is of
     # hashing and walking, not of the disk.
     t_sha = median_wall(sha, env, runs=3)
+    c_sha = cpu()
     t_seal = median_wall(seal, env, runs=3)
+    c_seal = cpu()
     mb = nbytes / 1e6
     ratio = t_sha / t_seal
     verdict = "ok" if ratio >= 0.8 else "UNDER 80 %"
     print(f"(c) {files} files, {mb:.0f} MB")
-    print(f"    sha256sum                           {t_sha:6.3f} s  {mb / t_sha:7.1f} MB/s")
-    print(f"    eval.sh seal                        {t_seal:6.3f} s  {mb / t_seal:7.1f} MB/s")
+    print(f"    sha256sum                           {t_sha:6.3f} s  {mb / t_sha:7.1f} MB/s  {c_sha}")
+    print(f"    eval.sh seal                        {t_seal:6.3f} s  {mb / t_seal:7.1f} MB/s  {c_seal}")
     print(f"    seal throughput / sha256sum's       {ratio:6.2f}     {verdict}")
 
 
