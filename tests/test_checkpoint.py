@@ -234,3 +234,27 @@ def test_forged_seal_json_is_not_a_seal(tmp_path: Path, evalrig_home: Path) -> N
     with pytest.raises(EvalrigError) as ei:
         check_sealed(d, evalrig_home)
     assert ei.value.message.startswith("not sealed: ")
+
+
+DESIGN_CHECKPOINT = '''\
+name = "exo"
+[agent]
+command  = ["python3", "agent.py"]              # runs once per attempt, in the attempt's workspace
+estimate = ["python3", "agent.py", "--estimate"] # optional; runs before the attempt
+env      = { MODEL = "m-2026-11" }               # pinned settings, part of the checkpoint's identity
+network  = false                                  # true: the agent may reach the network (a model API)
+[history]
+log = "state/events.jsonl"                        # optional; the agent's own append-only event log
+'''
+
+
+def test_design_checkpoint_example_loads_and_round_trips(tmp_path: Path) -> None:
+    from evalrig.models.inputs import CheckpointFile
+
+    design = Path("/work/shared/DESIGN.md")
+    if design.exists():
+        assert DESIGN_CHECKPOINT in design.read_text()
+    c = load_checkpoint(make_checkpoint(tmp_path / "c", DESIGN_CHECKPOINT)).spec
+    assert c.agent.estimate == ["python3", "agent.py", "--estimate"]
+    assert (c.agent.env, c.agent.network, c.history.log) == ({"MODEL": "m-2026-11"}, False, "state/events.jsonl")
+    assert CheckpointFile.model_validate(c.model_dump(mode="json")) == c

@@ -216,3 +216,61 @@ def test_locked_task_moved_out_of_fixed(tmp_path: Path) -> None:
     assert problems(root) == [
         f"{root}/fixed.lock:4: tasks.add: locked fixed task add is now in suite fresh ({root}/fresh/add); move it back to fixed/"
     ]
+
+
+# -- DESIGN §5's own example is a golden fixture -----------------------------------------
+
+DESIGN_TASK = '''\
+id = "parse-dates"                 # unique in the task set, [A-Za-z0-9._-]+; the folder name by default
+suite = "fresh"                    # fixed | fresh | invariant; the parent folder by default
+created_at = 2026-12-01T10:00:00.000000Z  # required for fresh tasks; UTC
+tags = ["parsing"]
+timeout_s = 60                     # the agent's wall-clock limit
+max_output_bytes = 1048576         # cap on stdout and on stderr each (default 1 MiB)
+max_evidence_bytes = 67108864      # cap on evidence kept (default 64 MiB)
+network = false                    # the agent may reach the network on this task
+evidence = ["work/**/*.py"]        # extra files kept as evidence (out/ is always kept)
+[resources]
+cpus = 1                           # what one attempt needs; used by executors that schedule
+[verifier]
+kind = "exact"                     # exact | regex | json | command
+expected = "2026-12-01"            # the answer, compared with out/answer.txt, whitespace-trimmed
+version = "1"
+'''
+
+
+def test_design_example_is_current() -> None:
+    design = Path("/work/shared/DESIGN.md")
+    if not design.exists():
+        pytest.skip("DESIGN.md not beside the checkout")
+    assert DESIGN_TASK in design.read_text()
+
+
+def test_design_task_example_loads_and_round_trips(tmp_path: Path) -> None:
+    from evalrig.models.inputs import TaskFile
+
+    write_task(tmp_path / "tasks", "fresh", "parse-dates", DESIGN_TASK)
+    t = load_taskset(tmp_path / "tasks").by_id()["parse-dates"]
+    s = t.spec
+    assert (s.id, s.suite, s.created_at) == ("parse-dates", "fresh", datetime(2026, 12, 1, 10, tzinfo=UTC))
+    assert (s.tags, s.timeout_s, s.max_output_bytes, s.max_evidence_bytes, s.network, s.evidence) == (
+        ["parsing"], 60, 1048576, 67108864, False, ["work/**/*.py"])
+    assert s.resources.cpus == 1
+    assert s.verifier.model_dump() == {"kind": "exact", "expected": "2026-12-01", "version": "1"}
+    dumped = s.model_dump(mode="json")
+    assert dumped["created_at"] == "2026-12-01T10:00:00.000000Z"
+    again = TaskFile.model_validate(dumped)
+    assert again == s and again.model_dump(mode="json") == dumped
+
+
+@pytest.mark.parametrize("verifier", [
+    '[verifier]\nkind = "regex"\npattern = "[0-9]{4}"\n',
+    '[verifier]\nkind = "json"\nexpected = {a = [1, 2.5, true, "x"]}\n',
+    '[verifier]\nkind = "command"\ncommand = ["python3", "check.py"]\ntimeout_s = 5\nnetwork = true\n',
+])
+def test_every_verifier_kind_round_trips(tmp_path: Path, verifier: str) -> None:
+    from evalrig.models.inputs import TaskFile
+
+    write_task(tmp_path / "tasks", "invariant", "t", verifier, verifier_files={"check.py": ""})
+    s = load_taskset(tmp_path / "tasks").tasks[0].spec
+    assert TaskFile.model_validate(s.model_dump(mode="json")) == s

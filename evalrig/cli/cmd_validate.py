@@ -33,8 +33,10 @@ def validate_cmd(
 
     Lists every problem at once as `file:line: field.path: message` (the line where the
     parser gives one) and exits 4 if there is any, 0 otherwise. With no arguments it
-    checks ./tasks and ./policies. An unsealed checkpoint is a warning; one changed since
-    it was sealed is a problem. A run bundle's JSONL lines are checked against their
+    checks ./tasks and ./policies. A task's suite is its parent folder (a `suite` key must
+    agree); its id is the folder name unless task.toml gives one, and ids are unique. Fixed
+    tasks not yet in fixed.lock are a warning; a locked one removed or edited is a problem.
+    An unsealed checkpoint is a warning; one changed since it was sealed is a problem. A run bundle's JSONL lines are checked against their
     formats (a torn last line is a problem) and, once complete, every file digest of its
     manifest.
     """
