@@ -357,6 +357,29 @@ class TestOneNode:
         v = cli("verify", out)
         assert v.exit_code == 0, v.stderr
 
+    def test_ctrl_c_of_the_driver_interrupts_the_attempts_on_the_workers(
+            self, one_node: str, tmp_path: Path, evalrig_home: Path) -> None:
+        ck = make_checkpoint(tmp_path, evalrig_home)
+        tasks = make_tasks(tmp_path, 1, {"t0": "hang: 0:1\n"})
+        out = tmp_path / "b"
+        argv = [sys.executable, "-m", "evalrig",
+                *map(str, run_args(ck, tasks, out, "--repeat", "1", "--executor", "ray",
+                                   "--ray-address", one_node))]
+        driver = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, env=dict(os.environ))
+        try:
+            agent = find_agent(b"t0-0-1-")
+            t0 = time.monotonic()
+            driver.send_signal(signal.SIGINT)
+            _, stderr = driver.communicate(timeout=30)
+        finally:
+            driver.kill()
+        assert driver.returncode == 130, stderr.decode()[-2000:]
+        assert time.monotonic() - t0 < 15  # the agent sleeps 120 s: it was stopped, not waited for
+        assert not Path(f"/proc/{agent}").exists()
+        (res,) = load_run(out).results
+        assert res.status == "interrupted"
+
     def test_every_listener_is_on_loopback(self, one_node: str) -> None:
         assert assert_listeners_on_loopback() >= 2  # at least the GCS and the raylet
 

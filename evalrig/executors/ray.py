@@ -287,7 +287,8 @@ def run_remote(kind: str, spec: Any, estimate_id: str, now: datetime, checkpoint
                           f"{evidence_cap(local)} the task's caps allow")
         return Returned(outcome=outcome, evidence=evidence)
     finally:
-        shutil.rmtree(here, ignore_errors=True)
+        # --keep-workspaces keeps the workspace on this node; the evidence went back.
+        shutil.rmtree(here / "evidence" if spec.keep_workspace else here, ignore_errors=True)
 
 
 def _in_thread(fn: Any, cancel: threading.Event) -> Any:
