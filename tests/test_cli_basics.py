@@ -111,3 +111,24 @@ def test_console_script_runs_as_a_process() -> None:
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 4
     assert r.stderr.startswith("error: /nonexistent/c: no such directory")
+
+
+def test_fast_paths_do_not_import_scipy() -> None:
+    """Start-up matters (issue 2: ≤ 0.3 s): scipy is imported only where statistics run.
+
+    One process runs the fast paths in turn and reports what each has imported so far.
+    """
+    from pathlib import Path
+
+    paths = [["--help"], ["seal", "--help"], ["validate", "--tasks", "tasks"]]
+    code = (
+        "import sys\nfrom evalrig.cli import app\n"
+        f"for args in {paths!r}:\n"
+        "    try:\n        app(args)\n    except SystemExit:\n        pass\n"
+        "    heavy = sorted(m for m in ('scipy', 'numpy', 'rich.markdown') if m in sys.modules)\n"
+        "    print('IMPORTED', args[0], heavy)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       cwd=Path(__file__).resolve().parent.parent, env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1"})
+    report = [line for line in r.stdout.splitlines() if line.startswith("IMPORTED")]
+    assert report == ["IMPORTED --help []", "IMPORTED seal []", "IMPORTED validate []"], r.stdout + r.stderr
