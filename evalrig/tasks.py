@@ -178,6 +178,10 @@ def load_task(task_dir: Path, suite: str) -> LoadedTask | list[Problem]:
     spec = validate_doc(doc, TaskFile, data)
     if isinstance(spec, list):
         problems += spec
+    for sub in ("files", "verifier"):
+        if (task_dir / sub).exists() and not (task_dir / sub).is_dir():
+            problems.append(Problem(str(task_dir / sub), "must be a directory (the task's "
+                                    f"{'input files' if sub == 'files' else 'verifier files'})"))
     prompt = task_dir / PROMPT
     if not prompt.is_file():
         problems.append(Problem(str(prompt), "missing (every task needs a prompt.md: the text "

@@ -274,3 +274,20 @@ def test_every_verifier_kind_round_trips(tmp_path: Path, verifier: str) -> None:
     write_task(tmp_path / "tasks", "invariant", "t", verifier, verifier_files={"check.py": ""})
     s = load_taskset(tmp_path / "tasks").tasks[0].spec
     assert TaskFile.model_validate(s.model_dump(mode="json")) == s
+
+
+def test_evidence_globs_stay_inside_the_attempt_root(tmp_path: Path) -> None:
+    root = tmp_path / "tasks"
+    write_task(root, "fixed", "a", 'evidence = ["work/*.py", "../secrets", "/etc/passwd"]\n' + EXACT)
+    msg = "must be a glob relative to the attempt root (like work/**/*.py; not absolute, no '..')"
+    assert problems(root) == [
+        f"{root}/fixed/a/task.toml:1: evidence[1]: {msg}",
+        f"{root}/fixed/a/task.toml:1: evidence[2]: {msg}",
+    ]
+
+
+def test_files_must_be_a_directory(tmp_path: Path) -> None:
+    root = tmp_path / "tasks"
+    d = write_task(root, "fixed", "a")
+    (d / "files").write_text("not a folder")
+    assert problems(root) == [f"{d}/files: must be a directory (the task's input files)"]

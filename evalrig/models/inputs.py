@@ -97,6 +97,16 @@ class Resources(Strict):
     max_processes: int = Field(default=256, gt=0, description="Process-count limit (bwrap uid).")
 
 
+def _inside_attempt_root(pattern: str) -> str:
+    if not pattern or pattern.startswith("/") or ".." in pattern.split("/"):
+        raise ValueError("must be a glob relative to the attempt root (like work/**/*.py; "
+                         "not absolute, no '..')")
+    return pattern
+
+
+EvidenceGlob = Annotated[str, AfterValidator(_inside_attempt_root)]
+
+
 class TaskFile(Strict):
     """task.toml after the loader filled `id` and `suite` from the folder names."""
 
@@ -108,7 +118,9 @@ class TaskFile(Strict):
     max_output_bytes: int = Field(default=1_048_576, ge=0)
     max_evidence_bytes: int = Field(default=67_108_864, ge=0)
     network: bool = False
-    evidence: list[str] = Field(default_factory=list)
+    evidence: list[EvidenceGlob] = Field(
+        default_factory=list, description="Extra files kept as evidence (globs; out/ is always kept)."
+    )
     resources: Resources = Field(default_factory=Resources)
     verifier: VerifierSpec
 
