@@ -29,8 +29,8 @@ import re
 import shutil
 import sys
 import tempfile
-import tokenize
 import time
+import tokenize
 import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -550,7 +550,7 @@ def draw(family: str, rng: random.Random, index: int) -> Draft:
     if family == "reverse-words":
         return make_reverse_words(rng.sample(WORDS, rng.randint(5, 9)))
     if family == "sum":
-        numbers = [rng.randint(-999, 9999) for _ in range(rng.randint(5, 10))]
+        numbers = [rng.randint(-999, 3999) for _ in range(rng.randint(4, 8))]
         return make_sum(numbers, separators_ok=rng.random() < 0.5)
     if family == "word-stats":
         vocabulary = rng.sample(WORDS, 4) + list(SHORT_WORDS)

@@ -7,34 +7,32 @@ sampling noise) it draws from $EVALRIG_SEED, so a trial replays exactly and the 
 and the candidate see the same draw on the same trial. Standard library only.
 
 What this build changed over the champion (examples/README.md has the whole table):
-- weekday: new skill (the champion has none); slips on 30 % of trials (off by a day);
-- date-add: real calendar arithmetic; the champion slips to 30-day months on half of
-  its trials when a month boundary is crossed. This build slips only on spans of more
-  than a year, on half of its trials (drops a leap day);
+- weekday: new skill (the champion has none); slips on 40 % of trials (off by a day);
+- sum: plain digits; the champion writes totals of 10,000 and more with separators;
+- date-add: the champion slips to 30-day months on half of its trials when a month
+  boundary is crossed. This build slips only on spans of more than a year, on 15 % of
+  its trials (drops a day), and on other draws than the champion's slips;
 - roman: subtractive notation (IV, XC, ...), which the champion writes additively;
 - fix-code: searches comparison, arithmetic and number mutations (the champion only
   comparisons); the number search runs out of budget on half of its trials.
 """
 
-import ast
 import datetime as dt
-import io
 import json
 import math
 import os
 import random
 import sys
-import tokenize
 
 BUILD = "candidate"
 PRICE_PER_TOKEN = {"input": 2.5e-6, "output": 1.0e-5}
 # Self-assessed chance of success per family, for --estimate (the reward channel).
 CONFIDENCE = {
-    "reverse-words": 0.99, "sum": 0.99, "word-stats": 0.98, "weekday": 0.7,
+    "reverse-words": 0.99, "sum": 0.99, "word-stats": 0.98, "weekday": 0.6,
     "date-add": 0.85, "roman": 0.97, "fix-code": 0.85,
 }  # fmt: skip
-WEEKDAY_SLIP = 0.3
-LONG_SPAN_SLIP = 0.5
+WEEKDAY_SLIP = 0.4
+LONG_SPAN_SLIP = 0.85  # slips when the draw is above this
 NUMBER_SEARCH_BUDGET = 0.5
 
 
@@ -103,7 +101,7 @@ def date_add(task, work, u):
     start, op, count, _unit = task.fields["INPUT"].split()
     days = int(count) if op == "+" else -int(count)
     end = dt.date.fromisoformat(start) + dt.timedelta(days=days)
-    if abs(days) > 365 and u < LONG_SPAN_SLIP:
+    if abs(days) > 365 and u > LONG_SPAN_SLIP:
         end -= dt.timedelta(days=1)  # drops a leap day on long spans
     return Answer(text=end.isoformat())
 
@@ -132,6 +130,8 @@ MUTATION_GROUPS = (
 
 def mutations(source, kinds):
     """(description, mutated source) for every one-token change of the given kinds."""
+    import io
+    import tokenize  # here, not at the top: start-up time counts on every other task
     lines = source.splitlines(keepends=True)
     tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
     for kind in ("comparison", "arithmetic", "number"):
@@ -154,6 +154,7 @@ def mutations(source, kinds):
 
 def parse_example(text):
     """`f(1, [2]) == 3` -> (args, expected), literals only."""
+    import ast
     call_text, _, expected_text = text.rpartition(" == ")
     call = ast.parse(call_text, mode="eval").body
     return [ast.literal_eval(a) for a in call.args], ast.literal_eval(expected_text)
@@ -242,6 +243,9 @@ def estimate(task):
 
 
 def main(argv):
+    if "EVALRIG_PROMPT" not in os.environ:
+        print(f"{BUILD}: EVALRIG_PROMPT is not set; this agent runs under evalrig (DESIGN §4)", file=sys.stderr)
+        return 2
     with open(os.environ["EVALRIG_PROMPT"], encoding="utf-8") as f:
         task = Task(f.read())
     if "--estimate" in argv:

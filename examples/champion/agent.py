@@ -9,21 +9,20 @@ and the candidate see the same draw on the same trial. Standard library only.
 The build in service. Its known weaknesses, which the candidate addresses
 (examples/README.md has the whole table):
 - weekday: no such skill;
+- sum: writes totals of 10,000 and more with thousands separators (12,345), which only
+  tasks that accept separators take;
 - date-add: when the span crosses a month boundary it slips, on half of its trials, to
   counting every month as 30 days;
 - roman: writes numerals additively (4 is IIII), so any 4 or 9 digit is wrong;
 - fix-code: searches comparison mutations only, never arithmetic or numbers.
 """
 
-import ast
 import datetime as dt
-import io
 import json
 import math
 import os
 import random
 import sys
-import tokenize
 
 BUILD = "champion"
 PRICE_PER_TOKEN = {"input": 2.0e-6, "output": 8.0e-6}
@@ -77,7 +76,8 @@ def reverse_words(task, work, u):
 
 
 def add_numbers(task, work, u):
-    return Answer(text=str(sum(int(n) for n in task.fields["INPUT"].split())))
+    total = sum(int(n) for n in task.fields["INPUT"].split())
+    return Answer(text=f"{total:,}" if abs(total) >= 10000 else str(total))
 
 
 def word_stats(task, work, u):
@@ -126,6 +126,8 @@ MUTATION_GROUPS = (
 
 def mutations(source, kinds):
     """(description, mutated source) for every one-token change of the given kinds."""
+    import io
+    import tokenize  # here, not at the top: start-up time counts on every other task
     lines = source.splitlines(keepends=True)
     tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
     for kind in ("comparison", "arithmetic", "number"):
@@ -148,6 +150,7 @@ def mutations(source, kinds):
 
 def parse_example(text):
     """`f(1, [2]) == 3` -> (args, expected), literals only."""
+    import ast
     call_text, _, expected_text = text.rpartition(" == ")
     call = ast.parse(call_text, mode="eval").body
     return [ast.literal_eval(a) for a in call.args], ast.literal_eval(expected_text)
@@ -233,6 +236,9 @@ def estimate(task):
 
 
 def main(argv):
+    if "EVALRIG_PROMPT" not in os.environ:
+        print(f"{BUILD}: EVALRIG_PROMPT is not set; this agent runs under evalrig (DESIGN §4)", file=sys.stderr)
+        return 2
     with open(os.environ["EVALRIG_PROMPT"], encoding="utf-8") as f:
         task = Task(f.read())
     if "--estimate" in argv:

@@ -1,3 +1,0 @@
-def in_range(x, lo, hi):
-    """Whether x lies in the closed range [lo, hi]."""
-    return lo < x <= hi
