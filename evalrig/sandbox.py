@@ -446,33 +446,41 @@ def _parent_dirs(targets: list[Path]) -> list[str]:
     return args
 
 
-def _inner_chain(uid: int | None, limits: list[str]) -> list[str]:
-    """setpriv (to the slot uid, every capability gone) and prlimit, both exec in place."""
-    chain: list[str] = []
-    if uid is not None:
-        chain += [
-            "/usr/bin/setpriv",
-            f"--reuid={uid}",
-            f"--regid={uid}",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            "--",
-        ]
-    if limits:
-        chain += ["/usr/bin/prlimit", *limits, "--"]
-    return chain
+def _setpriv(uid: int | None) -> list[str]:
+    """setpriv to the slot uid with every capability gone (execs in place)."""
+    if uid is None:
+        return []
+    return [
+        "/usr/bin/setpriv",
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--",
+    ]
 
 
-def _limits(spec: Launch, own_uid: bool) -> list[str]:
-    limits: list[str] = []
+def _rlimits(spec: Launch, own_uid: bool) -> list[tuple[int, int]]:
+    """The (resource, limit) pairs for this launch; see the module docstring on NPROC."""
+    limits: list[tuple[int, int]] = []
     if spec.memory_bytes is not None:
-        limits.append(f"--as={spec.memory_bytes}")
+        limits.append((resource.RLIMIT_AS, spec.memory_bytes))
     if spec.max_file_bytes is not None:
-        limits.append(f"--fsize={spec.max_file_bytes}")
+        limits.append((resource.RLIMIT_FSIZE, spec.max_file_bytes))
     if spec.max_processes is not None and own_uid:
-        limits.append(f"--nproc={spec.max_processes}")
+        limits.append((resource.RLIMIT_NPROC, spec.max_processes))
     return limits
+
+
+_PRLIMIT_FLAG = {resource.RLIMIT_AS: "--as", resource.RLIMIT_FSIZE: "--fsize"}
+
+
+def _prlimit(limits: list[tuple[int, int]]) -> list[str]:
+    """util-linux prlimit setting the limits and exec-ing the rest of the argv."""
+    if not limits:
+        return []
+    return ["/usr/bin/prlimit", *(f"{_PRLIMIT_FLAG[r]}={v}" for r, v in limits), "--"]
 
 
 @dataclass(frozen=True)
@@ -481,7 +489,8 @@ class _Plan:
     popen_cwd: Path | None
     containment: Literal["namespace", "subreaper"]
     uid: int | None
-    info_fd: bool = False  # bwrap: ask for its init's host pid (--info-fd)
+    handshake: bool = False  # bwrap: --info-fd (its init's host pid) and --block-fd
+    rlimits: tuple[tuple[int, int], ...] = ()  # set on bwrap's init while it is held
 
 
 def _plan(spec: Launch) -> _Plan:
@@ -492,12 +501,14 @@ def _plan(spec: Launch) -> _Plan:
         binds = [("ro", Path(p)) for p in spec.ro_paths] + [("rw", Path(p)) for p in spec.rw_paths]
         tmp_size = spec.disk_watch[1] if spec.disk_watch and _bwrap_has_size(bwrap) else None
         prefix = _bwrap_prefix(bwrap, spec.cwd, binds, spec.network, tmp_size)
-        chain = _inner_chain(uid, _limits(spec, own_uid=uid is not None))
+        chain = _setpriv(uid)
         if "PWD" not in spec.env:
             chain += ["/usr/bin/env", "-u", "PWD", "--"]  # bwrap always sets PWD
-        return _Plan(prefix + chain + list(spec.argv), None, "namespace", uid, info_fd=True)
+        limits = tuple(_rlimits(spec, own_uid=uid is not None))
+        argv = prefix + chain + list(spec.argv)
+        return _Plan(argv, None, "namespace", uid, handshake=True, rlimits=limits)
     unshare = _unshare_argv()
-    chain = _inner_chain(None, _limits(spec, own_uid=False))
+    chain = _prlimit(_rlimits(spec, own_uid=False))
     if unshare is None:
         return _Plan(chain + list(spec.argv), spec.cwd, "subreaper", None)
     return _Plan(unshare + chain + list(spec.argv), spec.cwd, "namespace", None)
@@ -651,43 +662,37 @@ class _Run:
             "stderr": CappedSink(spec.stderr_path, spec.max_output_bytes, secrets),
         }
         scanners = {name: StreamScanner(spec.scan_for) for name in sinks}
-        info_r, info_w = os.pipe() if self.plan.info_fd else (-1, -1)
+        shake = _Handshake(self.plan.rlimits) if self.plan.handshake else None
         argv = self.plan.argv
-        if info_w >= 0:  # bwrap tells the host pid of its init here
-            argv = [argv[0], "--info-fd", str(info_w), *argv[1:]]
+        if shake is not None:
+            argv = [argv[0], *shake.args(), *argv[1:]]
         # Linux charges the spawning process's peak RSS to the child at its first exec.
         rig_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         start = time.monotonic()
         try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=dict(spec.env),
-                cwd=self.plan.popen_cwd,
-                start_new_session=True,
-                pass_fds=(info_w,) if info_w >= 0 else (),
-            )
-        except OSError:
-            for sink in sinks.values():
-                sink.close()
-            if info_r >= 0:
-                os.close(info_r)
-            raise
-        finally:
-            if info_w >= 0:
-                os.close(info_w)
-        self.proc = proc
-        try:
-            status, usages = self._supervise(proc, sinks, scanners, start, info_r)
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=dict(spec.env),
+                    cwd=self.plan.popen_cwd,
+                    start_new_session=True,
+                    pass_fds=shake.child_fds() if shake else (),
+                )
+            finally:
+                if shake is not None:
+                    shake.spawned()
+            self.proc = proc
+            status, usages = self._supervise(proc, sinks, scanners, start, shake)
         finally:
             for sink in sinks.values():
                 sink.close()
             for fd in self.inner.values():
                 os.close(fd)
-            if info_r >= 0:
-                os.close(info_r)
+            if shake is not None:
+                shake.close()
         wall = time.monotonic() - start
         exit_code, sig = self._decode(status)
         peak = max(u.ru_maxrss for u in usages)
@@ -725,18 +730,18 @@ class _Run:
         sinks: dict[str, CappedSink],
         scanners: dict[str, StreamScanner],
         start: float,
-        info_r: int,
+        shake: _Handshake | None,
     ) -> tuple[int, list[resource.struct_rusage]]:
         assert proc.stdout is not None and proc.stderr is not None
         pidfd = os.pidfd_open(proc.pid)
         try:
-            self._pump_until_exit(proc, pidfd, sinks, scanners, start)
+            self._pump_until_exit(proc, pidfd, sinks, scanners, start, shake)
             _, status, rusage = os.wait4(proc.pid, 0)
             proc.returncode = status  # Popen must not wait for it again
-            if info_r >= 0:
-                # The writer is gone with bwrap; its init is our child (or zombie) now,
-                # so its pid cannot have been reused.
-                self._adopt(_info_child_pid(info_r))
+            if shake is not None:
+                # bwrap is gone; its init is our child (or zombie) now, so its pid
+                # cannot have been reused.
+                self._adopt(shake.finish())
             return status, [rusage, *self._reap_inner()]
         finally:
             os.close(pidfd)
@@ -754,6 +759,7 @@ class _Run:
         sinks: dict[str, CappedSink],
         scanners: dict[str, StreamScanner],
         start: float,
+        shake: _Handshake | None,
     ) -> None:
         """Read both pipes to their end and watch the limits until the top process exits."""
         assert proc.stdout is not None and proc.stderr is not None
@@ -767,6 +773,8 @@ class _Run:
                 os.set_blocking(pipe.fileno(), False)
                 selector.register(pipe.fileno(), selectors.EVENT_READ, name)
             selector.register(pidfd, selectors.EVENT_READ, "exit")
+            if shake is not None:
+                selector.register(shake.info_r, selectors.EVENT_READ, "info")
             ended_at: float | None = None  # when the top process exited
             open_pipes = 2
             while open_pipes or ended_at is None:
@@ -784,6 +792,11 @@ class _Run:
                         ended_at = time.monotonic()
                         if self.plan.containment == "subreaper":
                             _sweep_tagged(spec.attempt_tag, proc.pid)
+                    elif key.data == "info":
+                        assert shake is not None
+                        if not shake.on_readable():
+                            selector.unregister(shake.info_r)
+                            self._adopt(shake.pid)
                     elif not self._pump(key.fd, view, scanners[key.data], sinks[key.data]):
                         selector.unregister(key.fd)
                         open_pipes -= 1
@@ -857,14 +870,90 @@ class _Run:
         return usages
 
 
-def _info_child_pid(fd: int) -> int | None:
-    """The "child-pid" of bwrap's --info-fd JSON (read to the end: bwrap has exited)."""
-    chunks = []
-    while chunk := os.read(fd, 4096):
-        chunks.append(chunk)
+class _Handshake:
+    """bwrap's --info-fd and --block-fd.
+
+    bwrap writes the host pid of its init to the info pipe and closes it; the init then
+    waits on the block pipe before it forks the agent. The rig sets the rlimits on the
+    init in that pause (the agent inherits them), which spares a `prlimit` exec per
+    attempt, then releases it.
+    """
+
+    def __init__(self, rlimits: tuple[tuple[int, int], ...]) -> None:
+        self.rlimits = rlimits
+        self.info_r, self._info_w = os.pipe()
+        self._block_r, self._block_w = os.pipe() if rlimits else (-1, -1)
+        self._text = b""
+        self._read_all = False
+        self.pid: int | None = None
+
+    def args(self) -> list[str]:
+        args = ["--info-fd", str(self._info_w)]
+        if self._block_r >= 0:
+            args += ["--block-fd", str(self._block_r)]
+        return args
+
+    def child_fds(self) -> tuple[int, ...]:
+        return tuple(fd for fd in (self._info_w, self._block_r) if fd >= 0)
+
+    def spawned(self) -> None:
+        """After the spawn: the child's ends belong to bwrap now."""
+        for name in ("_info_w", "_block_r"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+
+    def on_readable(self) -> bool:
+        """Read what bwrap wrote; at its end set the limits and release. False at EOF."""
+        chunk = os.read(self.info_r, 4096)
+        if chunk:
+            self._text += chunk
+            return True
+        self._read_all = True
+        self.pid = _child_pid(self._text)
+        if self.pid is not None:
+            try:
+                for which, value in self.rlimits:
+                    resource.prlimit(self.pid, which, (value, value))
+            except ProcessLookupError:
+                return False  # it died already
+            # Any other failure propagates: launch() kills the held sandbox, an infra error.
+            self._release()
+        return False
+
+    def finish(self) -> int | None:
+        """After bwrap exited: the init's pid, reading what is left of the info pipe."""
+        if not self._read_all:
+            os.set_blocking(self.info_r, True)
+            while self.on_readable():
+                pass
+        return self.pid
+
+    def _release(self) -> None:
+        if self._block_w >= 0:
+            try:
+                os.write(self._block_w, b"x")
+            except BrokenPipeError:
+                pass  # bwrap is gone
+            os.close(self._block_w)
+            self._block_w = -1
+
+    def close(self) -> None:
+        # Closing the block pipe unheld would let the init go on: by now every process of
+        # the sandbox is dead or being killed, so nothing unlimited can run.
+        for name in ("info_r", "_info_w", "_block_r", "_block_w"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+
+
+def _child_pid(info: bytes) -> int | None:
+    """The "child-pid" of bwrap's --info-fd JSON."""
     try:
-        pid = json.loads(b"".join(chunks)).get("child-pid")
-    except ValueError:
+        pid = json.loads(info).get("child-pid")
+    except (ValueError, AttributeError):
         return None
     return pid if isinstance(pid, int) else None
 
