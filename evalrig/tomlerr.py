@@ -61,7 +61,8 @@ def parse_toml(file: str, raw: bytes) -> TomlDoc | Problem:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
-        return Problem(file, f"not UTF-8 (byte {e.start})", None, line)
+        column = e.start - raw.rfind(b"\n", 0, e.start)
+        return Problem(file, f"not UTF-8 (column {column}); save the file as UTF-8", None, line)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

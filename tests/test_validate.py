@@ -379,3 +379,47 @@ def test_bundles_written_by_compare(tmp_path: Path, evalrig_home: Path) -> None:
     r = cli("validate", c)
     assert r.exit_code == 4
     assert f"{c}/comparison.json: digest sha256:" in r.stderr
+
+
+# -- finding the line of a key (evalrig.tomlerr) -----------------------------------------
+
+
+def test_key_lines() -> None:
+    from evalrig.tomlerr import key_lines, line_of
+
+    text = (
+        'id = "x"\n'                       # 1
+        'note = """\n'                     # 2
+        'kind = "not a key"\n'             # 3  inside a multi-line string
+        '"""\n'                            # 4
+        'resources.cpus = 2\n'             # 5  dotted key
+        '[verifier]  # the check\n'        # 6
+        'kind = "regex"\n'                 # 7
+        "'quoted key' = 1\n"               # 8
+        '[[runs]]\n'                       # 9
+        'n = 1\n'                          # 10
+    )
+    index = key_lines(text)
+    assert line_of(index, ("id",)) == 1
+    assert line_of(index, ("kind",)) is None
+    assert line_of(index, ("resources", "cpus")) == 5
+    assert line_of(index, ("verifier",)) == 6
+    assert line_of(index, ("verifier", "kind")) == 7
+    assert line_of(index, ("verifier", "pattern")) == 6  # missing: its table
+    assert line_of(index, ("verifier", "quoted key")) == 8
+    assert line_of(index, ("runs", "n")) == 10
+
+
+def test_syntax_error_at_the_end_of_the_file(tmp_path: Path) -> None:
+    tasks = good_tasks(tmp_path / "tasks")
+    task(tasks, "fixed", "x", 'tags = ["a",\n')
+    r = cli("validate", "--tasks", tasks)
+    assert r.exit_code == 4
+    assert f"{tasks}/fixed/x/task.toml:2: not valid TOML: " in r.stderr
+
+
+def test_not_utf8(tmp_path: Path) -> None:
+    tasks = good_tasks(tmp_path / "tasks")
+    d = task(tasks, "fixed", "x")
+    (d / "task.toml").write_bytes(b'id = "x"\ntags = ["\xff"]\n' + EXACT.encode())
+    assert_refused(cli("validate", "--tasks", tasks), d / "task.toml", ":2: not UTF-8 (column 10); save the file as UTF-8")
