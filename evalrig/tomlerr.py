@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from evalrig.errors import EvalrigError, Problem, invalid
+from evalrig.errors import EvalrigError, Problem
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -312,13 +312,3 @@ def validation_problems(
 def _key_path(field: str) -> tuple[str, ...]:
     """`verifier.command[0]` → ("verifier", "command")."""
     return tuple(p for p in re.sub(r"\[\d+\]", "", field).split(".") if p)
-
-
-def problems_or_raise(result: M | list[Problem], hint: str | None = None) -> M:
-    if isinstance(result, list):
-        raise_problems(result, hint)
-    return result
-
-
-def problem_error(p: Problem, hint: str | None = None) -> EvalrigError:
-    return invalid(p.message, file=p.file, field=p.field, line=p.line, hint=hint)
