@@ -36,10 +36,24 @@ Where no PID namespace can be made, the rig becomes a child subreaper, kills eve
 adopted process whose environment carries ``EVALRIG_ATTEMPT_ID=<attempt_tag>`` and reports
 ``containment="subreaper"`` (best effort: a process that rewrote its environment escapes).
 
-Limits: ``RLIMIT_AS`` and ``RLIMIT_FSIZE`` are set by ``prlimit`` in the argv chain (no
-Python runs in the child). ``RLIMIT_NPROC`` counts processes per real uid, so it is set
-only where the agent has a uid of its own (bwrap with a slot uid); elsewhere it would count
-every process of the rig's user and is skipped.
+Limits: ``RLIMIT_AS`` and ``RLIMIT_FSIZE`` (no Python runs in the child): under
+``process`` by util-linux ``prlimit`` in the argv chain; under ``bwrap`` on bubblewrap's
+init while it waits on ``--block-fd`` (the agent, forked after, inherits them).
+``RLIMIT_NPROC`` counts processes per real uid, so it is set only where the agent has a uid
+of its own (bwrap with a slot uid); elsewhere it would count every process of the rig's
+user and is skipped. Under bwrap ``/tmp`` is a tmpfs, capped at the disk-watch size only
+where bwrap has ``--size`` (0.9 and later); the disk watch itself sees the attempt root.
+
+The rig makes itself a child subreaper at its first launch: bubblewrap exits a moment
+before its init does, and the init (whose exit empties the namespace, and whose rusage
+holds the agent's) must come back to the rig to be waited for. launch() reaps exactly the
+processes it adopted, by pidfd; anything else the rig's other code orphans would also be
+reparented to the rig (none does today).
+
+Chain per level (each helper execs in place; only bwrap and unshare stay as parents):
+``unshare --pid --fork --kill-child [prlimit ...] AGENT`` and, as root,
+``bwrap ... -- setpriv --reuid=U ... -- env -u PWD -- AGENT`` (bwrap always sets ``PWD``;
+``env`` takes it out again so that the environment is exactly the one given).
 """
 
 from __future__ import annotations
@@ -556,6 +570,22 @@ def _unstartable(spec: Launch) -> str | None:
     return None
 
 
+def _missing_paths(spec: Launch) -> str | None:
+    """A directory the rig was asked to use that is not there (the rig's fault)."""
+    for name, paths in (
+        ("cwd", [spec.cwd]),
+        ("rw_paths", spec.rw_paths),
+        ("ro_paths", spec.ro_paths),
+    ):
+        for path in paths:
+            if not os.path.exists(path):
+                return f"{name}: {path} does not exist"
+    for name, path in (("stdout_path", spec.stdout_path), ("stderr_path", spec.stderr_path)):
+        if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            return f"{name}: the directory of {path} does not exist"
+    return None
+
+
 def _visible_in_sandbox(path: Path, spec: Launch) -> bool:
     abspath = Path(os.path.abspath(path))
     roots = [Path(p) for p in (*spec.rw_paths, *spec.ro_paths)]
@@ -626,6 +656,9 @@ def launch(spec: Launch) -> Finished:
     Never raises for the agent's behaviour. Returns with `error` set when nothing could be
     started (see Finished).
     """
+    missing = _missing_paths(spec)
+    if missing is not None:
+        return _failed(spec, missing, "infra")
     why = _unstartable(spec)
     if why is not None:
         return _failed(spec, why, "agent")
@@ -693,6 +726,11 @@ class _Run:
                 os.close(fd)
             if shake is not None:
                 shake.close()
+        if shake is not None and shake.pid is None and self.killed_for is None:
+            # bwrap ended before it made the sandbox: the agent never ran.
+            text = spec.stderr_path.read_bytes()[-2000:].decode(errors="replace").strip()
+            last = text.splitlines()[-1] if text else f"wait status {status}"
+            return _failed(spec, f"bwrap could not make the sandbox: {last}", "infra")
         wall = time.monotonic() - start
         exit_code, sig = self._decode(status)
         peak = max(u.ru_maxrss for u in usages)

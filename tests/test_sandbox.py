@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -565,3 +566,44 @@ def test_bwrap_program_outside_the_view_is_an_agent_error(bbox: Box, tmp_path: P
     assert finished.error_kind == "agent" and "not visible inside the bwrap sandbox" in (
         finished.error or ""
     )
+
+
+def test_a_missing_bind_path_is_the_rigs_error(box: Box, tmp_path: Path) -> None:
+    spec = box.spec("sandbox_env.py")
+    finished = launch(replace(spec, ro_paths=[*spec.ro_paths, tmp_path / "gone"]))
+    assert finished.error == f"ro_paths: {tmp_path / 'gone'} does not exist"
+    assert finished.error_kind == "infra"
+
+
+def test_bwrap_failing_before_the_sandbox_exists_is_the_rigs_error(
+    pbox: Box, tmp_path: Path
+) -> None:
+    fake = tmp_path / "fake-bwrap"
+    fake.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    spec = replace(pbox.spec("sandbox_env.py"), level="bwrap", bwrap_path=str(fake))
+    finished = launch(spec)
+    assert finished.error_kind == "infra" and finished.exit_code is None
+    assert finished.error == (
+        "bwrap could not make the sandbox: bwrap: No permissions to create a new namespace"
+    )
+
+
+def test_parallel_launches_keep_to_themselves(box: Box) -> None:
+    def one(i: int) -> tuple[int, Finished, str]:
+        spec = box.spec("sandbox_env.py", str(i), slot=i % 3)
+        spec = replace(
+            spec,
+            env={**spec.env, "N": str(i)},
+            stdout_path=box.root.parent / f"par{i}.out",
+            stderr_path=box.root.parent / f"par{i}.err",
+        )
+        return i, launch(spec), (box.root.parent / f"par{i}.out").read_text()
+
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(one, range(9)))
+    for i, finished, out in results:
+        assert finished.exit_code == i
+        assert json.loads(out)["env"]["N"] == str(i)
