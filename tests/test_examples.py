@@ -477,3 +477,15 @@ def test_usage_depends_on_the_prompt_not_the_seed(tmp_path: Path) -> None:
     a = attempt("candidate", task, 0, tmp_path / "a", seed=1)
     b = attempt("candidate", task, 3, tmp_path / "b", seed=99)
     assert a.passed and b.passed and a.usage is not None and a.usage == b.usage
+
+
+def test_bundled_tasks_match_their_builders(tmp_path: Path) -> None:
+    builder = EXAMPLES / "make_bundled_tasks.py"
+    check = subprocess.run([PYTHON, str(builder), "--check"], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stderr
+    # ... and the check can fail: an edited verifier copy is found.
+    copy = tmp_path / "tasks"
+    shutil.copytree(TASKS, copy)
+    (copy / "fixed" / "fix-in-range" / "verifier" / "check.py").write_text("# edited\n")
+    stale = subprocess.run([PYTHON, str(builder), "--check", "--tasks", str(copy)], capture_output=True, text=True, timeout=60)
+    assert stale.returncode == 1 and "fix-in-range/verifier/check.py: differs" in stale.stderr
