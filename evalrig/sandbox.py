@@ -51,7 +51,8 @@ processes it adopted, by pidfd; anything else the rig's other code orphans would
 reparented to the rig (none does today).
 
 Chain per level (each helper execs in place; only bwrap and unshare stay as parents):
-``unshare --pid --fork --kill-child [prlimit ...] AGENT`` and, as root,
+``setpriv --pdeathsig KILL -- unshare --pid --fork --kill-child [prlimit ...] AGENT`` (the
+setpriv makes unshare die with the rig, as bwrap's ``--die-with-parent`` does) and, as root,
 ``bwrap ... -- setpriv --reuid=U ... -- env -u PWD -- AGENT`` (bwrap always sets ``PWD``;
 ``env`` takes it out again so that the environment is exactly the one given).
 """
@@ -497,6 +498,9 @@ def _prlimit(limits: list[tuple[int, int]]) -> list[str]:
     return ["/usr/bin/prlimit", *(f"{_PRLIMIT_FLAG[r]}={v}" for r, v in limits), "--"]
 
 
+_PDEATHSIG = ["/usr/bin/setpriv", "--pdeathsig", "KILL", "--"]
+
+
 @dataclass(frozen=True)
 class _Plan:
     argv: list[str]
@@ -518,14 +522,16 @@ def _plan(spec: Launch) -> _Plan:
         chain = _setpriv(uid)
         if "PWD" not in spec.env:
             chain += ["/usr/bin/env", "-u", "PWD", "--"]  # bwrap always sets PWD
-        limits = tuple(_rlimits(spec, own_uid=uid is not None))
+        held = tuple(_rlimits(spec, own_uid=uid is not None))
         argv = prefix + chain + list(spec.argv)
-        return _Plan(argv, None, "namespace", uid, handshake=True, rlimits=limits)
+        return _Plan(argv, None, "namespace", uid, handshake=True, rlimits=held)
     unshare = _unshare_argv()
-    chain = _prlimit(_rlimits(spec, own_uid=False))
+    limits = _prlimit(_rlimits(spec, own_uid=False))
+    # setpriv --pdeathsig: the top process dies with the rig (bwrap's --die-with-parent).
     if unshare is None:
-        return _Plan(chain + list(spec.argv), spec.cwd, "subreaper", None)
-    return _Plan(unshare + chain + list(spec.argv), spec.cwd, "namespace", None)
+        return _Plan(_PDEATHSIG + limits + list(spec.argv), spec.cwd, "subreaper", None)
+    argv = _PDEATHSIG + unshare + limits + list(spec.argv)
+    return _Plan(argv, spec.cwd, "namespace", None)
 
 
 _size_cache: dict[str, bool] = {}

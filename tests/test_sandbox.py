@@ -251,12 +251,13 @@ def test_a_cancel_set_before_the_start_still_returns_interrupted(box: Box) -> No
 
 def test_no_file_descriptor_is_left_open(box: Box) -> None:
     launch(box.spec("sandbox_env.py"))  # the one-time probes are done
+    zombies = set(my_zombies())
     before = len(os.listdir("/proc/self/fd"))
     for code in ("0", "1"):
         launch(box.spec("sandbox_env.py", code))
     launch(box.spec("sandbox_hang.py", timeout_s=0.5))
     assert len(os.listdir("/proc/self/fd")) == before
-    assert my_zombies() == []  # the rig is a subreaper: it reaps what is reparented to it
+    assert set(my_zombies()) <= zombies  # the rig is a subreaper: it reaps what it adopts
 
 
 def my_zombies() -> list[int]:
@@ -299,7 +300,44 @@ def test_subreaper_fallback_kills_tagged_orphans(pbox: Box) -> None:
     assert tagged_alive(pbox.tag) == []
 
 
+def test_killing_the_rig_kills_the_attempt(box: Box) -> None:
+    """kill -9 of the rig mid-attempt: nothing of the attempt survives it."""
+    spec = box.spec("sandbox_hang.py", timeout_s=60)
+    zombies = set(my_zombies())
+    rig = subprocess.Popen([sys.executable, str(AGENTS / "sandbox_harness.py"), harness_args(spec)])
+    try:
+        # The hang agent and its grandchild, each carrying the tag (plus the helpers).
+        assert wait_for(lambda: len(tagged_alive(box.tag)) >= 3), "the attempt never started"
+    finally:
+        rig.kill()
+        rig.wait()
+    assert wait_for(lambda: tagged_alive(box.tag) == []), tagged_alive(box.tag)
+    for pid in set(my_zombies()) - zombies:  # reparented to this test process, a subreaper
+        os.waitpid(pid, 0)
+
+
+def wait_for(condition: Any, limit_s: float = 10.0) -> bool:
+    """Poll a condition of other processes (no event to wait on across them)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return bool(condition())
+
+
 def run_harness(spec: Launch, **extra: Any) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, str(AGENTS / "sandbox_harness.py"), harness_args(spec, **extra)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def harness_args(spec: Launch, **extra: Any) -> str:
     fields = {
         "argv": spec.argv,
         "cwd": str(spec.cwd),
@@ -317,14 +355,7 @@ def run_harness(spec: Launch, **extra: Any) -> dict[str, Any]:
         "bwrap_path": spec.bwrap_path,
         **extra,
     }
-    done = subprocess.run(
-        [sys.executable, str(AGENTS / "sandbox_harness.py"), json.dumps(fields)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return json.dumps(fields)
 
 
 # --------------------------------------------------------------------------- streams
