@@ -43,6 +43,25 @@ def append_line(path: Path, record: Any) -> None:
         os.close(fd)
 
 
+def append_lines(path: Path, records: list[Any]) -> None:
+    """Append several records with one write and one fsync (a group commit).
+
+    Each is still a whole canonical line; a crash mid-write can tear only the last.
+    """
+    if not records:
+        return
+    data = b"".join(canonical_line(r) for r in records)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Replace `path` with the canonical (indented) JSON of `obj`: temp file, sync, rename."""
     write_bytes_atomic(path, pretty_json(obj))

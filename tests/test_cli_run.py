@@ -109,11 +109,9 @@ def test_an_agent_error_counts_as_a_scored_failure(tmp_path: Path, evalrig_home:
     assert m.counts.agent_error == 2 and m.counts.unscored == 0
 
 
-def test_ray_is_not_available_yet_and_a_missing_secret_is_named(kit, tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_secret_is_refused_before_the_bundle(
+        kit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ck, tasks = kit
-    r = run(ck, tasks, tmp_path / "b", "--executor", "ray")
-    assert r.exit_code == 4 and "--executor ray: not available yet" in r.stderr
     monkeypatch.delenv("EVALRIG_TEST_KEY", raising=False)
     r = run(ck, tasks, tmp_path / "b", "--secret", "EVALRIG_TEST_KEY")
     assert r.exit_code == 4 and "--secret EVALRIG_TEST_KEY: not set" in r.stderr

@@ -116,7 +116,8 @@ def test_concurrent_attempts_get_distinct_slots_and_progress_is_reported(
     assert s.status == "complete"
     assert clashes == [] and seen == {0, 1, 2}
     assert rep.started_with == (6, 0)
-    assert [p.done for p in rep.events] == [1, 2, 3, 4, 5, 6]
+    done = [p.done for p in rep.events]  # one event per group of attempts that ended together
+    assert done == sorted(done) and done[-1] == 6 and len(done) == len(set(done))
     last = rep.events[-1]
     assert last.passed + last.failed == 6 and last.total == 6 and last.ran == 6
 

@@ -1,0 +1,197 @@
+"""Speed and memory of `evalrig run` (issue 3's targets), with a floor measured in the same run.
+
+    .venv/bin/python bench/bench_run.py [--quick]
+
+Figures:
+- attempts/s of 1,000 attempts of a no-op agent (`/bin/true`, an exact verifier) at
+  --jobs 2, under `process` (goal >= 150) and `bwrap` (goal >= 80);
+- the rig's cost per attempt against a floor: a bare loop, at the same two threads, that
+  copies the same checkpoint, starts the same command and appends four synced lines
+  (goal <= 3x);
+- the rig's peak RSS over a 10,000-attempt run (goal <= 150 MB);
+- planning the resume of a bundle that holds 50,000 results (goal <= 2 s).
+
+The rig runs as `python -m evalrig run` in a subprocess; its rate is taken from the
+manifest's created_at / finished_at, so interpreter start-up is not counted against it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from evalrig.bundle import append_line, load_run, write_json_atomic  # noqa: E402
+from evalrig.checkpoint import seal  # noqa: E402
+
+
+def make_inputs(root: Path, home: Path, tasks: int) -> tuple[Path, Path]:
+    ck = root / "ckpt"
+    (ck / "state").mkdir(parents=True)
+    (ck / "checkpoint.toml").write_text('name = "noop"\n[agent]\ncommand = ["/bin/true"]\n')
+    (ck / "state" / "notes.txt").write_text("a small checkpoint\n" * 20)
+    seal(ck, home, datetime(2026, 12, 1, tzinfo=UTC))
+    for i in range(tasks):
+        d = root / "tasks" / "fixed" / f"t{i:03d}"
+        d.mkdir(parents=True)
+        (d / "prompt.md").write_text("Do nothing.\n")
+        (d / "task.toml").write_text('[verifier]\nkind = "exact"\nexpected = "x"\n')
+    return ck, root / "tasks"
+
+
+def run_rig(ck: Path, tasks: Path, out: Path, repeat: int, sandbox: str, env: dict[str, str]) -> dict:
+    argv = [sys.executable, "-m", "evalrig", "run", "--checkpoint", str(ck), "--tasks", str(tasks),
+            "--out", str(out), "--repeat", str(repeat), "--jobs", "2", "--sandbox", sandbox,
+            "--json"]
+    p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True)
+    stderr = p.stderr
+    if p.returncode != 0:
+        raise SystemExit(f"rig failed ({p.returncode}): {stderr.decode()[-2000:]}")
+    m = load_run(out).manifest
+    assert m.finished_at is not None
+    wall = (m.finished_at - m.created_at).total_seconds()
+    return {"attempts": m.counts.attempts, "wall_s": wall, "rate": m.counts.attempts / wall}
+
+
+def floor(ck: Path, scratch: Path, n: int, jobs: int = 2) -> float:
+    """Attempts/s of the bare loop: copy the checkpoint, start the command, four synced lines."""
+    log = scratch / "floor.jsonl"
+    counter = iter(range(n))
+    lock = threading.Lock()
+    record = {"trial_id": "t:0", "attempt_id": "x", "status": "failed", "pad": "p" * 200}
+
+    def worker() -> None:
+        while True:
+            with lock:
+                i = next(counter, None)
+            if i is None:
+                return
+            root = scratch / f"a{i}"
+            shutil.copytree(ck, root / "agent")
+            (root / "out").mkdir()
+            subprocess.run(["/bin/true"], cwd=root / "agent", check=True)
+            for _ in range(4):
+                append_line(log, record)
+            shutil.rmtree(root)
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=worker) for _ in range(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return n / (time.monotonic() - t0)
+
+
+def peak_rss_mb(ck: Path, tasks: Path, out: Path, repeat: int, env: dict[str, str]) -> tuple[float, int]:
+    argv = [sys.executable, "-m", "evalrig", "run", "--checkpoint", str(ck), "--tasks", str(tasks),
+            "--out", str(out), "--repeat", str(repeat), "--jobs", "2", "--sandbox", "process",
+            "--json"]
+    p = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert p.stderr is not None
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise SystemExit(f"rig failed ({p.returncode}): {p.stderr.read().decode()[-2000:]}")
+    return usage.ru_maxrss / 1024, load_run(out).manifest.counts.attempts
+
+
+def resume_planning_s(root: Path, home: Path, n_results: int) -> float:
+    """Build a complete bundle of n_results results on a real task set, then time its resume."""
+    from evalrig.clock import utcnow
+    from evalrig.models.run import Actual, AttemptEvent, Canary, Estimate
+    from evalrig.runner import RunRequest, run_eval
+
+    tasks_n = 100
+    repeat = n_results // tasks_n
+    ck, tasks = make_inputs(root, home, tasks_n)
+    out = root / "big"
+    req = RunRequest(out=out, checkpoint=ck, tasks=tasks, repeat=1, sandbox="process", jobs=2)
+    s = run_eval(req, home, {})  # a real small bundle whose manifest we then scale up
+    b = load_run(out)
+    template = b.results[0]
+    from evalrig.plan import Filters, OutcomeSettings, build_plan
+    from evalrig.tasks import load_taskset
+
+    st = b.manifest.settings
+    plan = build_plan(load_taskset(tasks).tasks, b.manifest.checkpoint.id, repeat, 0,
+                      OutcomeSettings(st.timeout_scale, st.max_retries, st.sandbox, ()), Filters())
+    now = utcnow()
+    for name in ("attempts.jsonl", "estimates.jsonl", "actuals.jsonl", "results.jsonl"):
+        (out / name).unlink()
+    with open(out / "attempts.jsonl", "wb") as fa, open(out / "results.jsonl", "wb") as fr, \
+            open(out / "estimates.jsonl", "wb") as fe, open(out / "actuals.jsonl", "wb") as fc:
+        from evalrig.digest import canonical_line
+
+        for t in plan.trials:
+            aid = f"{t.task_id}-{t.rep}-1-0000"
+            ev = AttemptEvent(event="start", trial_id=t.trial_id, attempt_id=aid, attempt=1,
+                              task_id=t.task_id, rep=t.rep, at=now)
+            fa.write(canonical_line(ev))
+            fa.write(canonical_line(ev.model_copy(update={"event": "end", "status": "failed"})))
+            fe.write(canonical_line(Estimate(estimate_id="e", attempt_id=aid, trial_id=t.trial_id,
+                                             task_id=t.task_id, rep=t.rep, state="none", at=now)))
+            fc.write(canonical_line(Actual(trial_id=t.trial_id, attempt_id=aid, task_id=t.task_id,
+                                           rep=t.rep, wall_s=0.01, exit_code=0, timed_out=False,
+                                           usage_source="missing", stdout_bytes=0, stderr_bytes=0,
+                                           stdout_truncated=False, stderr_truncated=False)))
+            fr.write(canonical_line(template.model_copy(update={
+                "trial_id": t.trial_id, "attempt_id": aid, "task_id": t.task_id, "rep": t.rep,
+                "inputs_id": t.inputs_id, "canary": Canary(value="c", found=False)})))
+    m = b.manifest.model_copy(update={"repeat": repeat, "plan_digest": plan.digest})
+    write_json_atomic(out / "manifest.json", m)
+    del s
+    t0 = time.monotonic()
+    s2 = run_eval(RunRequest(out=out, checkpoint=ck, tasks=tasks, repeat=repeat,
+                             sandbox="process", jobs=2), home, {})
+    elapsed = time.monotonic() - t0
+    assert s2.kept == len(plan) == n_results and s2.ran == 0, (s2.kept, s2.ran)
+    return elapsed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smaller N for a fast look")
+    a = ap.parse_args()
+    n, n_rss, n_resume = (200, 1000, 5000) if a.quick else (1000, 10000, 50000)
+    tmp = Path(tempfile.mkdtemp(prefix="evalrig-bench-"))
+    home = tmp / "home"
+    env = dict(os.environ, EVALRIG_HOME=str(home))
+    os.environ["EVALRIG_HOME"] = str(home)
+    try:
+        ck, tasks = make_inputs(tmp / "in", home, 10)
+        fl = floor(ck, tmp / "floor", n)
+        print(f"floor (copy + start + 4 synced lines, 2 threads): {fl:7.1f} attempts/s")
+        for level, goal in (("process", 150), ("bwrap", 80)):
+            from evalrig.sandbox import resolve_level
+
+            if level == "bwrap" and resolve_level("auto").level != "bwrap":
+                print("bwrap: skipped (bubblewrap cannot run here)")
+                continue
+            r = run_rig(ck, tasks, tmp / f"run-{level}", n // 10, level, env)
+            print(f"{level:8s} {r['attempts']} attempts: {r['rate']:7.1f} attempts/s "
+                  f"(goal >= {goal}: {'ok' if r['rate'] >= goal else 'MISSED'}); "
+                  f"cost {fl / r['rate']:.2f}x the floor (goal <= 3x)")
+        rss, attempts = peak_rss_mb(ck, tasks, tmp / "run-rss", n_rss // 10, env)
+        print(f"peak RSS over {attempts} attempts: {rss:.1f} MB (goal <= 150: "
+              f"{'ok' if rss <= 150 else 'MISSED'})")
+        secs = resume_planning_s(tmp / "resume", home, n_resume)
+        print(f"planning the resume of {n_resume} results: {secs:.2f} s (goal <= 2: "
+              f"{'ok' if secs <= 2 else 'MISSED'})")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
