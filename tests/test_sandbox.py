@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -638,3 +639,61 @@ def test_parallel_launches_keep_to_themselves(box: Box) -> None:
     for i, finished, out in results:
         assert finished.exit_code == i
         assert json.loads(out)["env"]["N"] == str(i)
+
+
+@pytest.mark.parametrize("level", ["process", "bwrap"])
+def test_a_rig_that_is_not_root(level: str) -> None:
+    """The non-root forms: unshare with a user namespace; bwrap --unshare-all, own uid."""
+    if os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs root (to become uid 65534) and /usr/bin/python3")
+    scratch = Path(tempfile.mkdtemp(prefix="evalrig-nonroot-"))
+    try:
+        scratch.chmod(0o777)
+        tag = f"att-{os.urandom(6).hex()}"
+        fields = {
+            "argv": ["/bin/sh", "-c", "id -u; setsid sleep 600 & echo ready; exec sleep 600"],
+            "cwd": str(scratch),
+            "env": {"PATH": minimal_path(), "EVALRIG_ATTEMPT_ID": tag},
+            "level": level,
+            "rw_paths": [str(scratch)],
+            "ro_paths": [],
+            "network": False,
+            "timeout_s": 1.5,
+            "max_output_bytes": 4096,
+            "stdout_path": str(scratch / "stdout"),
+            "stderr_path": str(scratch / "stderr"),
+            "attempt_tag": tag,
+            "memory_bytes": 1 << 30,
+        }
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        probe = [
+            *nobody,
+            "/usr/bin/python3",
+            "-c",
+            "from evalrig import sandbox; print(sandbox.resolve_level('auto').level)",
+        ]
+        env = {"PATH": minimal_path(), "PYTHONPATH": str(REPO)}
+        got = subprocess.run(probe, capture_output=True, text=True, env=env, cwd=scratch)
+        if got.returncode != 0:
+            pytest.skip(
+                f"the system python cannot import evalrig as uid 65534: {got.stderr[-300:]}"
+            )
+        if level == "bwrap" and got.stdout.strip() != "bwrap":
+            pytest.skip("bwrap cannot run here without root (no unprivileged user namespaces)")
+        harness = [
+            *nobody,
+            "/usr/bin/python3",
+            str(AGENTS / "sandbox_harness.py"),
+            json.dumps(fields),
+        ]
+        done = subprocess.run(
+            harness, capture_output=True, text=True, env=env, cwd=scratch, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        finished = json.loads(done.stdout)["finished"]
+        assert finished["timed_out"] and finished["containment"] == "namespace"
+        inside_uid = "0" if level == "process" else "65534"  # --map-root-user vs own uid
+        assert (scratch / "stdout").read_text() == f"{inside_uid}\nready\n"
+        assert tagged_alive(tag) == []
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
