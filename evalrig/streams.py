@@ -5,8 +5,8 @@ rig in bounded memory (DESIGN §4, Limits and The canary):
 
 - `StreamScanner` looks for canary values in the *complete* stream (before capping), in
   plain, base64 (standard and URL-safe, at all three byte alignments, inside longer
-  base64 text) and hex (lower and upper case) form. `scan()` does the same for a whole
-  buffer (evidence files).
+  base64 text) and hex (lower and upper case) form, the encoded forms also when wrapped
+  or spaced out. `scan()` does the same for a whole buffer (evidence files).
 - `Redactor` replaces secret values by ``[REDACTED:NAME]`` in what is kept, also when a
   value is split across two reads.
 - `CappedSink` keeps at most N bytes of the redacted stream in a file, counts the rest
@@ -66,38 +66,72 @@ def _all_forms(needles: Sequence[bytes]) -> list[bytes]:
     return forms
 
 
+# Encoders wrap their output (`base64` at 76 columns, `xxd -p` at 60) or space it out
+# (`65 76 61`): the encoded forms are also looked for with this whitespace taken out.
+_WHITESPACE = b" \t\r\n"
+_WHITESPACE_BYTES = [bytes([b]) for b in _WHITESPACE]
+
+
+def _encoded_only(needles: Sequence[bytes]) -> list[bytes]:
+    plain = set(needles)
+    return [form for form in _all_forms(needles) if form not in plain]
+
+
 def scan(data: bytes, needles: Sequence[bytes]) -> bool:
-    """Whether any needle occurs in `data` in plain, base64 or hex form."""
-    return any(form in data for form in _all_forms(needles))
+    """Whether any needle occurs in `data` in plain, base64 or hex form.
+
+    The base64 and hex forms are also found when whitespace or line breaks are
+    interspersed (wrapped encoder output).
+    """
+    if any(form in data for form in _all_forms(needles)):
+        return True
+    squeezed = data.translate(None, _WHITESPACE)
+    return any(form in squeezed for form in _encoded_only(needles))
 
 
-class StreamScanner:
-    """`scan()` over a stream fed in chunks; a needle split across chunks is still found.
+class _Window:
+    """Finds any of `forms` in a stream fed in chunks, also across chunk boundaries.
 
     Only the last (longest form − 1) bytes of the previous chunk are kept between feeds,
     so memory stays flat whatever the stream's length.
     """
 
-    def __init__(self, needles: Sequence[bytes]) -> None:
-        self._forms = _all_forms(needles)
-        self._overlap = max((len(f) for f in self._forms), default=1) - 1
+    def __init__(self, forms: list[bytes]) -> None:
+        self._forms = forms
+        self._overlap = max((len(f) for f in forms), default=1) - 1
         self._tail = b""
-        self.found = False
 
-    def feed(self, chunk: bytes) -> None:
-        if self.found or not self._forms or not chunk:
-            return
+    def found_in(self, chunk: bytes) -> bool:
+        if not self._forms or not chunk:
+            return False
         # A form that straddles the boundary lies within tail + the chunk's head.
         seam = self._tail + chunk[: self._overlap]
         if any(form in seam for form in self._forms) or any(form in chunk for form in self._forms):
-            self.found = True
-            return
+            return True
         if self._overlap:
-            self._tail = (
-                (self._tail + chunk)[-self._overlap :]
-                if len(chunk) < self._overlap
-                else chunk[-self._overlap :]
-            )
+            joined = self._tail + chunk if len(chunk) < self._overlap else chunk
+            self._tail = joined[-self._overlap :]
+        return False
+
+
+class StreamScanner:
+    """`scan()` over a stream fed in chunks; a needle split across chunks is still found."""
+
+    def __init__(self, needles: Sequence[bytes]) -> None:
+        plain = [n for n in dict.fromkeys(needles) if n]
+        # An unbroken encoded form survives the squeezing, so it is looked for only there.
+        self._raw = _Window(plain)
+        self._squeezed = _Window(_encoded_only(plain))
+        self._active = bool(plain)
+        self.found = False
+
+    def feed(self, chunk: bytes) -> None:
+        if self.found or not self._active or not chunk:
+            return
+        squeezed = chunk
+        if any(ws in chunk for ws in _WHITESPACE_BYTES):  # a copy only where it changes
+            squeezed = chunk.translate(None, _WHITESPACE)
+        self.found = self._raw.found_in(chunk) or self._squeezed.found_in(squeezed)
 
 
 class Redactor:

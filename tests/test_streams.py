@@ -41,6 +41,29 @@ def test_urlsafe_base64_found(offset: int) -> None:
     assert scan(blob, [needle])
 
 
+def wrapped(text: bytes, width: int, sep: bytes = b"\n") -> bytes:
+    return sep.join(text[i : i + width] for i in range(0, len(text), width))
+
+
+@pytest.mark.parametrize("offset", range(40))
+def test_wrapped_base64_is_found(offset: int) -> None:
+    """`base64` wraps at 76 columns; the canary may straddle a line break."""
+    blob = base64.b64encode(b"p" * offset + CANARY + b"s" * 30)
+    assert scan(wrapped(blob, 76), [CANARY]) and scan(wrapped(blob, 76, b"\r\n"), [CANARY])
+
+
+def test_wrapped_and_spaced_hex_is_found() -> None:
+    hex_text = (b"\x00" * 7 + CANARY).hex().encode()
+    assert scan(wrapped(hex_text, 60), [CANARY])  # xxd -p
+    assert scan(b" ".join(hex_text[i : i + 2] for i in range(0, len(hex_text), 2)), [CANARY])
+
+
+@given(size=st.integers(min_value=1, max_value=80))
+def test_stream_scanner_finds_wrapped_base64_across_chunks(size: int) -> None:
+    data = b"log: " + wrapped(base64.b64encode(b"q" + CANARY + b"tail"), 20) + b"\n"
+    assert feed_all(StreamScanner([CANARY]), data, size)
+
+
 def test_unrelated_text_is_not_a_finding() -> None:
     assert not scan(base64.b64encode(os.urandom(4096)) + os.urandom(4096).hex().encode(), [CANARY])
     assert not scan(b"evalrig-canary-7f3a9c0e51d24b6", [CANARY])  # one byte short
