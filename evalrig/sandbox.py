@@ -22,7 +22,7 @@ Two levels:
     explicit view and nothing else: ``/usr`` read-only, the ``/bin``, ``/lib*``, ``/sbin``
     links as on the host, a few files of ``/etc`` (`ETC_FILES`), the interpreter prefix
     and ``ro_paths`` read-only, ``rw_paths`` read-write, each at its host path; a fresh
-    ``/proc``, ``/dev`` and ``/tmp``. The tasks, the verifiers, other attempts, the bundles,
+    ``/proc``, ``/dev``, ``/dev/shm`` and ``/tmp``. The tasks, the verifiers, other attempts, the bundles,
     ``$EVALRIG_HOME``, ``/root`` and ``/work`` are absent. ``--die-with-parent``,
     ``--new-session``, all capabilities dropped. When the rig is root the agent runs as the
     unprivileged host uid/gid ``BASE_UID + slot`` (dropped to by util-linux ``setpriv`` inside
@@ -421,10 +421,13 @@ def _bwrap_prefix(
     args += ["--perms", "0755", "--dir", "/etc"]  # else bwrap makes it 0700
     for entry in ETC_FILES:
         args += ["--ro-bind-try", entry, entry]
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777"]
-    if tmp_size is not None:
-        args += ["--size", str(tmp_size)]
-    args += ["--tmpfs", "/tmp"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    # Writable by the slot uid: /tmp, and /dev/shm (POSIX semaphores: multiprocessing).
+    for scratch in ("/tmp", "/dev/shm"):
+        args += ["--perms", "1777"]
+        if tmp_size is not None:
+            args += ["--size", str(tmp_size)]
+        args += ["--tmpfs", scratch]
     # Parents before children, so a read-only bind inside a read-write one stays on top.
     ordered = sorted(binds, key=lambda b: (len(b[1].parts), str(b[1])))
     args += _parent_dirs([path for _, path in ordered])
@@ -841,6 +844,8 @@ class _Run:
                         if not shake.on_readable():
                             selector.unregister(shake.info_r)
                             self._adopt(shake.pid)
+                            if watch is not None and shake.pid is not None:
+                                watch.see_sandbox(shake.pid)
                     elif not self._pump(key.fd, view, scanners[key.data], sinks[key.data]):
                         selector.unregister(key.fd)
                         open_pipes -= 1
@@ -1026,20 +1031,38 @@ def _widen_pipe(fd: int) -> None:
 
 
 class _DiskWatch:
-    """Polls a tree's size; the interval grows with the cost of one walk."""
+    """Polls the attempt's disk use; the interval grows with the cost of one walk.
+
+    The use is the watched tree plus, under bwrap, what the sandbox's own tmpfs mounts
+    (/tmp and /dev/shm) hold: those are RAM, invisible from the tree,
+    and bwrap before 0.9 cannot cap /tmp's size. They are read through /proc/PID/root of
+    the sandbox's init, one statvfs each.
+    """
 
     def __init__(self, watch: tuple[Path, int]) -> None:
         self.root, self.limit = watch
         self.next_at = time.monotonic()
+        self.mounts: list[str] = []
+
+    def see_sandbox(self, init_pid: int) -> None:
+        self.mounts = [f"/proc/{init_pid}/root/tmp", f"/proc/{init_pid}/root/dev/shm"]
 
     def exceeded(self, now: float) -> bool:
         if now < self.next_at:
             return False
         began = time.monotonic()
-        size = _tree_bytes(self.root)
+        size = _tree_bytes(self.root) + sum(_mount_used(m) for m in self.mounts)
         cost = time.monotonic() - began
         self.next_at = time.monotonic() + max(0.075, 10 * cost)
         return size > self.limit
+
+
+def _mount_used(path: str) -> int:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 0  # the sandbox is gone, or not ours to look into
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
 def _sweep_tagged(tag: str, direct_child: int) -> None:

@@ -452,6 +452,28 @@ def test_disk_filler_is_killed(box: Box) -> None:
     assert tagged_alive(box.tag) == []
 
 
+@pytest.mark.parametrize("where", ["/tmp", "/dev/shm"])
+def test_bwrap_disk_filler_in_its_own_tmpfs_is_killed(bbox: Box, where: str) -> None:
+    """/tmp and /dev/shm are RAM in the sandbox, outside the watched tree."""
+    spec = bbox.spec("sandbox_fill.py", f"{where}/fill.bin", disk_watch=(bbox.root, 8 << 20))
+    finished = launch(spec)
+    assert finished.killed_for == "disk" and not finished.timed_out
+    assert tagged_alive(bbox.tag) == []
+
+
+def test_multiprocessing_works(box: Box) -> None:
+    """POSIX semaphores need a writable /dev/shm, also for a slot uid."""
+    script = (
+        "import multiprocessing as mp\n"
+        "if __name__ == '__main__':\n"
+        "    with mp.get_context('fork').Pool(2) as pool:\n"
+        "        print(sum(pool.map(abs, [-1, -2, 3])))\n"
+    )
+    finished = launch(replace(box.spec("sandbox_env.py"), argv=[PY, "-I", "-c", script]))
+    assert finished.exit_code == 0, box.stderr()
+    assert box.stdout() == "6\n"
+
+
 def test_file_size_limit_stops_one_big_file(box: Box) -> None:
     spec = box.spec("sandbox_fill.py", str(box.root / "work" / "big.bin"), max_file_bytes=3 << 20)
     finished = launch(spec)
