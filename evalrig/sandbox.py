@@ -469,7 +469,7 @@ def _setpriv(uid: int | None) -> list[str]:
     if uid is None:
         return []
     return [
-        "/usr/bin/setpriv",
+        _tool("setpriv") or "setpriv",  # missing: the probe fails and says so
         f"--reuid={uid}",
         f"--regid={uid}",
         "--clear-groups",
@@ -498,10 +498,26 @@ def _prlimit(limits: list[tuple[int, int]]) -> list[str]:
     """util-linux prlimit setting the limits and exec-ing the rest of the argv."""
     if not limits:
         return []
-    return ["/usr/bin/prlimit", *(f"{_PRLIMIT_FLAG[r]}={v}" for r, v in limits), "--"]
+    prlimit = _tool("prlimit")
+    if prlimit is None:
+        return []  # the limits are "where the platform allows" (DESIGN §4)
+    return [prlimit, *(f"{_PRLIMIT_FLAG[r]}={v}" for r, v in limits), "--"]
 
 
-_PDEATHSIG = ["/usr/bin/setpriv", "--pdeathsig", "KILL", "--"]
+def _pdeathsig() -> list[str]:
+    """setpriv --pdeathsig: the top process dies with the rig (as bwrap --die-with-parent)."""
+    setpriv = _tool("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
+
+
+_tools: dict[str, str | None] = {}
+
+
+def _tool(name: str) -> str | None:
+    """A util-linux/coreutils helper on the minimal PATH (looked up once)."""
+    if name not in _tools:
+        _tools[name] = shutil.which(name, path=_MINIMAL_PATH)
+    return _tools[name]
 
 
 @dataclass(frozen=True)
@@ -524,16 +540,15 @@ def _plan(spec: Launch) -> _Plan:
         prefix = _bwrap_prefix(bwrap, spec.cwd, binds, spec.network, tmp_size)
         chain = _setpriv(uid)
         if "PWD" not in spec.env:
-            chain += ["/usr/bin/env", "-u", "PWD", "--"]  # bwrap always sets PWD
+            chain += [_tool("env") or "env", "-u", "PWD", "--"]  # bwrap always sets PWD
         held = tuple(_rlimits(spec, own_uid=uid is not None))
         argv = prefix + chain + list(spec.argv)
         return _Plan(argv, None, "namespace", uid, handshake=True, rlimits=held)
     unshare = _unshare_argv()
     limits = _prlimit(_rlimits(spec, own_uid=False))
-    # setpriv --pdeathsig: the top process dies with the rig (bwrap's --die-with-parent).
     if unshare is None:
-        return _Plan(_PDEATHSIG + limits + list(spec.argv), spec.cwd, "subreaper", None)
-    argv = _PDEATHSIG + unshare + limits + list(spec.argv)
+        return _Plan(_pdeathsig() + limits + list(spec.argv), spec.cwd, "subreaper", None)
+    argv = _pdeathsig() + unshare + limits + list(spec.argv)
     return _Plan(argv, spec.cwd, "namespace", None)
 
 
