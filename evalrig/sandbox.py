@@ -22,8 +22,9 @@ Two levels:
     explicit view and nothing else: ``/usr`` read-only, the ``/bin``, ``/lib*``, ``/sbin``
     links as on the host, a few files of ``/etc`` (`ETC_FILES`), the interpreter prefix
     and ``ro_paths`` read-only, ``rw_paths`` read-write, each at its host path; a fresh
-    ``/proc``, ``/dev``, ``/dev/shm`` and ``/tmp``. The tasks, the verifiers, other attempts, the bundles,
-    ``$EVALRIG_HOME``, ``/root`` and ``/work`` are absent. ``--die-with-parent``,
+    ``/proc``, ``/dev``, ``/dev/shm`` and ``/tmp``. The tasks, the verifiers, other
+    attempts, the bundles, ``$EVALRIG_HOME``, ``/root`` and ``/work`` are absent (only the
+    empty directories leading down to a bound path exist). ``--die-with-parent``,
     ``--new-session``, all capabilities dropped. When the rig is root the agent runs as the
     unprivileged host uid/gid ``BASE_UID + slot`` (dropped to by util-linux ``setpriv`` inside
     the sandbox, so the uid is real: files it writes are owned by it and RLIMIT_NPROC counts
@@ -41,8 +42,11 @@ Limits: ``RLIMIT_AS`` and ``RLIMIT_FSIZE`` (no Python runs in the child): under
 init while it waits on ``--block-fd`` (the agent, forked after, inherits them).
 ``RLIMIT_NPROC`` counts processes per real uid, so it is set only where the agent has a uid
 of its own (bwrap with a slot uid); elsewhere it would count every process of the rig's
-user and is skipped. Under bwrap ``/tmp`` is a tmpfs, capped at the disk-watch size only
-where bwrap has ``--size`` (0.9 and later); the disk watch itself sees the attempt root.
+user and is skipped. The disk watch polls the watched tree and, under bwrap, the use of
+the sandbox's ``/tmp`` and ``/dev/shm`` tmpfs (RAM); where bwrap has ``--size`` (0.9 and
+later) those are also capped at the disk-watch size. As root, bwrap gets no user namespace
+(``--unshare-all`` would make one, in which the slot uid does not exist), so the
+namespaces are listed one by one.
 
 The rig makes itself a child subreaper at its first launch: bubblewrap exits a moment
 before its init does, and the init (whose exit empties the namespace, and whose rusage
@@ -172,10 +176,12 @@ class Launch:
 class Finished:
     """What happened to one launched process.
 
-    `error` is set only when nothing was started. It says why: an argv[0] that cannot be
-    found or executed (in the sandbox's view, for bwrap) is the agent's fault, so the
-    caller records an ``agent_error``; the rig could not fork, make a pipe, or prepare the
-    paths (`error_kind` says which: "agent" or "infra") is an ``infra_error``.
+    `error` is set only when the agent never ran, and `error_kind` says whose fault that
+    is. "agent": its argv[0] cannot be found or executed (in the sandbox's view, for
+    bwrap): the checkpoint names a program that is not there, so the caller records an
+    ``agent_error``. "infra": a path the rig passed does not exist, the rig could not
+    fork, chown or make a pipe, or bwrap failed before it made the sandbox: an
+    ``infra_error``, worth another attempt.
 
     `cpu_s` and `peak_rss` come from os.wait4 of the direct child, which includes every
     descendant it reaped. Linux starts that child's peak RSS at the rig's own peak (the

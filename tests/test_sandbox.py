@@ -6,9 +6,11 @@ bwrap tests skip, saying why, where bubblewrap cannot run; they never pass vacuo
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -299,6 +301,27 @@ def test_subreaper_fallback_kills_tagged_orphans(pbox: Box) -> None:
     assert finished["containment"] == "subreaper" and finished["timed_out"]
     assert pbox.stdout() == "ready\n"
     assert tagged_alive(pbox.tag) == []
+
+
+def test_subreaper_fallback_does_not_hang_on_an_escapee(pbox: Box) -> None:
+    """Best effort, as recorded: a process that dropped the tag from its environment
+    escapes the fallback; launch() still returns soon after the agent, not at its limit."""
+    script = (
+        "import subprocess; "
+        "p = subprocess.Popen(['sleep', '600'], env={}, start_new_session=True); "
+        "print(p.pid, flush=True)"
+    )
+    spec = replace(pbox.spec("sandbox_env.py", timeout_s=30), argv=[PY, "-I", "-c", script])
+    out = run_harness(spec, force_subreaper=True)
+    escapee = int(pbox.stdout())
+    try:
+        finished = out["finished"]
+        assert finished["containment"] == "subreaper" and finished["exit_code"] == 0
+        assert not finished["timed_out"] and finished["wall_s"] < 10
+    finally:
+        os.kill(escapee, signal.SIGKILL)  # the test's own leftover: it holds no tag
+        with contextlib.suppress(ChildProcessError):  # reparented here if we subreap
+            os.waitpid(escapee, 0)
 
 
 def test_killing_the_rig_kills_the_attempt(box: Box) -> None:
