@@ -38,9 +38,9 @@ from evalrig.bundle import (
     MANIFEST,
     RUN_JSONL,
     BundleLock,
+    Journal,
     RunBundle,
     append_line,
-    append_lines,
     cut_torn_tail,
     file_digests,
     load_run,
@@ -578,6 +578,13 @@ class Launch:
     spec: Any  # the AttemptSpec, once prepared
 
 
+@dataclass
+class Collected:
+    records: list[tuple[Launch, Actual, Result]] = field(default_factory=list)
+    ended: list[tuple[Launch, str]] = field(default_factory=list)
+    jobs: list[Job] = field(default_factory=list)
+
+
 class Run:
     """One process's turn at a bundle: launches attempts and records what they give back.
 
@@ -606,46 +613,62 @@ class Run:
         self.ran = 0
         self.t0 = time.monotonic()
         (out / ATTEMPTS_DIR).mkdir(exist_ok=True)
+        self.journal = Journal(out, RUN_JSONL)
 
     def execute(self, trials: list[Trial]) -> None:
+        """Launch and record until every trial has run (or a stop was asked for).
+
+        Each turn of the loop has one sync point: the records that must be on disk before
+        something else happens (start and estimate lines before an attempt is handed out,
+        actuals and results before their end lines) are written, then every file written
+        is fsync'd at once, in parallel. End lines are written after that point and synced
+        at the next one (or when the loop ends); a crash in between is repaired on resume
+        from the result lines, which are already on disk.
+        """
         pending = deque(Launch(t, self.book.last_attempt.get(t.trial_id, 0) + 1,
                                self.settings.max_retries, None) for t in trials)
         try:
-            while pending or self.inflight:
+            while True:
+                got = self.collect(self.executor.wait(WAIT_S)) if self.inflight else Collected()
+                pending.extendleft(reversed([self._next(i) for i, _, r in got.records
+                                             if self._retry(i, r)]))
                 if not self.stop.event.is_set():
-                    self.launch(pending)
-                if not self.inflight:
-                    break
-                retries = self.handle(self.executor.wait(WAIT_S))
-                pending.extendleft(reversed(retries))
+                    got.jobs += self.launch(pending)
+                self.journal.write("actuals.jsonl", [a for _, a, _ in got.records])
+                self.journal.write("results.jsonl", [r for _, _, r in got.records])
+                self.journal.sync()
+                for job in got.jobs:
+                    self.executor.submit(job)
+                self.record_ends(got)
                 if self.stop.event.is_set():
                     self.executor.cancel()
+                if not self.inflight and (not pending or self.stop.event.is_set()):
+                    break
         finally:
             if self.inflight:  # leaving on an error: stop the attempts before waiting for them
                 self.stop.event.set()
                 self.executor.cancel()
             self.executor.close()
+            self.journal.close()
 
     # launching
 
-    def launch(self, pending: deque[Launch]) -> None:
+    def launch(self, pending: deque[Launch]) -> list[Job]:
+        """Start lines (and inline estimates) for as many attempts as there are free slots."""
         items = []
         while pending and self.free_slots:
             items.append(self._prepare(pending.popleft()))
         if not items:
-            return
-        append_lines(self.out / "attempts.jsonl", [self._event("start", i, None) for i in items])
+            return []
+        self.journal.write("attempts.jsonl", [self._event("start", i, None) for i in items])
         for i in items:
             self.book.started(i.trial.trial_id, i.n)
             self.inflight[i.spec.attempt_id] = i
         if self.estimate_inline:
-            ests = [self.work.estimate(i.spec, _estimate_id(), utcnow()) for i in items]
-            append_lines(self.out / "estimates.jsonl", ests)
-            for i in items:
-                self.executor.submit(Job("attempt", i.spec))
-        else:
-            for i in items:
-                self.executor.submit(Job("estimate", i.spec, estimate_id=_estimate_id()))
+            self.journal.write("estimates.jsonl",
+                               [self.work.estimate(i.spec, _estimate_id(), utcnow()) for i in items])
+            return [Job("attempt", i.spec) for i in items]
+        return [Job("estimate", i.spec, estimate_id=_estimate_id()) for i in items]
 
     def _prepare(self, item: Launch) -> Launch:
         t = item.trial
@@ -670,48 +693,51 @@ class Run:
 
     # recording what comes back
 
-    def handle(self, batch: list[Done]) -> list[Launch]:
-        """Record a batch of finished jobs; returns the retries to launch first."""
+    def collect(self, batch: list[Done]) -> Collected:
+        """Take in a batch of finished jobs: stage estimates and the attempts they release,
+        the records of finished attempts, and free those attempts' slots."""
+        got = Collected()
         estimated = [d for d in batch if d.job.kind == "estimate"]
-        finished = [d for d in batch if d.job.kind == "attempt"]
-        ended: list[tuple[Launch, str]] = []
         if estimated:
             items = [self.inflight[d.job.spec.attempt_id] for d in estimated]
-            append_lines(self.out / "estimates.jsonl",
-                         [d.estimate or self._missing_estimate(d, i) for d, i in zip(estimated, items, strict=True)])
+            self.journal.write("estimates.jsonl",
+                               [d.estimate or self._missing_estimate(d, i)
+                                for d, i in zip(estimated, items, strict=True)])
             for i in items:
                 if self.stop.event.is_set():
-                    ended.append((i, "interrupted"))
+                    got.ended.append((i, "interrupted"))
                 else:
-                    self.executor.submit(Job("attempt", i.spec))
-        records = []
-        for d in finished:
-            item = self.inflight[d.job.spec.attempt_id]
-            actual, result = (d.outcome.actual, d.outcome.result) if d.outcome is not None \
-                else self._rig_fault(d, item)
-            records.append((item, actual, result))
-        append_lines(self.out / "actuals.jsonl", [a for _, a, _ in records])
-        append_lines(self.out / "results.jsonl", [r for _, _, r in records])
-        for item, _, result in records:
+                    got.jobs.append(Job("attempt", i.spec))
+        for d in batch:
+            if d.job.kind == "attempt":
+                item = self.inflight[d.job.spec.attempt_id]
+                actual, result = (d.outcome.actual, d.outcome.result) if d.outcome is not None \
+                    else self._rig_fault(d, item)
+                got.records.append((item, actual, result))
+                got.ended.append((item, result.status))
+        for item, _ in got.ended:
+            del self.inflight[item.spec.attempt_id]
+            self.free_slots.append(item.spec.slot)
+        return got
+
+    def record_ends(self, got: Collected) -> None:
+        """End lines, once their results are on disk; the counters; progress."""
+        self.journal.write("attempts.jsonl", [self._event("end", i, st) for i, st in got.ended])
+        for _, _, result in got.records:
             self.book.result(result)
-            ended.append((item, result.status))
-        self._end(ended)
-        if records:
-            self.ran += len(records)
+        for _, status in got.ended:
+            self.book.ended(status)
+        if got.records:
+            self.ran += len(got.records)
             self._report()
-        return [Launch(item.trial, item.n + 1, item.retries_left - 1, None)
-                for item, _, result in records if self._retry(item, result)]
+
+    @staticmethod
+    def _next(item: Launch) -> Launch:
+        return Launch(item.trial, item.n + 1, item.retries_left - 1, None)
 
     def _retry(self, item: Launch, result: Result) -> bool:
         return (result.status == "infra_error" and item.retries_left > 0
                 and not self.stop.event.is_set() and not is_verifier_fault(result))
-
-    def _end(self, ended: list[tuple[Launch, str]]) -> None:
-        append_lines(self.out / "attempts.jsonl", [self._event("end", i, s) for i, s in ended])
-        for item, status in ended:
-            self.book.ended(status)
-            del self.inflight[item.spec.attempt_id]
-            self.free_slots.append(item.spec.slot)
 
     def _missing_estimate(self, done: Done, item: Launch) -> Estimate:
         t = item.trial
