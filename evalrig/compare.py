@@ -13,16 +13,19 @@ import hashlib
 import math
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
+from functools import cached_property, lru_cache
 from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
 
 from evalrig import bundle, stats
 from evalrig.checkpoint import registered_seal
 from evalrig.digest import pretty_json, sha256_bytes
 from evalrig.errors import Incomplete, invalid
+from evalrig.models.base import SCHEMA_MAJOR
 from evalrig.models.comparison import (
     MDE,
     METRICS,
@@ -46,7 +49,9 @@ from evalrig.models.comparison import (
     TBounds,
 )
 from evalrig.models.inputs import SUITES, Suite
-from evalrig.models.run import Result, RunManifest
+from evalrig.models.run import SCORED, RunManifest
+
+T = TypeVar("T")
 
 REPORT_ALPHA = 0.025
 """The level comparison.json reports t bounds, MDE and efficiency bounds at (DESIGN §8)."""
@@ -55,9 +60,8 @@ REPORT_ALPHA = 0.025
 # -- the values the core works on --------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TrialOutcome:
-    """The final scored attempt of one trial."""
+class TrialOutcome(NamedTuple):
+    """The final scored attempt of one trial (a NamedTuple: there are 10^5 of them)."""
 
     passed: bool
     reward: float | None
@@ -72,7 +76,7 @@ class TaskView:
     suite: Suite
     outcomes: tuple[TrialOutcome, ...]
 
-    @property
+    @cached_property
     def passes(self) -> int:
         return sum(o.passed for o in self.outcomes)
 
@@ -80,9 +84,18 @@ class TaskView:
     def n(self) -> int:
         return len(self.outcomes)
 
+    @cached_property
+    def means(self) -> dict[str, float | None]:
+        """The task's mean reward, cost, wall_s and cpu_s over its trials (null if any is missing)."""
+        return {
+            "reward": _mean_or_none([o.reward for o in self.outcomes]),
+            "cost": _mean_or_none([o.cost for o in self.outcomes]),
+            "wall_s": _mean_or_none([o.wall_s for o in self.outcomes]),
+            "cpu_s": _mean_or_none([o.cpu_s for o in self.outcomes]),
+        }
 
-@dataclass(frozen=True)
-class RangeCheck:
+
+class RangeCheck(NamedTuple):
     """An estimate's range, its nominal level, and what was measured."""
 
     low: float
@@ -194,7 +207,7 @@ def _side_stats(tasks: Sequence[TaskView], k: int) -> SideStats:
     keys = [str(j) for j in range(1, k + 1)]
     rewards = [[o.reward for o in t.outcomes if o.reward is not None] for t in tasks]
     s = stats.side_summary([t.passes for t in tasks], [t.n for t in tasks], rewards)
-    per_task = {m: [_mean_or_none([_metric(o, m) for o in t.outcomes]) for t in tasks] for m in METRICS}
+    per_task = {m: [t.means[m] for t in tasks] for m in METRICS}
     return SideStats(
         pass_rate=s.pass_rate, pass_rate_se=s.pass_rate_se, mean_reward=s.mean_reward,
         pass_hat_k={key: s.pass_hat_k.get(key) for key in keys},
@@ -206,8 +219,8 @@ def _side_stats(tasks: Sequence[TaskView], k: int) -> SideStats:
 
 
 def _efficiency(pairs: Sequence[tuple[TaskView, TaskView]], metric: Metric, alpha: float) -> Efficiency:
-    champ = [_mean_or_none([_metric(o, metric) for o in a.outcomes]) for a, _ in pairs]
-    cand = [_mean_or_none([_metric(o, metric) for o in b.outcomes]) for _, b in pairs]
+    champ = [a.means[metric] for a, _ in pairs]
+    cand = [b.means[metric] for _, b in pairs]
     missing = sum(not (_positive(x) and _positive(y)) for x, y in zip(champ, cand, strict=True))
     e = stats.efficiency(champ, cand, alpha)
     log_mean = log_sd = None
@@ -224,26 +237,41 @@ def _positive(v: float | None) -> bool:
 
 
 def _row(task_id: str, a: TaskView | None, b: TaskView | None) -> TaskRow:
-    def mean(t: TaskView | None, m: Metric) -> float | None:
-        return None if t is None else _mean_or_none([_metric(o, m) for o in t.outcomes])
+    def mean(t: TaskView | None, m: str) -> float | None:
+        return None if t is None else t.means[m]
 
     def reward(t: TaskView | None) -> float | None:
-        return None if t is None else _mean_or_none([o.reward for o in t.outcomes])
+        return None if t is None else t.means["reward"]
 
     ap, an = (a.passes, a.n) if a else (0, 0)
     bp, bn = (b.passes, b.n) if b else (0, 0)
-    d = Fraction(bp, bn) - Fraction(ap, an) if an and bn else None
-    fisher = stats.fisher_worse_exact(ap, an, bp, bn) if an and bn else None
+    counts = _counts_row(ap, an, bp, bn)
     return TaskRow(
         task_id=task_id, champion_passes=ap, candidate_passes=bp, champion_n=an, candidate_n=bn,
-        d=None if d is None else float(d), d_exact=None if d is None else _rat(d),
+        d=counts.d, d_exact=counts.d_exact,
         champion_reward=reward(a), candidate_reward=reward(b),
         champion_cost=mean(a, "cost"), candidate_cost=mean(b, "cost"),
         champion_wall_s=mean(a, "wall_s"), candidate_wall_s=mean(b, "wall_s"),
         champion_cpu_s=mean(a, "cpu_s"), candidate_cpu_s=mean(b, "cpu_s"),
-        fisher_p_worse=float(fisher) if fisher is not None else None,
-        fisher_p_worse_exact=_rat(fisher) if fisher is not None else None,
+        fisher_p_worse=counts.fisher, fisher_p_worse_exact=counts.fisher_exact,
     )
+
+
+class CountsRow(NamedTuple):
+    d: float | None
+    d_exact: str | None
+    fisher: float | None
+    fisher_exact: str | None
+
+
+@lru_cache(maxsize=4096)
+def _counts_row(ap: int, an: int, bp: int, bn: int) -> CountsRow:
+    """What depends on a task's four counts only; cached, as k + 1 squared pairs cover a whole suite."""
+    if not (an and bn):
+        return CountsRow(None, None, None, None)
+    d = Fraction(bp, bn) - Fraction(ap, an)
+    fisher = stats.fisher_worse_exact(ap, an, bp, bn)
+    return CountsRow(float(d), _rat(d), float(fisher), _rat(fisher))
 
 
 def suite_stats(champion: Sequence[TaskView], candidate: Sequence[TaskView], k: int,
@@ -347,41 +375,240 @@ def _major_minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
-def _integrity(dir: Path, manifest: RunManifest, torn: dict[str, int], allow_incomplete: bool) -> Integrity:
+def _integrity(dir: Path, manifest: RunManifest, allow_incomplete: bool) -> Integrity:
     """Every digest of the run; a mismatch refuses the comparison (exit 4, naming the file)."""
     problems = bundle.check_run_digests(dir)
     if problems and manifest.status == "running" and allow_incomplete:
         # A run that never finished has no digests: recorded, and the gate's
         # bundle-integrity (and complete) will not hold.
-        return Integrity(verified_files=0, problems=[p.render() for p in problems],
-                         torn=[f"{dir / n}:{line}" for n, line in sorted(torn.items())])
+        return Integrity(verified_files=0, problems=[p.render() for p in problems])
     if problems:
         first = problems[0]
         raise invalid(f"does not verify: {first.message}", file=first.file, field=first.field,
                       problems=problems[1:],
                       hint="the run bundle changed after it was written; restore it or run it again")
-    return Integrity(verified_files=len(manifest.files), problems=[],
-                     torn=[f"{dir / n}:{line}" for n, line in sorted(torn.items())])
+    return Integrity(verified_files=len(manifest.files), problems=[])
 
 
-def _side_facts(run: bundle.RunBundle, final: dict[str, Result], integrity: Integrity, home: Path) -> SideFacts:
-    m: RunManifest = run.manifest
+# Reading at scale: compare reads up to hundreds of thousands of lines per run. Every file
+# of a finished run has just been verified against the manifest's digests (so its bytes are
+# the ones the rig wrote and validated), so the lines are parsed with orjson and only the
+# fields compare uses are checked (type, range, the schema's major version), each failure
+# naming file:line and the field. `evalrig validate BUNDLE` checks every field of every line.
+
+
+class ResultLine(NamedTuple):
+    trial_id: str
+    attempt_id: str
+    inputs_id: str
+    task_id: str
+    suite: Suite
+    rep: int
+    status: str
+    passed: bool | None
+    reward: float | None
+    sandbox: str
+    network: bool
+    canary_found: bool
+
+
+@dataclass(frozen=True)
+class RunLines:
+    results: list[ResultLine]
+    actuals: dict[str, dict[str, Any]]  # attempt_id -> the checked line (no copy: 10^5 of them)
+    estimates: dict[str, dict[str, Any]]
+    torn: dict[str, int]
+
+
+_STATUSES = frozenset({"passed", "failed", "agent_error", "timeout", "infra_error", "interrupted"})
+
+
+_NUM = (int, float)
+_STATES = ("valid", "missing", "malformed", "none")
+
+
+class _Bad(Exception):
+    def __init__(self, field: str, message: str) -> None:
+        self.field, self.message = field, message
+
+
+def _num(d: dict, key: str, nullable: bool = False, lo: float = 0.0, hi: float = 1e308) -> float | None:
+    v: Any = d[key] if not nullable else d.get(key)
+    if v is None and nullable:
+        return None
+    if not (type(v) in (int, float) and lo <= v <= hi):  # NaN fails the comparison too
+        raise _Bad(key, f"expected a finite number in [{lo}, {hi}], got {v!r}")
+    return float(v)
+
+
+def _choice(d: dict, key: str, allowed: frozenset[str] | tuple[str, ...]) -> str:
+    v = d[key]
+    if v not in allowed:
+        raise _Bad(key, f"expected one of {', '.join(sorted(allowed))}, got {v!r}")
+    return str(v)
+
+
+def _text(d: dict, key: str) -> str:
+    v = d[key]
+    if not isinstance(v, str):
+        raise _Bad(key, f"expected a string, got {v!r}")
+    return v
+
+
+def _finite(x: Any) -> bool:
+    return type(x) in _NUM and -1e308 <= x <= 1e308
+
+
+def _pair(d: dict, key: str) -> tuple[float, float] | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if not (type(v) is list and len(v) == 2 and _finite(v[0]) and _finite(v[1])):
+        raise _Bad(key, f"expected [low, high] of finite numbers, got {v!r}")
+    return (float(v[0]), float(v[1]))
+
+
+def _result_line(d: dict) -> ResultLine:
+    passed = d["passed"]
+    if passed not in (True, False, None):
+        raise _Bad("passed", f"expected true, false or null, got {passed!r}")
+    rep = d["rep"]
+    if not isinstance(rep, int) or isinstance(rep, bool) or rep < 0:
+        raise _Bad("rep", f"expected a non-negative integer, got {rep!r}")
+    canary = d["canary"]
+    if not isinstance(canary, dict) or not isinstance(canary.get("found"), bool):
+        raise _Bad("canary.found", "expected true or false")
+    network = d["network"]
+    if not isinstance(network, bool):
+        raise _Bad("network", f"expected true or false, got {network!r}")
+    return ResultLine(
+        trial_id=_text(d, "trial_id"), attempt_id=_text(d, "attempt_id"), inputs_id=_text(d, "inputs_id"),
+        task_id=_text(d, "task_id"), suite=_choice(d, "suite", SUITES),  # type: ignore[arg-type]
+        rep=rep, status=_choice(d, "status", _STATUSES), passed=passed,
+        reward=_num(d, "reward", nullable=True, hi=1.0), sandbox=_choice(d, "sandbox", ("bwrap", "process")),
+        network=network, canary_found=canary["found"],
+    )
+
+
+def _actual_line(d: dict) -> dict:
+    _num(d, "cost_usd", nullable=True), _num(d, "wall_s"), _num(d, "cpu_s", nullable=True)
+    return d
+
+
+def _estimate_line(d: dict) -> dict:
+    _choice(d, "state", _STATES), _num(d, "p_success", nullable=True, hi=1.0), _pair(d, "time_s")
+    _pair(d, "cost_usd")
+    if "level" in d:
+        _num(d, "level", hi=1.0)
+    return d
+
+
+def _fast_result(d: dict) -> ResultLine | None:
+    """The common case in one expression; None sends the line to the checker that names the field."""
+    passed, reward, rep, canary = d["passed"], d["reward"], d["rep"], d["canary"]
+    if (
+        (passed is None or passed is True or passed is False)
+        and (reward is None or (type(reward) in _NUM and 0 <= reward <= 1))
+        and type(rep) is int and rep >= 0
+        and d["suite"] in SUITES and d["status"] in _STATUSES and d["sandbox"] in ("bwrap", "process")
+        and type(d["network"]) is bool and type(canary) is dict and type(canary.get("found")) is bool
+        and type(d["trial_id"]) is str and type(d["attempt_id"]) is str and type(d["inputs_id"]) is str
+        and type(d["task_id"]) is str
+    ):
+        return ResultLine(d["trial_id"], d["attempt_id"], d["inputs_id"], d["task_id"], d["suite"], rep,
+                          d["status"], passed, None if reward is None else float(reward), d["sandbox"],
+                          d["network"], canary["found"])
+    return None
+
+
+def _fast_actual(d: dict) -> dict | None:
+    cost, wall, cpu = d.get("cost_usd"), d["wall_s"], d.get("cpu_s")
+    if (type(wall) in _NUM and 0 <= wall <= 1e308 and (cost is None or (type(cost) in _NUM and 0 <= cost <= 1e308))
+            and (cpu is None or (type(cpu) in _NUM and 0 <= cpu <= 1e308))):
+        return d
+    return None
+
+
+def _fast_estimate(d: dict) -> dict | None:
+    p, t, c, level = d.get("p_success"), d.get("time_s"), d.get("cost_usd"), d.get("level", 0.8)
+    if (d["state"] in _STATES and (p is None or (type(p) in _NUM and 0 <= p <= 1))
+            and type(level) in _NUM and 0 < level < 1
+            and (t is None or (type(t) is list and len(t) == 2 and _finite(t[0]) and _finite(t[1])))
+            and (c is None or (type(c) is list and len(c) == 2 and _finite(c[0]) and _finite(c[1])))):
+        return d
+    return None
+
+
+def _read_lines(path: Path, fast: Callable[[dict], T | None], parse: Callable[[dict], T],
+                key: str = "attempt_id") -> tuple[list[tuple[str, T]], int | None]:
+    """(the line's `key`, its record) for every whole line; errors name file:line and the field."""
+    import orjson
+
+    if not path.exists():
+        return [], None
+    lines = path.read_bytes().split(b"\n")
+    torn = len(lines) if lines[-1] != b"" else None
+    out: list[tuple[str, T]] = []
+    loads, major = orjson.loads, f"{SCHEMA_MAJOR}."
+    for i, raw in enumerate(lines[:-1], start=1):
+        try:
+            d = loads(raw)
+            if type(d) is not dict:
+                raise _Bad("", "expected a JSON object")
+            version = d.get("schema_version")
+            if not (type(version) is str and version.startswith(major)):
+                raise _Bad("schema_version", f"{version!r} is not readable by this rig (major {SCHEMA_MAJOR})")
+            rec = fast(d)
+            if rec is None:
+                rec = parse(d)  # raises _Bad naming the field
+            out.append((d[key], rec))
+        except orjson.JSONDecodeError as e:
+            raise invalid(f"not JSON ({e})", file=path, line=i) from None
+        except KeyError as e:
+            raise invalid("field required", file=path, line=i, field=str(e.args[0]),
+                          hint="the record does not match its schema (evalrig schema shows it)") from None
+        except (_Bad, TypeError) as e:
+            field_ = e.field if isinstance(e, _Bad) else None
+            raise invalid(getattr(e, "message", str(e)), file=path, line=i, field=field_ or None,
+                          hint="the record does not match its schema (evalrig schema shows it)") from None
+    return out, torn
+
+
+def read_run_lines(dir: Path) -> RunLines:
+    """The result, actual and estimate lines of a run (attempts.jsonl is not needed)."""
+    results, t1 = _read_lines(dir / "results.jsonl", _fast_result, _result_line)
+    actuals, t2 = _read_lines(dir / "actuals.jsonl", _fast_actual, _actual_line)
+    estimates, t3 = _read_lines(dir / "estimates.jsonl", _fast_estimate, _estimate_line)
+    torn = {n: t for n, t in (("results.jsonl", t1), ("actuals.jsonl", t2), ("estimates.jsonl", t3)) if t}
+    return RunLines(results=[r for _, r in results], actuals=dict(actuals), estimates=dict(estimates), torn=torn)
+
+
+def final_results(results: Sequence[ResultLine]) -> dict[str, ResultLine]:
+    """trial_id -> the result that counts, by the rule of `bundle.final_results`: the trial's last
+    scored attempt made with the inputs id of its latest attempt."""
+    current = {r.trial_id: r.inputs_id for r in results}
+    return {r.trial_id: r for r in results if r.status in SCORED and r.inputs_id == current[r.trial_id]}
+
+
+def _side_facts(m: RunManifest, lines: RunLines, final: dict[str, ResultLine], integrity: Integrity,
+                home: Path) -> SideFacts:
+    results = lines.results
     entry = registered_seal(home, m.checkpoint.id)
     suites: dict[str, set[str]] = {}
     for r in final.values():
         suites.setdefault(r.suite, set()).add(r.task_id)
-    sandbox = Counter(r.sandbox for r in run.results)
-    found = sorted(r.attempt_id for r in run.results if r.canary.found)
-    infra = sum(r.status == "infra_error" for r in run.results)
+    sandbox = Counter(r.sandbox for r in results)
+    found = sorted(r.attempt_id for r in results if r.canary_found)
+    infra = sum(r.status == "infra_error" for r in results)
     return SideFacts(
         run_id=m.run_id, checkpoint_id=m.checkpoint.id, status=m.status, subset=m.subset, repeat=m.repeat,
         taskset_suites=dict(sorted(m.taskset.suites.items())),
         run_suites={s: len(ids) for s, ids in sorted(suites.items())},  # type: ignore[misc]
         trials=m.counts.trials, scored=len(final), unscored=max(0, m.counts.trials - len(final)),
-        attempts=len(run.results), infra_errors=infra,
-        infra_error_rate=infra / len(run.results) if run.results else None,
+        attempts=len(results), infra_errors=infra,
+        infra_error_rate=infra / len(results) if results else None,
         sandbox={lvl: sandbox.get(lvl, 0) for lvl in ("bwrap", "process")},
-        network_attempts=sum(r.network for r in run.results),
+        network_attempts=sum(r.network for r in results),
         seal_checks=len(m.seal_checks), seal_checks_matched=sum(c.matched for c in m.seal_checks),
         seal_check_failures=[f"{c.phase}: {c.message or c.checkpoint_id}" for c in m.seal_checks if not c.matched],
         registered=entry is not None, sealed_at=entry.sealed_at if entry else None,
@@ -390,38 +617,42 @@ def _side_facts(run: bundle.RunBundle, final: dict[str, Result], integrity: Inte
     )
 
 
-def _calibration_inputs(run: bundle.RunBundle, final: dict[str, Result]) -> CalibrationInputs:
-    estimates = {e.attempt_id: e for e in run.estimates}
-    actuals = {a.attempt_id: a for a in run.actuals}
+def _calibration_inputs(lines: RunLines, final: dict[str, ResultLine]) -> CalibrationInputs:
     ps: list[tuple[float, bool]] = []
     time: list[RangeCheck] = []
     cost: list[RangeCheck] = []
     valid = 0
-    for tid in sorted(final):
-        r = final[tid]
-        e, a = estimates.get(r.attempt_id), actuals.get(r.attempt_id)
-        if e is None or e.state != "valid":
+    # In the results file's order (deterministic for a bundle); the sums are fsum's, exact anyway.
+    for r in final.values():
+        e, a = lines.estimates.get(r.attempt_id), lines.actuals.get(r.attempt_id)
+        if e is None or e["state"] != "valid":
             continue
         valid += 1
-        if e.p_success is not None and r.passed is not None:
-            ps.append((e.p_success, r.passed))
-        if a is not None and e.time_s is not None:
-            time.append(RangeCheck(e.time_s[0], e.time_s[1], e.level, a.wall_s))
-        if a is not None and e.cost_usd is not None and a.cost_usd is not None:
-            cost.append(RangeCheck(e.cost_usd[0], e.cost_usd[1], e.level, a.cost_usd))
+        level = float(e.get("level", 0.8))
+        p, t, c = e.get("p_success"), e.get("time_s"), e.get("cost_usd")
+        if p is not None and r.passed is not None:
+            ps.append((float(p), r.passed))
+        if a is not None and t is not None:
+            time.append(RangeCheck(float(t[0]), float(t[1]), level, float(a["wall_s"])))
+        if a is not None and c is not None and a.get("cost_usd") is not None:
+            cost.append(RangeCheck(float(c[0]), float(c[1]), level, float(a["cost_usd"])))
     return CalibrationInputs(p_success=tuple(ps), time=tuple(time), cost=tuple(cost), estimates=valid)
 
 
-def _task_views(run: bundle.RunBundle, final: dict[str, Result]) -> dict[str, TaskView]:
-    actuals = {a.attempt_id: a for a in run.actuals}
+def _figures(a: dict | None) -> tuple[float | None, float | None, float | None]:
+    """cost, wall_s, cpu_s of an actual line (all null without one)."""
+    if a is None:
+        return None, None, None
+    cost, cpu = a.get("cost_usd"), a.get("cpu_s")
+    return (None if cost is None else float(cost)), float(a["wall_s"]), (None if cpu is None else float(cpu))
+
+
+def _task_views(lines: RunLines, final: dict[str, ResultLine]) -> dict[str, TaskView]:
     by_task: dict[str, list[tuple[int, TrialOutcome]]] = {}
     suite_of: dict[str, Suite] = {}
     for r in final.values():
-        a = actuals.get(r.attempt_id)
-        outcome = TrialOutcome(
-            passed=bool(r.passed), reward=r.reward,
-            cost=a.cost_usd if a else None, wall_s=a.wall_s if a else None, cpu_s=a.cpu_s if a else None,
-        )
+        a = lines.actuals.get(r.attempt_id)
+        outcome = TrialOutcome(bool(r.passed), r.reward, *_figures(a))
         by_task.setdefault(r.task_id, []).append((r.rep, outcome))
         suite_of[r.task_id] = r.suite
     return {
@@ -444,9 +675,10 @@ def load_side(dir: Path, home: Path, allow_incomplete: bool) -> LoadedRun:
             hint=f"resume it with `evalrig run --out {dir} --resume`, or compare with --allow-incomplete "
             "(the gate never promotes on an incomplete comparison)",
         )
-    run = bundle.load_run(dir)
-    integrity = _integrity(dir, manifest, run.torn, allow_incomplete)
-    final = bundle.final_results(run)
+    integrity = _integrity(dir, manifest, allow_incomplete)
+    lines = read_run_lines(dir)
+    integrity = integrity.model_copy(update={"torn": [f"{dir / n}:{t}" for n, t in sorted(lines.torn.items())]})
+    final = final_results(lines.results)
     history = None
     if manifest.history == "declared":
         path = dir / HISTORY_JSONL
@@ -455,9 +687,9 @@ def load_side(dir: Path, home: Path, allow_incomplete: bool) -> LoadedRun:
                  bundle_digest=bundle.bundle_digest(dict(manifest.files)))
     view = RunView(
         ref=ref, repeat=manifest.repeat, seed=manifest.seed, taskset_id=manifest.taskset.id,
-        tasks=_task_views(run, final), facts=_side_facts(run, final, integrity, home),
+        tasks=_task_views(lines, final), facts=_side_facts(manifest, lines, final, integrity, home),
         fresh_created_at=dict(manifest.taskset.fresh_created_at),
-        calibration=_calibration_inputs(run, final),
+        calibration=_calibration_inputs(lines, final),
     )
     return LoadedRun(view=view, manifest=manifest, history=history)
 

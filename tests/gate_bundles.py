@@ -16,8 +16,10 @@ from evalrig.bundle import append_line, file_digests, write_json_atomic
 from evalrig.digest import canonical_line, sha256_bytes
 from evalrig.models.run import (
     Actual,
+    AttemptEvent,
     Canary,
     CheckpointRef,
+    Estimate,
     PolicyPin,
     Result,
     RunCounts,
@@ -116,7 +118,21 @@ def _actual(r: Result, t: Task) -> Actual:
     )
 
 
-def write_run(dir: Path, side: Side, home: Path | None = None) -> Path:
+def _attempt_lines(results: list[Result]) -> tuple[bytes, bytes]:
+    """attempts.jsonl (a start and an end line per attempt) and estimates.jsonl, as the runner writes them."""
+    attempts, estimates = [], []
+    for r in results:
+        for event in ("start", "end"):
+            attempts.append(canonical_line(AttemptEvent(
+                event=event, trial_id=r.trial_id, attempt_id=r.attempt_id, attempt=r.attempt, task_id=r.task_id,
+                rep=r.rep, at=T0, status=r.status if event == "end" else None)))
+        estimates.append(canonical_line(Estimate(
+            estimate_id="e-" + r.attempt_id, attempt_id=r.attempt_id, trial_id=r.trial_id, task_id=r.task_id,
+            rep=r.rep, state="valid", p_success=0.5, time_s=(0.5, 2.0), cost_usd=(0.005, 0.05), at=T0)))
+    return b"".join(attempts), b"".join(estimates)
+
+
+def write_run(dir: Path, side: Side, home: Path | None = None, full: bool = False) -> Path:
     dir.mkdir(parents=True, exist_ok=True)
     if home is not None and side.sealed:
         register(home, side)
@@ -136,8 +152,9 @@ def write_run(dir: Path, side: Side, home: Path | None = None) -> Path:
     # One write per file (the runner syncs every line; tests need not pay for that).
     (dir / "results.jsonl").write_bytes(b"".join(canonical_line(r) for r in results))
     (dir / "actuals.jsonl").write_bytes(b"".join(canonical_line(a) for a in actuals))
-    (dir / "attempts.jsonl").touch()
-    (dir / "estimates.jsonl").touch()
+    attempts, estimates = _attempt_lines(results) if full else (b"", b"")
+    (dir / "attempts.jsonl").write_bytes(attempts)
+    (dir / "estimates.jsonl").write_bytes(estimates)
     if side.history is not None:
         (dir / "history.jsonl").write_bytes(side.history)
     suites = {s: sum(1 for t in side.tasks.values() if t.suite == s) for s in ("fixed", "fresh", "invariant")}
