@@ -367,6 +367,7 @@ def gather_inputs(r: Resolved, home: Path, phase: Literal["start", "resume"], en
     check, entry, error = seal_check(Path(s.checkpoint_dir), home, phase)
     if error is not None:
         raise error
+    history_source(checkpoint)
     taskset = load_taskset(Path(s.tasks_dir))
     outcome = OutcomeSettings(s.timeout_scale, s.max_retries, s.sandbox, tuple(s.secrets))
     filters = Filters(tuple(s.suites), tuple(s.task_ids), tuple(s.tags))
@@ -520,17 +521,25 @@ def new_provenance(argv: tuple[str, ...], warnings: list[str]) -> Provenance:
                       dependencies=dependency_versions(), sandbox_warnings=warnings)
 
 
-def copy_history(checkpoint: Any, out: Path) -> str:
-    """The checkpoint's declared event log, as sealed, into history.jsonl."""
+def history_source(checkpoint: Any) -> Path | None:
+    """The checkpoint's declared event log (checked before any bundle exists), or None."""
     log = checkpoint.spec.history.log
     if log is None:
-        return "none"
+        return None
     src = Path(checkpoint.dir) / log
     if not src.is_file() or src.is_symlink():
-        raise invalid(f"history.log: {log} is not a file in the checkpoint",
+        raise invalid(f"{log} is not a file in the checkpoint",
                       file=Path(checkpoint.dir) / "checkpoint.toml", field="history.log",
                       hint="create the log (an empty file is an empty log) and seal again, "
                       "or drop [history] log")
+    return src
+
+
+def copy_history(checkpoint: Any, out: Path) -> str:
+    """The checkpoint's declared event log, as sealed, into history.jsonl."""
+    src = history_source(checkpoint)
+    if src is None:
+        return "none"
     write_bytes_atomic(out / HISTORY, src.read_bytes())
     return "declared"
 
@@ -915,7 +924,10 @@ def _execute(out: Path, manifest: RunManifest, r: Resolved, inputs: Inputs, book
             run = Run(out, inputs, r.settings, book, reporter, hooks, stop, scratch)
             run.execute(to_run)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if r.settings.keep_workspaces:
+            reporter.warning(f"--keep-workspaces: the attempt workspaces are in {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
     stopped = stop.signal is not None
     return _finish(out, manifest, inputs, book, stopped, kept, run.ran)
 

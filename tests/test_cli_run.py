@@ -124,3 +124,31 @@ def test_out_that_is_not_a_bundle_is_refused(kit, tmp_path: Path) -> None:
     (tmp_path / "b" / "notes.txt").write_text("mine")
     r = run(ck, tasks, tmp_path / "b")
     assert r.exit_code == 4 and "not a run bundle" in r.stderr
+
+
+def test_a_declared_history_log_that_is_missing_is_refused(tmp_path: Path, evalrig_home: Path) -> None:
+    from agents.run_kit import SEALED_AT
+
+    from evalrig.checkpoint import seal
+
+    ck = make_checkpoint(tmp_path, evalrig_home, history="", do_seal=False)
+    (ck / "state" / "events.jsonl").unlink()
+    seal(ck, evalrig_home, SEALED_AT)
+    r = run(ck, make_tasks(tmp_path, 1), tmp_path / "b")
+    assert r.exit_code == 4
+    assert "checkpoint.toml: history.log: state/events.jsonl is not a file" in r.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_keep_workspaces_keeps_them_and_says_where(kit, tmp_path: Path) -> None:
+    ck, tasks = kit
+    r = run(ck, tasks, tmp_path / "b", "--keep-workspaces")
+    assert r.exit_code == 0, r.stderr
+    where = Path(r.stderr.split("the attempt workspaces are in ")[1].split()[0])
+    try:
+        kept = [p for p in where.iterdir() if (p / "agent" / "agent.py").exists()]
+        assert len(kept) == 6
+    finally:
+        import shutil
+
+        shutil.rmtree(where)

@@ -181,6 +181,15 @@ def test_a_task_whose_content_changed_reruns_only_its_trials(kit, tmp_path: Path
     assert v.exit_code == 4 and "task t0: its verifier changed since the run" in v.stderr
 
 
+def test_a_checkpoint_changed_before_the_resume_is_refused(kit, tmp_path: Path) -> None:
+    ck, tasks = kit
+    out = tmp_path / "b"
+    assert cli(*args(ck, tasks, out, repeat=1)).exit_code == 0
+    (ck / "agent.py").write_text("# another build\n")
+    r = cli(*args(ck, tasks, out, repeat=1))
+    assert r.exit_code == 4 and "changed since it was sealed" in r.stderr
+
+
 def test_a_removed_task_is_refused_on_resume(kit, tmp_path: Path) -> None:
     ck, tasks = kit
     out = tmp_path / "b"
