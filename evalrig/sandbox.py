@@ -129,6 +129,7 @@ _PR_SET_CHILD_SUBREAPER = 36
 _POLL_S = 0.05  # how often cancel is checked: well under the 100 ms promised
 _DRAIN_AFTER_EXIT_S = 2.0  # pipes still open this long after the exit belong to an escapee
 _REAP_WAIT_S = 5.0
+_MAX_WAIT_S = 1.0  # the longest select(): an infinite limit must not reach epoll
 
 
 def minimal_path() -> str:
@@ -892,7 +893,7 @@ class _Run:
         return None
 
     def _wait_time(self, now: float, deadline: float, watch: _DiskWatch | None) -> float:
-        wait = max(deadline - now, 0.0)
+        wait = min(max(deadline - now, 0.0), _MAX_WAIT_S)
         if self.spec.cancel is not None:
             wait = min(wait, _POLL_S)
         if watch is not None:

@@ -167,6 +167,11 @@ def test_death_by_signal_is_reported(box: Box) -> None:
     assert (finished.exit_code, finished.signal) == (None, 11)
 
 
+def test_an_infinite_limit_is_no_limit(box: Box) -> None:
+    finished = launch(box.spec("sandbox_env.py", "5", timeout_s=float("inf")))
+    assert finished.exit_code == 5 and not finished.timed_out
+
+
 def test_missing_program_is_an_error_not_a_start(box: Box) -> None:
     finished = launch(replace(box.spec("sandbox_env.py"), argv=["no-such-agent-binary", "x"]))
     assert finished.error == f"no-such-agent-binary: not found on PATH={minimal_path()}"
