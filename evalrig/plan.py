@@ -8,11 +8,11 @@ pair trial by trial, and a resumed run recognises the trials it already has.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from evalrig.digest import sha256_json
+from evalrig.digest import canonical_json, sha256_bytes, sha256_json
 from evalrig.errors import invalid
 from evalrig.models.run import VerifierIdentity
 
@@ -101,17 +101,36 @@ def inputs_id(
     seed: int,
     settings: OutcomeSettings,
 ) -> str:
-    """The digest a kept result must still have on resume (DESIGN §6 "Resume")."""
-    return sha256_json(
-        {
-            "checkpoint_id": checkpoint_id,
-            "task_digest": task_digest,
-            "verifier": verifier.model_dump(mode="json"),
-            "rep": rep,
-            "seed": seed,
-            "settings": settings.as_dict(),
-        }
-    )
+    """The digest a kept result must still have on resume (DESIGN §6 "Resume").
+
+    sha256 of the canonical JSON of `{"rep", "seed", "task": {checkpoint_id, task_digest,
+    verifier, settings}}`.
+    """
+    return sha256_json({"rep": rep, "seed": seed,
+                        "task": _task_inputs(checkpoint_id, task_digest, verifier, settings)})
+
+
+def _task_inputs(checkpoint_id: str, task_digest: str, verifier: VerifierIdentity,
+                 settings: OutcomeSettings) -> dict[str, Any]:
+    """The part of an inputs id shared by every repetition of a task."""
+    return {
+        "checkpoint_id": checkpoint_id,
+        "task_digest": task_digest,
+        "verifier": verifier.model_dump(mode="json"),
+        "settings": settings.as_dict(),
+    }
+
+
+def _inputs_ids(task: dict[str, Any], reps: Iterable[tuple[int, int]]) -> Iterator[str]:
+    """`inputs_id` for many (rep, seed) of one task, encoding the shared part once.
+
+    The canonical JSON of {"rep": r, "seed": s, "task": T} is, keys sorted and compact,
+    exactly `{"rep":r,"seed":s,"task":` + canonical(T) + `}` (r and s are integers);
+    tests/test_plan.py checks the two agree.
+    """
+    tail = b',"task":' + canonical_json(task) + b"}"
+    for rep, seed in reps:
+        yield sha256_bytes(b'{"rep":%d,"seed":%d' % (rep, seed) + tail)
 
 
 def task_tags(task: PlannedTask) -> Sequence[str]:
@@ -167,16 +186,11 @@ def build_plan(
     chosen = select_tasks(ordered, filters)
     trials = []
     for task in chosen:
-        for rep in range(repeat):
-            s = trial_seed(seed, task.id, rep)
-            trials.append(
-                Trial(
-                    trial_id=trial_id(task.id, rep),
-                    task_id=task.id,
-                    rep=rep,
-                    seed=s,
-                    inputs_id=inputs_id(checkpoint_id, task.digest, task.verifier_identity, rep, s, settings),
-                )
-            )
+        seeds = [trial_seed(seed, task.id, rep) for rep in range(repeat)]
+        base = _task_inputs(checkpoint_id, task.digest, task.verifier_identity, settings)
+        ids = _inputs_ids(base, enumerate(seeds))
+        for rep, (s, iid) in enumerate(zip(seeds, ids, strict=True)):
+            trials.append(Trial(trial_id=trial_id(task.id, rep), task_id=task.id, rep=rep,
+                                seed=s, inputs_id=iid))
     digest = sha256_json([[t.trial_id, t.seed, t.inputs_id] for t in trials])
     return Plan(tuple(trials), tuple(t.id for t in chosen), filters.any, digest)

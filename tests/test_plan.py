@@ -67,6 +67,15 @@ def test_inputs_id_moves_with_everything_that_can_change_an_outcome() -> None:
     assert inputs_id(CK, "sha256:" + "d" * 64, V, 0, 5, a) == inputs_id(CK, "sha256:" + "d" * 64, V, 0, 5, b)
 
 
+def test_the_planned_inputs_ids_equal_the_canonical_digest() -> None:
+    # build_plan encodes each task's shared part once; it must agree with inputs_id.
+    task = T("x", verifier_identity=V.model_copy(update={"version": "é \\ \"q\""}))
+    settings = OutcomeSettings(1.5, 3, "bwrap", ("B", "A"))
+    plan = build_plan([task], CK, 3, 11, settings)
+    for t in plan.trials:
+        assert t.inputs_id == inputs_id(CK, task.digest, task.verifier_identity, t.rep, t.seed, settings)
+
+
 def test_plan_digest_changes_with_the_trials() -> None:
     one = build_plan([T("a")], CK, 2, 0, S)
     assert build_plan([T("a")], CK, 3, 0, S).digest != one.digest
