@@ -63,8 +63,17 @@ def run_rig(ck: Path, tasks: Path, out: Path, repeat: int, sandbox: str, env: di
     return {"attempts": m.counts.attempts, "wall_s": wall, "rate": m.counts.attempts / wall}
 
 
-def floor(ck: Path, scratch: Path, n: int, jobs: int = 2) -> float:
-    """Attempts/s of the bare loop: copy the checkpoint, start the command, four synced lines."""
+BWRAP_FLOOR = ["--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib",
+               "/lib", "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev",
+               "--unshare-all", "--die-with-parent"]
+
+
+def floor(ck: Path, scratch: Path, n: int, jobs: int = 2, prefix: list[str] | None = None) -> float:
+    """Attempts/s of the bare loop: copy the checkpoint, start the command, four synced lines.
+
+    `prefix` starts the command the way a level must at the least (bwrap: its own
+    namespaces and a read-only /usr), so that the sandbox's own start-up is in the floor.
+    """
     log = scratch / "floor.jsonl"
     counter = iter(range(n))
     lock = threading.Lock()
@@ -79,7 +88,7 @@ def floor(ck: Path, scratch: Path, n: int, jobs: int = 2) -> float:
             root = scratch / f"a{i}"
             shutil.copytree(ck, root / "agent")
             (root / "out").mkdir()
-            subprocess.run(["/bin/true"], cwd=root / "agent", check=True)
+            subprocess.run([*(prefix or []), "/bin/true"], cwd=root / "agent", check=True)
             for _ in range(4):
                 append_line(log, record)
             shutil.rmtree(root)
@@ -189,6 +198,11 @@ def main() -> int:
                   f"(copy + start + 4 synced lines, 2 threads) {before:.1f} / {after:.1f} "
                   f"attempts/s; rig cost {fl / r['rate']:.2f}x the floor (goal <= 3x: "
                   f"{'ok' if fl / r['rate'] <= 3 else 'MISSED'})")
+            if level == "bwrap":
+                bw = floor(ck, tmp / "floor-bwrap-c", n, prefix=[resolve_level("bwrap").bwrap_path
+                                                                  or "bwrap", *BWRAP_FLOOR])
+                print(f"{'':8s} floor with the command started under a minimal bwrap: {bw:.1f} "
+                      f"attempts/s; rig cost {bw / r['rate']:.2f}x that floor")
         rss, attempts = peak_rss_mb(ck, tasks, tmp / "run-rss", n_rss // 10, env)
         print(f"peak RSS over {attempts} attempts: {rss:.1f} MB (goal <= 150: "
               f"{'ok' if rss <= 150 else 'MISSED'})")

@@ -13,6 +13,23 @@ is ended `interrupted` (or, when its result made it to disk, ended with that res
 status), a torn last line is cut, and every trial without a scored result whose inputs
 id still matches runs again. `manifest.json` is written at the start (status `running`)
 and last of all at the end, with the digest of every other file.
+
+Choices where DESIGN §6 is silent:
+- Resume by the same command: an option the command leaves out takes its default, so
+  leaving out a flag the first run gave is a difference (refused when it can change an
+  outcome). With `--resume`, a left-out option takes the manifest's value.
+- A bundle evaluates one checkpoint: a resume whose checkpoint has another id (sealed
+  anew) is refused, as is a task set that lost a task the bundle has attempts of. A task
+  whose content changed is not refused: its trials' inputs ids change and they rerun.
+- An attempt killed with the rig (start line, no end line) gets an `interrupted` end
+  line and no result line (nothing was measured); its partial evidence stays in the
+  bundle and in `manifest.files`.
+- `--max-retries` is a budget per process: a resume gives an unscored trial a fresh one;
+  attempt numbers continue from the bundle's. A verifier that kept faulting on stored
+  evidence (`infra_error` with verifier runs) is never a reason to run the agent again.
+- Running the command again on a complete bundle with nothing to rerun writes nothing.
+- A checkpoint that changed during the run fails the `end` seal check: the manifest
+  records it and the command exits 4.
 """
 
 from __future__ import annotations
