@@ -375,13 +375,18 @@ def _major_minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
+def _relative(text: str, dir: Path) -> str:
+    return text.replace(str(dir) + "/", "")
+
+
 def _integrity(dir: Path, manifest: RunManifest, allow_incomplete: bool) -> Integrity:
     """Every digest of the run; a mismatch refuses the comparison (exit 4, naming the file)."""
     problems = bundle.check_run_digests(dir)
     if problems and manifest.status == "running" and allow_incomplete:
         # A run that never finished has no digests: recorded, and the gate's
         # bundle-integrity (and complete) will not hold.
-        return Integrity(verified_files=0, problems=[p.render() for p in problems])
+        # Paths relative to the bundle, so that the comparison's bytes do not depend on where it lies.
+        return Integrity(verified_files=0, problems=[_relative(p.render(), dir) for p in problems])
     if problems:
         first = problems[0]
         raise invalid(f"does not verify: {first.message}", file=first.file, field=first.field,
@@ -677,7 +682,7 @@ def load_side(dir: Path, home: Path, allow_incomplete: bool) -> LoadedRun:
         )
     integrity = _integrity(dir, manifest, allow_incomplete)
     lines = read_run_lines(dir)
-    integrity = integrity.model_copy(update={"torn": [f"{dir / n}:{t}" for n, t in sorted(lines.torn.items())]})
+    integrity = integrity.model_copy(update={"torn": [f"{n}:{t}" for n, t in sorted(lines.torn.items())]})
     final = final_results(lines.results)
     history = None
     if manifest.history == "declared":
