@@ -184,10 +184,12 @@ class Finished:
     fork, chown or make a pipe, or bwrap failed before it made the sandbox: an
     ``infra_error``, worth another attempt.
 
-    `cpu_s` and `peak_rss` come from os.wait4 of the direct child, which includes every
-    descendant it reaped. Linux starts that child's peak RSS at the rig's own peak (the
-    exec happens in the rig's address space, vfork), so a peak no higher than the rig's is
-    indistinguishable from it and reported as None; a higher one is the agent's.
+    `cpu_s` and `peak_rss` come from os.wait4 of the direct child and of bwrap's init
+    (which the rig reaps), each including every descendant it reaped. Under bwrap the
+    init's figure is the agent's peak exactly. Under process, Linux starts the direct
+    child's peak RSS at the rig's own (its exec happens in the rig's address space), so a
+    peak no higher than the rig's cannot be told from it and is reported as None; a
+    higher one is the agent's.
     """
 
     exit_code: int | None
@@ -764,7 +766,7 @@ class _Run:
             return _failed(spec, f"bwrap could not make the sandbox: {last}", "infra")
         wall = time.monotonic() - start
         exit_code, sig = self._decode(status)
-        peak = max(u.ru_maxrss for u in usages)
+        peak = _peak_rss(usages, rig_peak)
         return Finished(
             exit_code=exit_code,
             signal=sig,
@@ -773,7 +775,7 @@ class _Run:
             killed_for=self.killed_for,
             wall_s=wall,
             cpu_s=sum(u.ru_utime + u.ru_stime for u in usages),
-            peak_rss=peak * 1024 if peak > rig_peak else None,
+            peak_rss=peak,
             stdout_bytes=sinks["stdout"].total,
             stderr_bytes=sinks["stderr"].total,
             stdout_truncated=sinks["stdout"].truncated,
@@ -1027,6 +1029,20 @@ def _child_pid(info: bytes) -> int | None:
     except (ValueError, AttributeError):
         return None
     return pid if isinstance(pid, int) else None
+
+
+def _peak_rss(usages: list[resource.struct_rusage], rig_peak_kib: int) -> int | None:
+    """Peak RSS in bytes of the agent's tree, where it can be told apart from the rig's.
+
+    usages[0] is the direct child's, whose peak starts at the rig's own (its first exec
+    ran in the rig's address space); any further ones are of inner inits the rig reaped
+    (bwrap's init, or unshare's child after a kill), forked from a small helper and so
+    clean: they hold the agent's peak exactly.
+    """
+    if len(usages) > 1:
+        return max(u.ru_maxrss for u in usages[1:]) * 1024
+    peak = usages[0].ru_maxrss
+    return peak * 1024 if peak > rig_peak_kib else None
 
 
 def _pidfd_kill(fd: int) -> None:

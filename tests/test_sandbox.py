@@ -154,6 +154,17 @@ def test_exit_codes_are_reported(box: Box, code: int) -> None:
     assert finished.cpu_s is not None and finished.cpu_s > 0
 
 
+def test_a_small_agents_peak_rss_is_not_the_rigs(box: Box) -> None:
+    ballast = bytearray(160 << 20)  # the rig's own peak: well above the agent's
+    ballast[::4096] = b"x" * len(ballast[::4096])
+    finished = launch(box.spec("sandbox_env.py"))
+    if box.level == "bwrap":  # bwrap's init is reaped by the rig: its rusage is clean
+        assert finished.peak_rss is not None and 1 << 20 < finished.peak_rss < 64 << 20
+    else:  # cannot be told from the rig's: unknown, never the rig's figure
+        assert finished.peak_rss is None
+    del ballast
+
+
 def test_peak_rss_is_the_agents_when_it_exceeds_the_rigs(box: Box) -> None:
     script = "b = bytearray(400 << 20); b[:: 4096] = b'x' * len(b[:: 4096])"
     finished = launch(replace(box.spec("sandbox_env.py"), argv=[PY, "-I", "-c", script]))
