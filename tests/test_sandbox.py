@@ -204,6 +204,12 @@ def test_interpreter_binds() -> None:
         assert Path(sys.prefix) in interpreter_binds(str(venv_python))
 
 
+def test_containment_for() -> None:
+    assert sandbox.containment_for("bwrap") == "namespace"
+    expected = "namespace" if sandbox._unshare_argv() is not None else "subreaper"
+    assert sandbox.containment_for("process") == expected
+
+
 def test_resolve_level() -> None:
     assert resolve_level("process") == sandbox.LevelChoice("process", None, None)
     auto = resolve_level("auto")
