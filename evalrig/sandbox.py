@@ -928,7 +928,12 @@ class _Run:
             pass  # already gone and reaped
 
     def _reap_inner(self) -> list[resource.struct_rusage]:
-        """Wait for each inner init to exit (its namespace is then empty) and reap it."""
+        """Wait for each inner init to exit (its namespace is then empty) and reap it.
+
+        bwrap's init would wait for every last process of the sandbox; it dies instead by
+        --die-with-parent as soon as bwrap, told of the agent's exit, exits. The kernel
+        kills the rest of the namespace before the init's exit completes.
+        """
         usages = []
         for pid, fd in self.inner.items():
             exited = bool(select.select([fd], [], [], _REAP_WAIT_S)[0])
