@@ -28,6 +28,9 @@ Choices written down here and in docs/ray.md:
 - A task's `[resources] cpus` is the `num_cpus` of its remote calls; a task asking for
   more CPUs than any live node has is an `infra_error` at once, not a job that waits
   forever.
+- Jobs are scheduled SPREAD: attempts share nothing but the node's tree cache, and the
+  default (local node first) kept attempts waiting for a busy node while another was
+  idle, its view of the other node's free CPUs being a moment stale.
 - Cancel: `ray.cancel` raises KeyboardInterrupt in the worker, which sets the attempt's
   own cancel event; the attempt ends `interrupted` as under `local`.
 """
@@ -188,8 +191,8 @@ def unpack_tree(data: bytes, dest: Path) -> None:
                 raise OSError(f"tar member {m.name!r}: lies under a symbolic link")
             target = os.path.join(dest, m.name)
             if m.isdir():
-                os.makedirs(target, mode=0o700, exist_ok=True)
-                os.chmod(target, m.mode | stat.S_IRWXU)
+                # a directory's mode is not part of any digest: the owner's rwx is enough
+                os.makedirs(target, exist_ok=True)
             elif m.issym():
                 os.symlink(m.linkname, target)
                 links.add(m.name)
@@ -200,7 +203,8 @@ def unpack_tree(data: bytes, dest: Path) -> None:
                              | os.O_CLOEXEC, 0o600)
                 with os.fdopen(fd, "wb") as f:
                     shutil.copyfileobj(src, f, 1 << 20)
-                os.chmod(target, m.mode)
+                    if m.mode != 0o600:
+                        os.fchmod(f.fileno(), m.mode)
             else:
                 raise OSError(f"tar member {m.name!r}: not a file, directory or link")
 
@@ -261,10 +265,24 @@ def evidence_cap(spec: Any) -> int:
     return t.max_evidence_bytes + 2 * t.max_output_bytes + EVIDENCE_SLACK
 
 
-def run_remote(kind: str, spec: Any, estimate_id: str, now: datetime, checkpoint: TreeRef,
-               task: TreeRef, work: AttemptWork) -> Returned:
+@dataclass(frozen=True)
+class Call:
+    """Everything one job needs, as one argument: Ray serializes each argument apart."""
+
+    kind: str
+    spec: Any  # the driver's AttemptSpec, without its cancel event
+    estimate_id: str
+    now: datetime
+    checkpoint: TreeRef
+    task: TreeRef
+    work: AttemptWork
+
+
+def run_remote(call: Call) -> Returned:
     """One job on a worker: the spec's paths rewritten to this node, the work run in a
     thread so that a cancel (KeyboardInterrupt here) can set the attempt's cancel event."""
+    kind, spec, work = call.kind, call.spec, call.work
+    estimate_id, now, checkpoint, task = call.estimate_id, call.now, call.checkpoint, call.task
     here = Path(tempfile.mkdtemp(prefix="evalrig-ray-job-"))
     cancel = threading.Event()
     try:
@@ -327,7 +345,8 @@ class RayExecutor:
         self._work = work
         self._ray = require_ray()
         connect(address)
-        self._remote = self._ray.remote(run_remote)
+        self._remote = self._ray.remote(**REMOTE_OPTIONS)(run_remote)
+        self._by_cpus: dict[float, Any] = {}
         self._trees: dict[Path, TreeRef] = {}
         self._inflight: dict[Any, _Inflight] = {}
         self._ready: list[Done] = []  # jobs finished without leaving the driver
@@ -343,6 +362,14 @@ class RayExecutor:
             ref = TreeRef(hash_tree(dir).digest, [self._ray.put(pack_tree(dir))])
             self._trees[dir] = ref
         return ref
+
+    def _remote_for(self, cpus: float) -> Any:
+        """The remote function with this task's CPUs, made once per distinct value."""
+        fn = self._by_cpus.get(cpus)
+        if fn is None:
+            fn = self._by_cpus[cpus] = self._remote.options(
+                num_cpus=cpus, scheduling_strategy="SPREAD", **REMOTE_OPTIONS)
+        return fn
 
     # the protocol ----------------------------------------------------------------------
 
@@ -360,11 +387,10 @@ class RayExecutor:
                 if cpus > self._max_cpus:
                     raise RuntimeError(f"task {spec.task.id} asks for {cpus:g} CPUs and no live "
                                        f"node of the cluster has more than {self._max_cpus:g}")
-            ref = self._remote.options(num_cpus=cpus, name=f"evalrig:{job.kind}:{spec.attempt_id}",
-                                       **REMOTE_OPTIONS).remote(
-                job.kind, replace(spec, cancel=None), job.estimate_id, utcnow(),
-                self._tree(Path(spec.checkpoint.dir)), self._tree(Path(spec.task.dir)),
-                self._work)
+            call = Call(job.kind, replace(spec, cancel=None), job.estimate_id, utcnow(),
+                        self._tree(Path(spec.checkpoint.dir)), self._tree(Path(spec.task.dir)),
+                        self._work)
+            ref = self._remote_for(cpus).remote(call)
         except Exception as e:  # noqa: BLE001 - the job never left: an infra_error record
             self._ready.append(Done(job, error=_describe(e), wall_s=time.monotonic() - t0))
             return
