@@ -590,6 +590,31 @@ def test_bwrap_hides_the_rig_the_tasks_and_sibling_attempts(
         assert seen["list:/root"] == [Path(interpreter_binds(PY)[0]).parts[2]]
 
 
+def test_bwrap_etc_is_a_readable_copy_without_private_keys(bbox: Box) -> None:
+    ask = {"read": ["/etc/hosts", "/etc/ssl/private/x"], "list": ["/etc/ssl", "/etc"]}
+    seen = agent_json(bbox, launch(bbox.spec("sandbox_probe.py", json.dumps(ask))))
+    assert seen["read:/etc/hosts"] == Path("/etc/hosts").read_text()[:100]
+    assert "private" not in seen["list:/etc/ssl"]
+    present = {Path(p).name for p in sandbox.ETC_FILES if os.path.lexists(p)}
+    assert set(seen["list:/etc"]) == present
+
+
+def test_stale_etc_views_of_dead_rigs_are_removed(tmp_path: Path) -> None:
+    dead = subprocess.Popen(["/bin/true"])
+    dead.wait()
+    tmp = Path(tempfile.gettempdir())
+    stale = tmp / f"evalrig-etc-{dead.pid}-test"
+    live = tmp / f"evalrig-etc-{os.getpid()}-test"
+    for d in (stale, live):
+        d.mkdir(exist_ok=True)
+    try:
+        sandbox._remove_stale_views()
+        assert not stale.exists() and live.exists()
+    finally:
+        shutil.rmtree(stale, ignore_errors=True)
+        shutil.rmtree(live, ignore_errors=True)
+
+
 def test_bwrap_runs_as_the_slot_uid_when_root(bbox: Box) -> None:
     if os.geteuid() != 0:
         pytest.skip("the rig is not root: bwrap keeps the rig's uid in a user namespace")
