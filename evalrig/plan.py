@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from evalrig.digest import canonical_json, sha256_bytes, sha256_json
+from evalrig.digest import canonical_json, sha256_bytes, sha256_json, sha256_parts
 from evalrig.errors import invalid
 from evalrig.models.run import VerifierIdentity
 
@@ -171,6 +171,14 @@ def select_tasks(tasks: Sequence[PlannedTask], filters: Filters) -> list[Planned
     return chosen
 
 
+def plan_digest(trials: Sequence[Trial]) -> str:
+    """sha256 over one line per trial, `<trial_id> <seed> <inputs_id>\n`, in plan order.
+
+    (Trial ids never hold spaces or newlines: task ids are [A-Za-z0-9._-]+.)
+    """
+    return sha256_parts(f"{t.trial_id} {t.seed} {t.inputs_id}\n".encode() for t in trials)
+
+
 def build_plan(
     tasks: Iterable[PlannedTask],
     checkpoint_id: str,
@@ -192,5 +200,5 @@ def build_plan(
         for rep, (s, iid) in enumerate(zip(seeds, ids, strict=True)):
             trials.append(Trial(trial_id=trial_id(task.id, rep), task_id=task.id, rep=rep,
                                 seed=s, inputs_id=iid))
-    digest = sha256_json([[t.trial_id, t.seed, t.inputs_id] for t in trials])
+    digest = plan_digest(trials)
     return Plan(tuple(trials), tuple(t.id for t in chosen), filters.any, digest)

@@ -55,13 +55,15 @@ from evalrig.bundle import (
     MANIFEST,
     RUN_JSONL,
     BundleLock,
+    Fields,
     Journal,
     RunBundle,
-    append_line,
+    append_lines,
     cut_torn_tail,
     file_digests,
     load_run,
     read_json,
+    read_rows,
     write_bytes_atomic,
     write_json_atomic,
 )
@@ -451,11 +453,11 @@ class TrialBook:
         self.attempts += 1
         self.last_attempt[trial_id] = max(n, self.last_attempt.get(trial_id, 0))
 
-    def result(self, r: Result) -> None:
-        if r.status == "infra_error":
+    def result(self, trial_id: str, inputs_id: str, status: str) -> None:
+        if status == "infra_error":
             self.infra += 1
-        if r.status in SCORED and self._inputs.get(r.trial_id) == r.inputs_id:
-            self.final[r.trial_id] = r.status
+        if status in SCORED and self._inputs.get(trial_id) == inputs_id:
+            self.final[trial_id] = status
 
     def ended(self, status: str | None) -> None:
         if status == "interrupted":
@@ -475,35 +477,57 @@ class TrialBook:
                          attempts=self.attempts, unscored=len(self.plan) - scored)
 
 
-def book_from_bundle(plan: Plan, b: RunBundle) -> TrialBook:
+EVENT_FIELDS: Fields = {"event": (str,), "trial_id": (str,), "attempt_id": (str,),
+                        "attempt": (int,), "task_id": (str,), "rep": (int,),
+                        "status": (str, type(None))}
+RESULT_FIELDS: Fields = {"trial_id": (str,), "attempt_id": (str,), "inputs_id": (str,),
+                         "status": (str,)}
+
+
+@dataclass(frozen=True)
+class BundleRows:
+    """What a resume needs of the bundle's records: a few fields of every line."""
+
+    attempts: list[dict[str, Any]]
+    results: list[dict[str, Any]]
+
+
+def read_bundle_rows(out: Path) -> BundleRows:
+    """The attempts and results lines (torn tails already cut)."""
+    return BundleRows(read_rows(out / "attempts.jsonl", EVENT_FIELDS).records,
+                      read_rows(out / "results.jsonl", RESULT_FIELDS).records)
+
+
+def book_from_rows(plan: Plan, rows: BundleRows) -> TrialBook:
     book = TrialBook(plan)
-    for ev in b.attempts:
-        if ev.event == "start":
-            book.started(ev.trial_id, ev.attempt)
+    for ev in rows.attempts:
+        if ev["event"] == "start":
+            book.started(ev["trial_id"], ev["attempt"])
         else:
-            book.ended(ev.status)
-    for r in b.results:
-        book.result(r)
+            book.ended(ev["status"])
+    for r in rows.results:
+        book.result(r["trial_id"], r["inputs_id"], r["status"])
     return book
 
 
-def repair_dangling(out: Path, b: RunBundle, book: TrialBook) -> int:
+def repair_dangling(out: Path, rows: BundleRows, book: TrialBook) -> int:
     """End every attempt that started and never ended; returns how many.
 
     Its end line carries its result's status when the result reached the disk (the crash
     came between the two lines), else `interrupted`.
     """
-    ended = {ev.attempt_id for ev in b.attempts if ev.event == "end"}
-    results = {r.attempt_id: r.status for r in b.results}
-    n = 0
-    for ev in b.attempts:
-        if ev.event == "start" and ev.attempt_id not in ended:
-            status = results.get(ev.attempt_id, "interrupted")
-            end = ev.model_copy(update={"event": "end", "at": utcnow(), "status": status})
-            append_line(out / "attempts.jsonl", end)
+    ended = {ev["attempt_id"] for ev in rows.attempts if ev["event"] == "end"}
+    results = {r["attempt_id"]: r["status"] for r in rows.results}
+    ends = []
+    for ev in rows.attempts:
+        if ev["event"] == "start" and ev["attempt_id"] not in ended:
+            status = results.get(ev["attempt_id"], "interrupted")
+            ends.append(AttemptEvent(event="end", trial_id=ev["trial_id"], attempt_id=ev["attempt_id"],
+                                     attempt=ev["attempt"], task_id=ev["task_id"], rep=ev["rep"],
+                                     at=utcnow(), status=status))
             book.ended(status)
-            n += 1
-    return n
+    append_lines(out / "attempts.jsonl", ends)
+    return len(ends)
 
 
 # -- the bundle's fixed files -----------------------------------------------------------
@@ -750,7 +774,7 @@ class Run:
         """End lines, once their results are on disk; the counters; progress."""
         self.journal.write("attempts.jsonl", [self._event("end", i, st) for i, st in got.ended])
         for _, _, result in got.records:
-            self.book.result(result)
+            self.book.result(result.trial_id, result.inputs_id, result.status)
         for _, status in got.ended:
             self.book.ended(status)
         if got.records:
@@ -869,9 +893,9 @@ def run_eval(req: RunRequest, home: Path, environ: Mapping[str, str],
         assert manifest is not None
         for name in RUN_JSONL:
             cut_torn_tail(out / name)
-        bundle = load_run(out)
-        refuse_other_inputs(manifest, inputs, {ev.trial_id for ev in bundle.attempts}, out)
-        return _resume(out, req, bundle, resolved, inputs, reporter, hooks)
+        rows = read_bundle_rows(out)
+        refuse_other_inputs(manifest, inputs, {ev["trial_id"] for ev in rows.attempts}, out)
+        return _resume(out, req, manifest, rows, resolved, inputs, reporter, hooks)
 
 
 def check_executor(kind: str, ray_address: str | None = None) -> None:
@@ -905,11 +929,10 @@ def _start(out: Path, req: RunRequest, r: Resolved, inputs: Inputs, reporter: Re
     return _execute(out, manifest, r, inputs, book, book.to_run(), reporter, hooks, kept=0)
 
 
-def _resume(out: Path, req: RunRequest, bundle: RunBundle, r: Resolved, inputs: Inputs,
-            reporter: Reporter, hooks: Hooks) -> RunSummary:
-    manifest = bundle.manifest
-    book = book_from_bundle(inputs.plan, bundle)
-    repaired = repair_dangling(out, bundle, book)
+def _resume(out: Path, req: RunRequest, manifest: RunManifest, rows: BundleRows, r: Resolved,
+            inputs: Inputs, reporter: Reporter, hooks: Hooks) -> RunSummary:
+    book = book_from_rows(inputs.plan, rows)
+    repaired = repair_dangling(out, rows, book)
     to_run = book.to_run()
     kept = len(inputs.plan) - len(to_run)
     if not to_run and not repaired and manifest.status == "complete":

@@ -18,6 +18,7 @@ from evalrig.bundle import (
     file_digests,
     final_results,
     load_run,
+    read_rows,
     write_json_atomic,
 )
 from evalrig.errors import EvalrigError
@@ -97,6 +98,23 @@ def test_a_malformed_whole_line_names_file_line_and_field(tmp_path: Path) -> Non
         load_run(tmp_path)
     assert e.value.line == 2 and e.value.field == "status"
     assert e.value.file is not None and e.value.file.endswith("results.jsonl")
+
+
+def test_rows_read_only_named_fields_and_name_a_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    append_line(path, result("a:0", 1, "passed"))
+    append_line(path, result("a:1", 1, "failed").model_dump(mode="json") | {"status": True})
+    fields = {"trial_id": (str,), "status": (str,)}
+    with pytest.raises(EvalrigError) as e:
+        read_rows(path, fields)
+    assert (e.value.line, e.value.field) == (2, "status")
+    assert e.value.message == "expected str, got True"
+    path.write_bytes(path.read_bytes().split(b"\n")[0] + b"\n" + b'{"trial_id": "a:1"')
+    rows = read_rows(path, fields)
+    assert rows.records == [{"trial_id": "a:0", "status": "passed"}] and rows.torn_line == 2
+    assert read_rows(path, {"trial_id": (str,)}).records == [{"trial_id": "a:0"}]
+    with pytest.raises(EvalrigError, match="expected int, missing"):
+        read_rows(path, {"nope": (int,)})
 
 
 def test_digests_catch_changed_missing_and_added_files(tmp_path: Path) -> None:
