@@ -964,12 +964,22 @@ def _execute(out: Path, manifest: RunManifest, r: Resolved, inputs: Inputs, book
             run = Run(out, inputs, r.settings, book, reporter, hooks, stop, scratch)
             run.execute(to_run)
     finally:
+        _flush_removals()
         if r.settings.keep_workspaces:
             reporter.warning(f"--keep-workspaces: the attempt workspaces are in {scratch}")
         else:
             shutil.rmtree(scratch, ignore_errors=True)
     stopped = stop.signal is not None
     return _finish(out, manifest, inputs, book, stopped, kept, run.ran)
+
+
+def _flush_removals() -> None:
+    """Wait for the trial's background removal of attempt roots before the scratch goes."""
+    from evalrig import trial
+
+    flush = getattr(trial, "flush_removals", None)
+    if flush is not None:
+        flush()
 
 
 def _finish(out: Path, manifest: RunManifest, inputs: Inputs, book: TrialBook,
