@@ -696,6 +696,8 @@ def _visible_in_sandbox(path: Path, spec: Launch) -> bool:
 def _chown_tree(root: Path, uid: int) -> None:
     """Give the slot uid its attempt root (the agent writes there as that uid)."""
     os.chown(root, uid, uid, follow_symlinks=False)
+    if not root.is_dir():
+        return
     stack = [root]
     while stack:
         with os.scandir(stack.pop()) as entries:
@@ -771,6 +773,8 @@ def launch(spec: Launch) -> Finished:
                 _chown_tree(Path(root), plan.uid)
     except OSError as exc:
         return _failed(spec, f"preparing the sandbox: {exc}", "infra")
+    except EvalrigError as exc:  # bwrap asked for, and none works here
+        return _failed(spec, exc.message, "infra")
     try:
         return _Run(spec, plan).run()
     except OSError as exc:
