@@ -52,11 +52,14 @@ DOCUMENTED_ENV = {"PATH", "HOME", "LANG", "TMPDIR", "EVALRIG_PROMPT", "EVALRIG_W
 # -- builders ----------------------------------------------------------------------------
 
 
-def make_checkpoint(root: Path, home: Path) -> Path:
+def make_checkpoint(root: Path, home: Path, *, estimate: bool = False) -> Path:
     d = root / "ckpt"
     d.mkdir()
     shutil.copy(AGENTS / "ray_agent.py", d / "agent.py")
-    (d / "checkpoint.toml").write_text('name = "exo"\n[agent]\ncommand = ["python3", "agent.py"]\n')
+    text = 'name = "exo"\n[agent]\ncommand = ["python3", "agent.py"]\n'
+    if estimate:  # an estimate command: the estimate phase runs on a worker too
+        text += 'estimate = ["python3", "agent.py", "--estimate"]\n'
+    (d / "checkpoint.toml").write_text(text)
     seal(d, home, SEALED_AT)
     return d
 
@@ -290,13 +293,28 @@ def test_a_tar_reaching_outside_its_directory_is_refused(tmp_path: Path) -> None
     assert not (tmp_path / "evil").exists()
 
 
+def test_an_address_nothing_answers_at_is_refused_before_any_bundle_exists(
+        tmp_path: Path, evalrig_home: Path) -> None:
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ck, tasks = make_checkpoint(tmp_path, evalrig_home), make_tasks(tmp_path, 1)
+    t0 = time.monotonic()
+    r = cli(*run_args(ck, tasks, tmp_path / "b", "--executor", "ray",
+                      "--ray-address", f"127.0.0.1:{port}"))
+    assert r.exit_code == 4, r.stderr
+    assert f"--ray-address 127.0.0.1:{port}: nothing answers there" in r.stderr
+    assert "docs/ray.md" in r.stderr
+    assert not (tmp_path / "b").exists() and time.monotonic() - t0 < 10
+
+
 # -- one node ----------------------------------------------------------------------------
 
 
 class TestOneNode:
     def test_a_ray_run_equals_a_local_run(self, one_node: str, tmp_path: Path,
                                           evalrig_home: Path) -> None:
-        ck, tasks = make_checkpoint(tmp_path, evalrig_home), make_tasks(tmp_path, 3)
+        ck, tasks = make_checkpoint(tmp_path, evalrig_home, estimate=True), make_tasks(tmp_path, 3)
         local = cli(*run_args(ck, tasks, tmp_path / "local"))
         assert local.exit_code == 0, local.stderr
         remote = cli(*run_args(ck, tasks, tmp_path / "ray", "--executor", "ray",
@@ -309,6 +327,10 @@ class TestOneNode:
         assert ray_bundle.manifest.settings.executor == "ray"
         assert {r.inputs_id for r in ray_bundle.results} == {
             r.inputs_id for r in load_run(tmp_path / "local").results}
+        estimates = [{e.trial_id: (e.state, e.p_success) for e in load_run(tmp_path / name).estimates}
+                     for name in ("local", "ray")]
+        assert estimates[0] == estimates[1] and {s for s, _ in estimates[0].values()} == {"valid"}
+        assert {p for _, p in estimates[0].values()} == {0.25, 0.75}
         v = cli("verify", tmp_path / "ray")
         assert v.exit_code == 0, v.stderr
 

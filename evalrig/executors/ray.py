@@ -41,6 +41,7 @@ import io
 import logging
 import os
 import shutil
+import socket
 import stat
 import tarfile
 import tempfile
@@ -71,6 +72,7 @@ REMOTE_OPTIONS: dict[str, Any] = {"max_retries": 0, "retry_exceptions": False}
 EVIDENCE_SLACK = 16 << 20
 """Beyond the task's caps, room for the verifier's own output in the evidence tar."""
 
+PROBE_S = 5.0
 _CANCEL_POLL_S = 0.05
 _CLOSE_WAIT_S = 30.0
 
@@ -104,6 +106,7 @@ def connect(address: str | None, environ: Mapping[str, str] | None = None) -> st
     if ray.is_initialized():
         return str(ray.get_runtime_context().gcs_address)
     addr = resolve_address(address, os.environ if environ is None else environ)
+    _probe(addr)
     try:
         ray.init(address=addr, logging_level=logging.ERROR, log_to_driver=False,
                  configure_logging=True, namespace="evalrig")
@@ -117,6 +120,23 @@ def connect(address: str | None, environ: Mapping[str, str] | None = None) -> st
         ) from None
     _connected_here = True
     return str(ray.get_runtime_context().gcs_address)
+
+
+def _probe(addr: str) -> None:
+    """A GCS address that nothing answers at is refused at once: Ray itself would retry
+    for minutes, printing warnings, before it gives up."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit() or "://" in addr:
+        return  # `auto`, or a form Ray resolves itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_S).close()
+    except OSError as e:
+        raise invalid(
+            f"--ray-address {addr}: nothing answers there ({e.strerror or type(e).__name__})",
+            field="--ray-address",
+            hint="start the cluster first (`ray start --head ...`, see docs/ray.md), or give "
+            "the address `ray start` printed, with --ray-address or RAY_ADDRESS",
+        ) from None
 
 
 def disconnect() -> None:

@@ -4,6 +4,9 @@
   hang: REP:N        sleep 120 s first when this is attempt N of repetition REP
   env: dump          write its whole environment to out/env.json
   probe: HOST:PORT   try to connect there; write "connected" or the error's name to out/probe.txt
+
+With --estimate it prints an estimate whose p_success is the parity of the seed (0.25 odd,
+0.75 even) instead, so a test can tell that the estimate ran on the right trial.
 """
 
 import errno
@@ -31,6 +34,10 @@ def probe(target: str) -> str:
 
 def main() -> int:
     env = os.environ
+    if "--estimate" in sys.argv[1:]:
+        odd = int(env["EVALRIG_SEED"]) % 2
+        print(json.dumps({"p_success": 0.25 if odd else 0.75, "time_s": [0, 5]}))
+        return 0
     with open(env["EVALRIG_PROMPT"]) as f:
         lines = dict(line.split(": ", 1) for line in f.read().splitlines() if ": " in line)
     out = env["EVALRIG_OUT"]
