@@ -31,7 +31,7 @@ from evalrig.bundle import final_results, load_run  # noqa: E402
 from evalrig.canary import CANARY_ENV  # noqa: E402
 from evalrig.checkpoint import seal  # noqa: E402
 from evalrig.cli import app  # noqa: E402
-from evalrig.executors.ray import pack_tree, unpack_tree  # noqa: E402
+from evalrig.executors.ray import pack_tree, resolve_address, unpack_tree  # noqa: E402
 from evalrig.plan import trial_seed  # noqa: E402
 from evalrig.tree import hash_tree  # noqa: E402
 
@@ -293,6 +293,13 @@ def test_a_tar_reaching_outside_its_directory_is_refused(tmp_path: Path) -> None
     assert not (tmp_path / "evil").exists()
 
 
+def test_the_address_is_the_flag_else_ray_address_else_auto() -> None:
+    assert resolve_address("10.0.0.1:6379", {"RAY_ADDRESS": "10.0.0.2:6379"}) == "10.0.0.1:6379"
+    assert resolve_address(None, {"RAY_ADDRESS": "10.0.0.2:6379"}) == "10.0.0.2:6379"
+    assert resolve_address(None, {"RAY_ADDRESS": ""}) == "auto"
+    assert resolve_address(None, {}) == "auto"
+
+
 def test_an_address_nothing_answers_at_is_refused_before_any_bundle_exists(
         tmp_path: Path, evalrig_home: Path) -> None:
     with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
@@ -303,7 +310,7 @@ def test_an_address_nothing_answers_at_is_refused_before_any_bundle_exists(
     r = cli(*run_args(ck, tasks, tmp_path / "b", "--executor", "ray",
                       "--ray-address", f"127.0.0.1:{port}"))
     assert r.exit_code == 4, r.stderr
-    assert f"--ray-address 127.0.0.1:{port}: nothing answers there" in r.stderr
+    assert f"--ray-address: 127.0.0.1:{port}: nothing answers there" in r.stderr
     assert "docs/ray.md" in r.stderr
     assert not (tmp_path / "b").exists() and time.monotonic() - t0 < 10
 

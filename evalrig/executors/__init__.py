@@ -106,5 +106,5 @@ def check_executor(kind: str, ray_address: str | None = None, *, join: bool = Fa
         if join:
             ray_executor.connect(ray_address)
         return
-    raise invalid(f"--executor {kind}: unknown", field="--executor",
+    raise invalid(f"{kind}: no such executor", field="--executor",
                   hint="use --executor local (the default) or --executor ray")

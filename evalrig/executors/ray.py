@@ -93,7 +93,7 @@ def require_ray() -> Any:
         import ray
     except ImportError:
         raise invalid(
-            "--executor ray: Ray is not installed", field="--executor",
+            "ray: the Ray package is not installed", field="--executor",
             hint="install the extra: pip install 'evalrig[ray]' (or use --executor local)",
         ) from None
     return ray
@@ -106,20 +106,43 @@ def connect(address: str | None, environ: Mapping[str, str] | None = None) -> st
     if ray.is_initialized():
         return str(ray.get_runtime_context().gcs_address)
     addr = resolve_address(address, os.environ if environ is None else environ)
-    _probe(addr)
+    _probe(_found_address() if addr == "auto" else addr)
     try:
         ray.init(address=addr, logging_level=logging.ERROR, log_to_driver=False,
                  configure_logging=True, namespace="evalrig")
     except Exception as e:  # ConnectionError, ValueError, RuntimeError, ... by Ray version
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise invalid(
-            f"--ray-address {addr}: cannot join the Ray cluster ({first})",
+            f"{addr}: cannot join the Ray cluster ({first})",
             field="--ray-address",
             hint="start one (`ray start --head --node-ip-address 127.0.0.1`, see docs/ray.md) "
             "and give its address with --ray-address or RAY_ADDRESS",
         ) from None
     _connected_here = True
     return str(ray.get_runtime_context().gcs_address)
+
+
+def _found_address() -> str:
+    """What `auto` means here: the cluster last started on this node, as Ray finds it.
+
+    Ray's own lookup is not public API; where it is missing or changed, `auto` is left
+    for `ray.init` to resolve."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:
+        return "auto"
+    try:
+        found = canonicalize_bootstrap_address("auto")
+    except ConnectionError:
+        raise invalid(
+            "auto: no Ray cluster was started on this node",
+            field="--ray-address",
+            hint="start one (`ray start --head --node-ip-address 127.0.0.1`, see docs/ray.md), "
+            "or give a cluster's address with --ray-address or RAY_ADDRESS",
+        ) from None
+    except Exception:  # noqa: BLE001 - another Ray version: let ray.init decide
+        return "auto"
+    return found or "auto"
 
 
 def _probe(addr: str) -> None:
@@ -132,7 +155,7 @@ def _probe(addr: str) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_S).close()
     except OSError as e:
         raise invalid(
-            f"--ray-address {addr}: nothing answers there ({e.strerror or type(e).__name__})",
+            f"{addr}: nothing answers there ({e.strerror or type(e).__name__})",
             field="--ray-address",
             hint="start the cluster first (`ray start --head ...`, see docs/ray.md), or give "
             "the address `ray start` printed, with --ray-address or RAY_ADDRESS",
