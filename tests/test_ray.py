@@ -371,6 +371,9 @@ class TestOneNode:
                                   stderr=subprocess.PIPE, env=dict(os.environ))
         try:
             find_agent(b"t1-0-1-")
+            # mid-run, the driver (a child of this process) and its workers listen too
+            assert driver.pid in _descendants(os.getpid())
+            assert_listeners_on_loopback()
         finally:
             driver.send_signal(signal.SIGKILL)
             driver.wait()
@@ -422,9 +425,14 @@ class TestTwoNodes:
         ck = make_checkpoint(tmp_path, evalrig_home)
         tasks = make_tasks(tmp_path, 2, {"t0": "hang: 1:1\n"})
         killed: list[int] = []
+        listeners: list[int | str] = []
 
         def kill_the_worker() -> None:
             worker = ray_worker_of(find_agent(b"t0-1-1-"))
+            try:  # mid-run, with every worker of the run alive
+                listeners.append(assert_listeners_on_loopback())
+            except AssertionError as e:
+                listeners.append(str(e))
             os.kill(worker, signal.SIGKILL)
             killed.append(worker)
 
@@ -434,6 +442,7 @@ class TestTwoNodes:
                           "--ray-address", two_nodes.address))  # type: ignore[attr-defined]
         killer.join()
         assert killed and r.exit_code == 0, r.stderr
+        assert isinstance(listeners[0], int) and listeners[0] >= 4, listeners
         b = load_run(tmp_path / "b")
         assert b.manifest.status == "complete"
         t = [x for x in b.results if x.trial_id == "t0:1"]

@@ -234,8 +234,9 @@ def unpack_tree(data: bytes, dest: Path) -> None:
                 raise OSError(f"tar member {m.name!r}: lies under a symbolic link")
             target = os.path.join(dest, m.name)
             if m.isdir():
-                # a directory's mode is not part of any digest: the owner's rwx is enough
                 os.makedirs(target, exist_ok=True)
+                if m.mode != 0o755:  # the usual mode needs no second call
+                    os.chmod(target, m.mode | stat.S_IRWXU)
             elif m.issym():
                 os.symlink(m.linkname, target)
                 links.add(m.name)
