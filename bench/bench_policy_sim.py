@@ -166,29 +166,42 @@ def table(cells: list[Cell]) -> list[str]:
     return lines
 
 
+def verdict_on(rate: float, goal: float, n: int, at_most: bool = True) -> str:
+    """'met', or by how much it misses, and whether that is within two standard errors."""
+    miss = rate - goal if at_most else goal - rate
+    if miss <= 0:
+        return "met"
+    band = 2 * se(goal, n)
+    where = "within simulation error" if miss <= band else "a real miss"
+    return f"MISSED by {100 * miss:.2f} points ({where}: 2 se = {100 * band:.2f})"
+
+
 def goals(cells: list[Cell]) -> list[str]:
     def cell(s: str, n: int) -> Cell:
         return next(c for c in cells if c.scenario == s and c.tasks == n)
 
     out = []
     for n in SIZES:
-        q, e = cell("null", n).rate("promote", "quality"), cell("null", n).rate("promote", "efficiency")
-        m = cell("margin", n).rate("promote", "efficiency")
-        out.append(f"- false promotion, null, {n} tasks: quality {100 * q:.2f} %, efficiency {100 * e:.2f} % "
-                   f"(goal ≤ 2.5 % each: {'met' if max(q, e) <= 0.025 else 'MISSED'})")
-        out.append(f"- false efficiency promotion, cheaper but 5 points worse, {n} tasks: {100 * m:.2f} % "
-                   f"(goal ≤ 2.5 %: {'met' if m <= 0.025 else f'MISSED by {100 * (m - 0.025):.1f} points'})")
+        c = cell("null", n)
+        q, e = c.rate("promote", "quality"), c.rate("promote", "efficiency")
+        out.append(f"- false promotion, candidate = champion, {n} tasks: quality {100 * q:.2f} %, "
+                   f"efficiency {100 * e:.2f} % (goal ≤ 2.5 % per route: {verdict_on(max(q, e), 0.025, c.trains)})")
+    for n in SIZES:
+        c = cell("margin", n)
+        m = c.rate("promote", "efficiency")
+        out.append(f"- false efficiency promotion, half the cost but 5 points worse, {n} tasks: {100 * m:.2f} % "
+                   f"(nominal 2.5 %: {verdict_on(m, 0.025, c.trains)})")
     for s in ("+5", "+10"):
         for n in SIZES:
-            pw = cell(s, n).rate("promote*")
+            c = cell(s, n)
+            pw = c.rate("promote*")
             extra = ""
             if s == "+10" and n == 60:
-                extra = (f" (goal ≥ 80 %: {'met' if pw >= 0.8 else f'MISSED by {100 * (0.8 - pw):.1f} points'})")
-            out.append(f"- power at {s} points, {n} tasks: {100 * pw:.1f} % ± {100 * se(pw, cell(s, n).trains):.1f}"
-                       + extra)
-    fb = next(c for c in cells if c.scenario == "fixed").rate("block")
-    out.append(f"- false block, 50 stable fixed tasks: {100 * fb:.2f} % "
-               f"(goal ≤ 2 %: {'met' if fb <= 0.02 else f'MISSED by {100 * (fb - 0.02):.1f} points'})")
+                extra = f" (goal ≥ 80 %: {verdict_on(pw, 0.8, c.trains, at_most=False)})"
+            out.append(f"- power at {s} points, {n} tasks: {100 * pw:.1f} % ± {100 * se(pw, c.trains):.1f}" + extra)
+    fixed = next(c for c in cells if c.scenario == "fixed")
+    fb = fixed.rate("block")
+    out.append(f"- false block, 50 stable fixed tasks: {100 * fb:.2f} % (goal ≤ 2 %: {verdict_on(fb, 0.02, fixed.trains)})")
     return out
 
 
