@@ -370,13 +370,17 @@ class TestOneNode:
         driver = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, env=dict(os.environ))
         try:
-            find_agent(b"t1-0-1-")
+            agent = find_agent(b"t1-0-1-")
             # mid-run, the driver (a child of this process) and its workers listen too
             assert driver.pid in _descendants(os.getpid())
             assert_listeners_on_loopback()
         finally:
             driver.send_signal(signal.SIGKILL)
             driver.wait()
+        gone_by = time.monotonic() + 30  # Ray ends a dead driver's jobs, and bwrap the agent
+        while Path(f"/proc/{agent}").exists() and time.monotonic() < gone_by:
+            time.sleep(0.1)
+        assert not Path(f"/proc/{agent}").exists(), "the dead driver's attempt still runs"
         before = load_run(out)
         assert before.manifest.status == "running"
         r = cli("run", "--out", out, "--resume", "--executor", "ray", "--ray-address", one_node)
