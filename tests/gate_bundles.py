@@ -196,3 +196,33 @@ def counts_tasks(fresh_counts: list[int], k: int = 5, fixed: int = 3, invariant:
     for i in range(invariant):
         out[f"inv-{i:03d}"] = Task("invariant", [True] * k, cost=cost)
     return out
+
+
+# -- in-memory views, for property tests of the pure core --------------------------------
+
+
+def view_from_counts(name: str, fresh: list[int], k: int = 5, fixed: list[int] | None = None):
+    """A RunView of fresh (and fixed) tasks with the given pass counts, every invariant holding."""
+    from evalrig.compare import RunView, TaskView, TrialOutcome
+    from evalrig.models.comparison import Integrity, RunRef, SideFacts
+
+    tasks = {}
+    for suite, counts in (("fresh", fresh), ("fixed", fixed or [])):
+        for i, c in enumerate(counts):
+            tid = f"{suite}-{i:03d}"
+            outs = tuple(TrialOutcome(j < c, 1.0 if j < c else 0.0, 0.01, 1.0, 0.5) for j in range(k))
+            tasks[tid] = TaskView(tid, suite, outs)  # type: ignore[arg-type]
+    suites = {"fixed": len(fixed or []), "fresh": len(fresh), "invariant": 0}
+    trials = k * len(tasks)
+    cid = ckpt_id(name)
+    facts = SideFacts(
+        run_id=name, checkpoint_id=cid, status="complete", subset=False, repeat=k, taskset_suites=suites,
+        run_suites={s: n for s, n in suites.items() if n}, trials=trials, scored=trials, unscored=0,
+        attempts=trials, infra_errors=0, infra_error_rate=0.0, sandbox={"bwrap": trials, "process": 0},
+        network_attempts=0, seal_checks=2, seal_checks_matched=2, registered=True, sealed_at=T0,
+        canary_found=0, history="none", policy_pin=PolicyPin(name="default", version=1, digest=POLICY_DIGEST),
+        integrity=Integrity(verified_files=4),
+    )
+    return RunView(ref=RunRef(run_id=name, checkpoint_id=cid, bundle_digest=POLICY_DIGEST), repeat=k, seed=0,
+                   taskset_id=POLICY_DIGEST, tasks=tasks, facts=facts,
+                   fresh_created_at={t: T0 + timedelta(hours=1) for t in tasks if t.startswith("fresh")})

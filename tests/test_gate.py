@@ -9,9 +9,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from gate_bundles import POLICY_DIGEST, T0, Side, Task, chain, counts_tasks, write_run
+from gate_bundles import POLICY_DIGEST, T0, Side, Task, chain, counts_tasks, view_from_counts, write_run
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from evalrig.compare import compare_bundles
+from evalrig.compare import build_comparison, compare_bundles, history_check
 from evalrig.digest import sha256_bytes
 from evalrig.errors import EvalrigError, ExitCode
 from evalrig.gate import decide, gate_comparison
@@ -398,3 +400,41 @@ def test_a_comparison_edited_after_compare_is_refused(tmp_path: Path, evalrig_ho
     with pytest.raises(EvalrigError) as e:
         gate_comparison(cmp, pol, None, False, evalrig_home, NOW)
     assert e.value.code == ExitCode.INVALID and e.value.file == str(path)
+
+
+# -- properties of the pure core ---------------------------------------------------------
+
+COUNTS = st.lists(st.integers(0, 5), min_size=1, max_size=40)  # an empty run has no bwrap attempt: not isolated
+
+
+def decide_views(champ: list[int], cand: list[int], exception: str | None = None) -> Decision:
+    c = build_comparison(view_from_counts("champ", champ), view_from_counts("cand", cand),
+                         history_check(None, None), False)
+    return decide(c, policy(), POLICY_DIGEST, exception, False, sha256_bytes(b"c"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(COUNTS)
+def test_a_candidate_equal_to_the_champion_never_wins_or_loses(counts: list[int]) -> None:
+    d = decide_views(counts, counts)
+    assert d.verdict == "keep-champion" and d.reason in ("tie", "inconclusive")
+    assert decide_views(counts, counts, "security-patch").verdict in ("promote-maintenance", "keep-champion")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), min_size=1, max_size=40))
+def test_a_promotion_swapped_is_never_a_promotion(pairs: list[tuple[int, int]]) -> None:
+    champ, cand = [a for a, _ in pairs], [b for _, b in pairs]
+    d = decide_views(champ, cand)
+    if d.verdict == "promote":
+        swapped = decide_views(cand, champ)
+        assert swapped.verdict == "keep-champion"
+        assert swapped.reason == "loss" or d.reason == "efficiency"
+
+
+@settings(max_examples=25, deadline=None)
+@given(COUNTS, COUNTS)
+def test_decide_is_deterministic_and_its_json_round_trips(champ: list[int], cand: list[int]) -> None:
+    d1, d2 = decide_views(champ, cand[: len(champ)]), decide_views(champ, cand[: len(champ)])
+    assert d1 == d2
+    assert Decision.model_validate_json(d1.model_dump_json()) == d1
