@@ -9,7 +9,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from gate_bundles import POLICY_DIGEST, T0, Side, Task, chain, counts_tasks, view_from_counts, write_run
+from gate_bundles import (
+    POLICY_DIGEST,
+    T0,
+    Side,
+    Task,
+    chain,
+    counts_tasks,
+    view_from_counts,
+    write_run,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
