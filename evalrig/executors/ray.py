@@ -59,10 +59,14 @@ from evalrig.executors import AttemptWork, Done, Job
 from evalrig.tree import hash_tree
 
 __all__ = [
+    "REMOTE_OPTIONS",
     "RayExecutor",
     "connect",
-    "resolve_address",
+    "disconnect",
     "pack_tree",
+    "require_ray",
+    "resolve_address",
+    "run_remote",
     "unpack_tree",
 ]
 
