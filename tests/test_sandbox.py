@@ -716,15 +716,20 @@ def test_bwrap_failing_before_the_sandbox_exists_is_the_rigs_error(
 
 
 def test_parallel_launches_keep_to_themselves(box: Box) -> None:
-    def one(i: int) -> tuple[int, Finished, str]:
+    specs = []  # made first: Box.spec copies the agent, which must not race a reader
+    for i in range(9):
         spec = box.spec("sandbox_env.py", str(i), slot=i % 3)
-        spec = replace(
-            spec,
-            env={**spec.env, "N": str(i)},
-            stdout_path=box.root.parent / f"par{i}.out",
-            stderr_path=box.root.parent / f"par{i}.err",
+        specs.append(
+            replace(
+                spec,
+                env={**spec.env, "N": str(i)},
+                stdout_path=box.root.parent / f"par{i}.out",
+                stderr_path=box.root.parent / f"par{i}.err",
+            )
         )
-        return i, launch(spec), (box.root.parent / f"par{i}.out").read_text()
+
+    def one(i: int) -> tuple[int, Finished, str]:
+        return i, launch(specs[i]), (box.root.parent / f"par{i}.out").read_text()
 
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(one, range(9)))
