@@ -859,12 +859,20 @@ def _bundle_state(out: Path) -> RunManifest | None:
     if out.exists():
         if not out.is_dir():
             raise invalid("--out is a file, not a directory", file=out, hint="give a new directory")
-        # A run killed before its first manifest leaves nothing but the lock files.
-        leftovers = [p.name for p in out.iterdir() if p.name not in (LOCK, LOCK_HOLDER)]
+        # A run killed before its first manifest leaves only what `_start` writes before
+        # it (no records yet): such a directory starts afresh.
+        leftovers = [p.name for p in out.iterdir() if not _start_leftover(p)]
         if leftovers:
             raise invalid("--out exists and is not a run bundle (no manifest.json)", file=out,
                           hint="give a new or empty directory for --out")
     return None
+
+
+def _start_leftover(p: Path) -> bool:
+    name = p.name
+    if name in (LOCK, LOCK_HOLDER, PROVENANCE, HISTORY) or (name.startswith(".") and ".tmp." in name):
+        return True
+    return name in RUN_JSONL and p.stat().st_size == 0
 
 
 def run_eval(req: RunRequest, home: Path, environ: Mapping[str, str],

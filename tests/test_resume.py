@@ -202,6 +202,18 @@ def test_a_removed_task_is_refused_on_resume(kit, tmp_path: Path) -> None:
     assert r.exit_code == 4 and "no longer has: t0:0" in r.stderr
 
 
+def test_a_run_killed_before_its_first_manifest_starts_afresh(kit, tmp_path: Path) -> None:
+    ck, tasks = kit
+    out = tmp_path / "b"
+    out.mkdir()
+    # what _start writes before the manifest: the lock files, provenance, empty record files
+    for name in (".lock", "provenance.json", "attempts.jsonl", "results.jsonl"):
+        (out / name).write_bytes(b"{}" if name == "provenance.json" else b"")
+    r = cli(*args(ck, tasks, out, repeat=1))
+    assert r.exit_code == 0, r.stderr
+    assert load_run(out).manifest.status == "complete"
+
+
 def test_resume_of_no_bundle_is_refused(tmp_path: Path) -> None:
     r = cli("run", "--out", tmp_path / "nothing", "--resume")
     assert r.exit_code == 4 and "no run bundle here" in r.stderr
