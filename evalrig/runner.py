@@ -966,7 +966,7 @@ def _resume(out: Path, req: RunRequest, manifest: RunManifest, rows: BundleRows,
 def _execute(out: Path, manifest: RunManifest, r: Resolved, inputs: Inputs, book: TrialBook,
              to_run: list[Trial], reporter: Reporter, hooks: Hooks, kept: int) -> RunSummary:
     stop = Stop()
-    scratch = Path(tempfile.mkdtemp(prefix="evalrig-attempts-"))
+    scratch = scratch_dir("evalrig-attempts-", keep=r.settings.keep_workspaces)
     try:
         with stop.handlers():
             run = Run(out, inputs, r.settings, book, reporter, hooks, stop, scratch)
@@ -979,6 +979,33 @@ def _execute(out: Path, manifest: RunManifest, r: Resolved, inputs: Inputs, book
             shutil.rmtree(scratch, ignore_errors=True)
     stopped = stop.signal is not None
     return _finish(out, manifest, inputs, book, stopped, kept, run.ran)
+
+
+SHM = Path("/dev/shm")
+SHM_MIN_FREE = 1 << 30
+
+
+def scratch_dir(prefix: str, keep: bool) -> Path:
+    """Where attempt roots are made: outside every bundle and task set.
+
+    `$EVALRIG_SCRATCH` when set; else a RAM-backed /dev/shm when it has room, because an
+    attempt's workspace is written once and thrown away, and on a disk the directory
+    creations and removals of each attempt alone cost more than the rest of the rig's
+    work; else the system's temporary directory. Kept workspaces (--keep-workspaces)
+    stay on disk, where they survive the rig and cost no memory.
+    """
+    base = os.environ.get("EVALRIG_SCRATCH")
+    if base is None and not keep and _has_room(SHM):
+        base = str(SHM)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+
+
+def _has_room(path: Path) -> bool:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return os.access(path, os.W_OK | os.X_OK) and st.f_bavail * st.f_frsize >= SHM_MIN_FREE
 
 
 def _flush_removals() -> None:
@@ -1084,15 +1111,17 @@ def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
     tasks_dir = Path(b.manifest.settings.tasks_dir)
     tasks = {t.id: t for t in load_taskset(tasks_dir).tasks}
     bad, problems = _changed_verifiers(b, tasks, str(tasks_dir))
-    level = resolve_level("auto").level
+    available = resolve_level("auto").level
     n = 0
     path = str(dir / "results.jsonl")
-    scratch = Path(tempfile.mkdtemp(prefix="evalrig-verify-"))
+    scratch = scratch_dir("evalrig-verify-", keep=False)
     try:
         for i, r in enumerate(b.results, start=1):
             recorded = _recorded_verdict(r)
             if recorded is None or r.task_id in bad:
                 continue
+            # Judge under the level the attempt was judged under where this machine has it.
+            level = r.sandbox if available == "bwrap" else available
             v = verify_evidence(tasks[r.task_id], dir / ATTEMPTS_DIR / r.attempt_id, level, 0,
                                 b.manifest.settings.max_retries, scratch)
             n += 1

@@ -526,11 +526,13 @@ def _parent_dirs(targets: list[Path]) -> list[str]:
     bubblewrap would make missing parents 0700, which a slot uid cannot enter; these hold
     nothing but the way down to the bound directory.
     """
-    covered = [Path(p) for p in ("/usr", "/proc", "/dev")] + targets
+    # /dev/shm and /tmp are fresh tmpfs mounts: directories below them still need making.
+    covered = [Path(p) for p in ("/usr", "/proc")] + targets
+    mounts = {Path(p) for p in ("/", "/tmp", "/dev", "/dev/shm")}
     made: list[Path] = []
     for target in targets:
         for parent in reversed(target.parents):
-            if parent in (Path("/"), Path("/tmp")) or parent in made:
+            if parent in mounts or parent in made:
                 continue
             if any(parent.is_relative_to(c) for c in covered):
                 continue
