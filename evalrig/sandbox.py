@@ -806,8 +806,6 @@ class _Run:
         argv = self.plan.argv
         if shake is not None:
             argv = [argv[0], *shake.args(), *argv[1:]]
-        # Linux charges the spawning process's peak RSS to the child at its first exec.
-        rig_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         start = time.monotonic()
         try:
             try:
@@ -840,7 +838,9 @@ class _Run:
             return _failed(spec, f"bwrap could not make the sandbox: {last}", "infra")
         wall = time.monotonic() - start
         exit_code, sig = self._decode(status)
-        peak = _peak_rss(usages, rig_peak)
+        # Linux charges the rig's peak RSS at the spawn to the child's first exec; the
+        # rig's peak only grows, so read after the wait it bounds what was charged.
+        peak = _peak_rss(usages, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
         return Finished(
             exit_code=exit_code,
             signal=sig,
