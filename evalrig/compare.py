@@ -97,20 +97,23 @@ class TaskView:
         }
 
 
-class RangeCheck(NamedTuple):
-    """An estimate's range, its nominal level, and what was measured."""
+@dataclass(frozen=True)
+class Ranges:
+    """Estimated ranges, their nominal levels, and what was measured; one column per field
+    (columns, not 10^5 small records)."""
 
-    low: float
-    high: float
-    level: float
-    actual: float
+    low: tuple[float, ...] = ()
+    high: tuple[float, ...] = ()
+    level: tuple[float, ...] = ()
+    actual: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
 class CalibrationInputs:
-    p_success: tuple[tuple[float, bool], ...] = ()
-    time: tuple[RangeCheck, ...] = ()
-    cost: tuple[RangeCheck, ...] = ()
+    p_success: tuple[float, ...] = ()
+    passed: tuple[bool, ...] = ()
+    time: Ranges = Ranges()
+    cost: Ranges = Ranges()
     estimates: int = 0
 
 
@@ -313,19 +316,17 @@ def suite_stats(champion: Sequence[TaskView], candidate: Sequence[TaskView], k: 
     )
 
 
-def _interval(checks: Sequence[RangeCheck]) -> IntervalCalibration:
-    if not checks:
+def _interval(r: Ranges) -> IntervalCalibration:
+    if not r.low:
         return IntervalCalibration(n=0, coverage=None, interval_score=None)
-    lo, hi, actual = [c.low for c in checks], [c.high for c in checks], [c.actual for c in checks]
-    cov = stats.interval_coverage(lo, hi, actual)
-    score = stats.interval_score(lo, hi, actual, [c.level for c in checks])
-    return IntervalCalibration(n=len(checks), coverage=cov, interval_score=score)
+    cov = stats.interval_coverage(r.low, r.high, r.actual)
+    score = stats.interval_score(r.low, r.high, r.actual, r.level)
+    return IntervalCalibration(n=len(r.low), coverage=cov, interval_score=score)
 
 
 def calibration(inputs: CalibrationInputs) -> Calibration:
-    ps = inputs.p_success
-    brier = stats.brier([p for p, _ in ps], [o for _, o in ps]) if ps else None
-    return Calibration(estimates=inputs.estimates, brier=brier, brier_n=len(ps),
+    brier = stats.brier(inputs.p_success, inputs.passed) if inputs.p_success else None
+    return Calibration(estimates=inputs.estimates, brier=brier, brier_n=len(inputs.p_success),
                        time=_interval(inputs.time), cost=_interval(inputs.cost))
 
 
@@ -643,9 +644,10 @@ def _side_facts(m: RunManifest, lines: RunLines, final: dict[str, ResultLine], i
 
 
 def _calibration_inputs(lines: RunLines, final: dict[str, ResultLine]) -> CalibrationInputs:
-    ps: list[tuple[float, bool]] = []
-    time: list[RangeCheck] = []
-    cost: list[RangeCheck] = []
+    p: list[float] = []
+    passed: list[bool] = []
+    cols: dict[str, tuple[list[float], list[float], list[float], list[float]]] = {
+        "time": ([], [], [], []), "cost": ([], [], [], [])}
     valid = 0
     # In the results file's order (deterministic for a bundle); the sums are fsum's, exact anyway.
     for r in final.values():
@@ -654,14 +656,21 @@ def _calibration_inputs(lines: RunLines, final: dict[str, ResultLine]) -> Calibr
             continue
         valid += 1
         level = float(e.get("level", 0.8))
-        p, t, c = e.get("p_success"), e.get("time_s"), e.get("cost_usd")
-        if p is not None and r.passed is not None:
-            ps.append((float(p), r.passed))
-        if a is not None and t is not None:
-            time.append(RangeCheck(float(t[0]), float(t[1]), level, float(a["wall_s"])))
-        if a is not None and c is not None and a.get("cost_usd") is not None:
-            cost.append(RangeCheck(float(c[0]), float(c[1]), level, float(a["cost_usd"])))
-    return CalibrationInputs(p_success=tuple(ps), time=tuple(time), cost=tuple(cost), estimates=valid)
+        ps = e.get("p_success")
+        if ps is not None and r.passed is not None:
+            p.append(float(ps))
+            passed.append(r.passed)
+        if a is None:
+            continue
+        for name, rng, actual in (("time", e.get("time_s"), a["wall_s"]), ("cost", e.get("cost_usd"), a.get("cost_usd"))):
+            if rng is not None and actual is not None:
+                lo, hi, lv, ac = cols[name]
+                lo.append(float(rng[0]))
+                hi.append(float(rng[1]))
+                lv.append(level)
+                ac.append(float(actual))
+    time, cost = (Ranges(*(tuple(c) for c in cols[n])) for n in ("time", "cost"))
+    return CalibrationInputs(p_success=tuple(p), passed=tuple(passed), time=time, cost=cost, estimates=valid)
 
 
 def _figures(a: dict | None) -> tuple[float | None, float | None, float | None]:

@@ -253,3 +253,14 @@ def test_a_malformed_line_names_file_line_and_field(tmp_path: Path, evalrig_home
         compare_bundles(a, b, tmp_path / "cmp", evalrig_home)
     assert (e.value.file, e.value.line, e.value.field) == (str(results), 3, "sandbox")
     assert "docker" in e.value.message
+
+
+def test_calibration_of_the_estimates(tmp_path: Path, evalrig_home: Path) -> None:
+    a = write_run(tmp_path / "a", Side("champ", counts_tasks([3] * 4)), evalrig_home, full=True)
+    b = write_run(tmp_path / "b", Side("cand", counts_tasks([3] * 4)), evalrig_home, full=True)
+    c = compare_bundles(a, b, tmp_path / "cmp", evalrig_home)
+    cal = c.calibration["candidate"]
+    assert cal.estimates == 40 and cal.brier_n == 40 and cal.brier == pytest.approx(0.25)  # p = 0.5 always
+    assert cal.time.n == 40 and cal.time.coverage == 1.0 and cal.time.interval_score == pytest.approx(1.5)
+    assert cal.cost.coverage == 1.0
+    assert "Calibration" in (tmp_path / "cmp" / "comparison.md").read_text()
