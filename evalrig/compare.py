@@ -541,8 +541,10 @@ def _fast_estimate(d: dict) -> dict | None:
     p, t, c, level = d.get("p_success"), d.get("time_s"), d.get("cost_usd"), d.get("level", 0.8)
     if (d["state"] in _STATES and (p is None or (type(p) in _NUM and 0 <= p <= 1))
             and type(level) in _NUM and 0 < level < 1
-            and (t is None or (type(t) is list and len(t) == 2 and _finite(t[0]) and _finite(t[1])))
-            and (c is None or (type(c) is list and len(c) == 2 and _finite(c[0]) and _finite(c[1])))):
+            and (t is None or (type(t) is list and len(t) == 2 and type(t[0]) in _NUM and type(t[1]) in _NUM
+                               and -1e308 <= t[0] <= 1e308 and -1e308 <= t[1] <= 1e308))
+            and (c is None or (type(c) is list and len(c) == 2 and type(c[0]) in _NUM and type(c[1]) in _NUM
+                               and -1e308 <= c[0] <= 1e308 and -1e308 <= c[1] <= 1e308))):
         return d
     return None
 
