@@ -58,8 +58,12 @@ reparented to the rig (none does today).
 Chain per level (each helper execs in place; only bwrap and unshare stay as parents):
 ``setpriv --pdeathsig KILL -- unshare --pid --fork --kill-child [prlimit ...] AGENT`` (the
 setpriv makes unshare die with the rig, as bwrap's ``--die-with-parent`` does) and, as root,
-``bwrap ... -- setpriv --reuid=U ... -- env -u PWD -- AGENT`` (bwrap always sets ``PWD``;
-``env`` takes it out again so that the environment is exactly the one given).
+``bwrap ... -- setpriv --reuid=U ... -- env -u PWD -- [LD_*=...] AGENT`` (bwrap always
+sets ``PWD``; ``env`` takes it out again so that the environment is exactly the one given).
+bwrap and setpriv run as root, so they are started without the loader variables
+(``LD_*``, ``GLIBC_TUNABLES``, ... `_LOADER_VARS`) that a checkpoint's env could use to
+run code in them; the final ``env`` hands those to the agent alone. Under ``process`` the
+helpers run as the rig's user, as the agent does, so nothing is held back there.
 """
 
 from __future__ import annotations
@@ -607,6 +611,32 @@ class _Plan:
     uid: int | None
     handshake: bool = False  # bwrap: --info-fd (its init's host pid) and --block-fd
     rlimits: tuple[tuple[int, int], ...] = ()  # set on bwrap's init while it is held
+    env: Mapping[str, str] | None = None  # the helpers' environment; None: spec.env
+
+
+# Variables that make the dynamic loader or libc load code or data: the agent may set
+# them (a checkpoint's env), but bwrap and setpriv run as root and must not see them.
+_LOADER_VARS = frozenset(
+    "GCONV_PATH GETCONF_DIR GLIBC_TUNABLES HOSTALIASES LOCALDOMAIN LOCPATH MALLOC_TRACE "
+    "NIS_PATH NLSPATH RESOLV_HOST_CONF RES_OPTIONS TZDIR".split()
+)
+
+
+def _loader_var(name: str) -> bool:
+    return name.startswith("LD_") or name in _LOADER_VARS
+
+
+def _final_env(env: Mapping[str, str], loader: Mapping[str, str]) -> list[str]:
+    """`env` as the last helper: undo bwrap's PWD, hand the agent its loader variables.
+
+    The loader variables travel in this argv (a path, not a secret, as a rule) so that
+    the helpers before it never have them in their environment.
+    """
+    unset = [] if "PWD" in env else ["-u", "PWD"]  # bwrap always sets PWD
+    assign = [f"{k}={v}" for k, v in loader.items()]
+    if "PWD" in env:
+        assign.append(f"PWD={env['PWD']}")  # bwrap replaced it with the directory
+    return [_tool("env") or "env", *unset, "--", *assign]
 
 
 def _plan(spec: Launch) -> _Plan:
@@ -617,12 +647,12 @@ def _plan(spec: Launch) -> _Plan:
         binds = [("ro", Path(p)) for p in spec.ro_paths] + [("rw", Path(p)) for p in spec.rw_paths]
         tmp_size = spec.disk_watch[1] if spec.disk_watch and _bwrap_has_size(bwrap) else None
         prefix = _bwrap_prefix(bwrap, spec.cwd, binds, spec.network, tmp_size)
-        chain = _setpriv(uid)
-        if "PWD" not in spec.env:
-            chain += [_tool("env") or "env", "-u", "PWD", "--"]  # bwrap always sets PWD
+        loader = {k: v for k, v in spec.env.items() if _loader_var(k)}
+        chain = _setpriv(uid) + _final_env(spec.env, loader)
         held = tuple(_rlimits(spec, own_uid=uid is not None))
         argv = prefix + chain + list(spec.argv)
-        return _Plan(argv, None, "namespace", uid, handshake=True, rlimits=held)
+        helpers_env = {k: v for k, v in spec.env.items() if k not in loader}
+        return _Plan(argv, None, "namespace", uid, True, held, helpers_env)
     unshare = _unshare_argv()
     limits = _prlimit(_rlimits(spec, own_uid=False))
     if unshare is None:
@@ -814,7 +844,7 @@ class _Run:
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
-                    env=dict(spec.env),
+                    env=dict(self.plan.env if self.plan.env is not None else spec.env),
                     cwd=self.plan.popen_cwd,
                     start_new_session=True,
                     pass_fds=shake.child_fds() if shake else (),

@@ -632,6 +632,21 @@ def test_stale_etc_views_of_dead_rigs_are_removed(tmp_path: Path) -> None:
         shutil.rmtree(live, ignore_errors=True)
 
 
+def test_bwrap_helpers_never_see_the_agents_loader_variables(bbox: Box) -> None:
+    """bwrap and setpriv run as root: an LD_* from a checkpoint's env reaches only the agent."""
+    spec = bbox.spec("sandbox_env.py")
+    spec = replace(spec, env={**spec.env, "LD_DEBUG": "libs", "PWD": "/given"})
+    finished = launch(spec)
+    assert finished.exit_code == 0, bbox.stderr()
+    assert json.loads(bbox.stdout())["env"] == dict(spec.env)
+    programs = {
+        line.split("initialize program:")[1].strip()
+        for line in bbox.stderr().splitlines()
+        if "initialize program:" in line
+    }
+    assert programs == {PY}  # the agent's interpreter, and nothing before it
+
+
 def test_bwrap_runs_as_the_slot_uid_when_root(bbox: Box) -> None:
     if os.geteuid() != 0:
         pytest.skip("the rig is not root: bwrap keeps the rig's uid in a user namespace")
