@@ -228,14 +228,16 @@ def _environ(pid: int) -> dict[bytes, bytes]:
 
 
 def find_agent(marker: bytes, timeout: float = 60) -> int:
-    """The pid of the agent process whose EVALRIG_ATTEMPT_ID contains `marker`."""
+    """The pid of our agent process whose EVALRIG_ATTEMPT_ID contains `marker`.
+
+    Only among this process's descendants (the clusters' workers are): other test runs
+    on the machine start agents with the same attempt ids."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for p in Path("/proc").iterdir():
-            if p.name.isdigit():
-                aid = _environ(int(p.name)).get(b"EVALRIG_ATTEMPT_ID", b"")
-                if marker in aid and b"agent.py" in _cmdline(int(p.name)):
-                    return int(p.name)
+        for pid in _descendants(os.getpid()):
+            aid = _environ(pid).get(b"EVALRIG_ATTEMPT_ID", b"")
+            if marker in aid and b"agent.py" in _cmdline(pid):
+                return pid
         time.sleep(0.1)
     raise AssertionError(f"no agent with attempt id containing {marker!r} appeared")
 
@@ -245,6 +247,30 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie: an in-process run made this process a child subreaper, so
+    a killed agent may wait here, dead, to be reaped."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in status
+
+
+def _describe_process(pid: int) -> str:
+    chain = []
+    cur: int | None = pid
+    while cur and cur > 1:
+        try:
+            state = next(ln for ln in Path(f"/proc/{cur}/status").read_text().splitlines()
+                         if ln.startswith("State:"))
+        except (OSError, StopIteration):
+            state = "?"
+        chain.append(f"{cur} {state} {_cmdline(cur)[:60]!r}")
+        cur = _ppid(cur)
+    return "the dead driver's attempt still runs: " + " <- ".join(chain)
 
 
 def ray_worker_of(pid: int) -> int:
@@ -378,9 +404,9 @@ class TestOneNode:
             driver.send_signal(signal.SIGKILL)
             driver.wait()
         gone_by = time.monotonic() + 30  # Ray ends a dead driver's jobs, and bwrap the agent
-        while Path(f"/proc/{agent}").exists() and time.monotonic() < gone_by:
+        while _alive(agent) and time.monotonic() < gone_by:
             time.sleep(0.1)
-        assert not Path(f"/proc/{agent}").exists(), "the dead driver's attempt still runs"
+        assert not _alive(agent), _describe_process(agent)
         before = load_run(out)
         assert before.manifest.status == "running"
         r = cli("run", "--out", out, "--resume", "--executor", "ray", "--ray-address", one_node)
@@ -412,7 +438,7 @@ class TestOneNode:
             driver.kill()
         assert driver.returncode == 130, stderr.decode()[-2000:]
         assert time.monotonic() - t0 < 15  # the agent sleeps 120 s: it was stopped, not waited for
-        assert not Path(f"/proc/{agent}").exists()
+        assert not _alive(agent)
         (res,) = load_run(out).results
         assert res.status == "interrupted"
 
