@@ -546,42 +546,50 @@ def side_summary(
     if len(passes) != len(n_scored) or (rewards is not None and len(rewards) != len(passes)):
         raise ValueError("side_summary: the per-task sequences differ in length")
     scored = [(c, n) for c, n in zip(passes, n_scored, strict=True) if _checked_scored(c, n)]
-    rates = [Fraction(c, n) for c, n in scored]
-    k = max((n for _, n in scored), default=0)
+    # Tasks share few distinct (passes, scored) pairs (at most (k+1)·k): sum exact
+    # fractions once per pair, weighted by its count, instead of once per task.
+    pairs = Counter(scored)
+    rates: Counter[Fraction] = Counter()
+    for (c, n), m in pairs.items():
+        rates[Fraction(c, n)] += m
+    k = max((n for _, n in pairs), default=0)
     pass_hat: dict[str, float | None] = {}
     pass_at: dict[str, float | None] = {}
     for j in range(1, k + 1):
-        eligible = [(c, n) for c, n in scored if n >= j]
-        if not eligible:
+        eligible = [((c, n), m) for (c, n), m in pairs.items() if n >= j]
+        count = sum(m for _, m in eligible)
+        if not count:
             pass_hat[str(j)] = pass_at[str(j)] = None
             continue
-        hat = sum(Fraction(math.comb(c, j), math.comb(n, j)) for c, n in eligible)
-        at = sum(1 - Fraction(math.comb(n - c, j), math.comb(n, j)) for c, n in eligible)
-        pass_hat[str(j)] = float(hat / len(eligible))
-        pass_at[str(j)] = float(at / len(eligible))
+        hat = sum(m * Fraction(math.comb(c, j), math.comb(n, j)) for (c, n), m in eligible)
+        at = sum(m * (1 - Fraction(math.comb(n - c, j), math.comb(n, j))) for (c, n), m in eligible)
+        pass_hat[str(j)] = float(hat / count)
+        pass_at[str(j)] = float(at / count)
     task_rewards = [sum(r) / len(r) for r in (rewards or ()) if len(r)]
+    tasks = len(scored)
     return SideSummary(
-        tasks=len(rates),
-        pass_rate=float(sum(rates) / len(rates)) if rates else None,
-        pass_rate_se=_se_of(rates),
+        tasks=tasks,
+        pass_rate=float(sum(m * r for r, m in rates.items()) / tasks) if tasks else None,
+        pass_rate_se=_se_of_counted(rates),
         mean_reward=math.fsum(task_rewards) / len(task_rewards) if task_rewards else None,
         pass_hat_k=pass_hat,
         pass_at_k=pass_at,
     )
 
 
+def _se_of_counted(values: Counter[Fraction]) -> float | None:
+    """sd (n − 1) over √n of a multiset of exact values."""
+    n = sum(values.values())
+    if n < 2:
+        return None
+    mean = sum(m * v for v, m in values.items()) / n
+    var = sum(m * (v - mean) ** 2 for v, m in values.items()) / (n - 1)
+    return math.sqrt(var / n)
+
+
 def _checked_scored(passes: int, scored: int) -> bool:
     _check_count(passes, scored)
     return scored > 0
-
-
-def _se_of(values: Sequence[Fraction]) -> float | None:
-    n = len(values)
-    if n < 2:
-        return None
-    mean = sum(values) / n
-    var = sum((v - mean) ** 2 for v in values) / (n - 1)
-    return math.sqrt(var / n)
 
 
 # ---------------------------------------------------------------------------
