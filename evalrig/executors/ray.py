@@ -326,26 +326,56 @@ class Call:
     work: AttemptWork
 
 
+_worker_dir: Path | None = None
+
+
+def worker_dir() -> Path:
+    """This worker process's directory for its jobs, made once: `scratch/` (the attempts'
+    workspaces, which the trial removes) and `evidence/` (each attempt's, removed once
+    sent). Ray kills its workers rather than asking them to exit, so the directories of
+    dead workers are swept when a new one makes its own."""
+    global _worker_dir
+    if _worker_dir is None:
+        base = Path(tempfile.gettempdir()) / f"evalrig-ray-work-{os.getuid()}"
+        base.mkdir(mode=0o700, exist_ok=True)
+        for old in base.iterdir():
+            if old.name.isdigit() and (int(old.name) == os.getpid() or not _alive(int(old.name))):
+                shutil.rmtree(old, ignore_errors=True)
+        mine = base / str(os.getpid())
+        (mine / "scratch").mkdir(parents=True)
+        (mine / "evidence").mkdir()
+        _worker_dir = mine
+    return _worker_dir
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def run_remote(call: Call) -> Returned:
     """One job on a worker: the spec's paths rewritten to this node, the work run in a
     thread so that a cancel (KeyboardInterrupt here) can set the attempt's cancel event."""
     kind, spec, work = call.kind, call.spec, call.work
     estimate_id, now, checkpoint, task = call.estimate_id, call.now, call.checkpoint, call.task
-    here = Path(tempfile.mkdtemp(prefix="evalrig-ray-job-"))
+    here = worker_dir()
     cancel = threading.Event()
+    local = replace(
+        spec,
+        checkpoint=replace(spec.checkpoint, dir=cached_tree(checkpoint)),
+        task=replace(spec.task, dir=cached_tree(task)),
+        scratch_root=here / "scratch",
+        evidence_dir=here / "evidence" / spec.attempt_id,
+        cancel=cancel,
+    )
+    if kind == "estimate":
+        return Returned(estimate=_in_thread(lambda: work.estimate(local, estimate_id, now), cancel))
     try:
-        local = replace(
-            spec,
-            checkpoint=replace(spec.checkpoint, dir=cached_tree(checkpoint)),
-            task=replace(spec.task, dir=cached_tree(task)),
-            scratch_root=here / "scratch",
-            evidence_dir=here / "evidence" / spec.attempt_id,
-            cancel=cancel,
-        )
-        local.scratch_root.mkdir()
-        if kind == "estimate":
-            return Returned(estimate=_in_thread(lambda: work.estimate(local, estimate_id, now),
-                                                cancel))
         outcome = _in_thread(lambda: work.attempt(local), cancel)
         evidence = pack_tree(local.evidence_dir) if local.evidence_dir.is_dir() else b""
         if len(evidence) > evidence_cap(local):
@@ -353,8 +383,8 @@ def run_remote(call: Call) -> Returned:
                           f"{evidence_cap(local)} the task's caps allow")
         return Returned(outcome=outcome, evidence=evidence)
     finally:
-        # --keep-workspaces keeps the workspace on this node; the evidence went back.
-        shutil.rmtree(here / "evidence" if spec.keep_workspace else here, ignore_errors=True)
+        # The workspace is the trial's to remove (or keep, with --keep-workspaces).
+        shutil.rmtree(local.evidence_dir, ignore_errors=True)
 
 
 def _in_thread(fn: Any, cancel: threading.Event) -> Any:
