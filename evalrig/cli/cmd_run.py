@@ -124,7 +124,7 @@ def run(
     max_retries: Annotated[int | None, typer.Option("--max-retries", min=0, help="Retries after infrastructure faults (default 2).")] = None,
     sandbox: Annotated[SandboxChoice | None, typer.Option("--sandbox", help="Isolation level (default auto).")] = None,
     executor: Annotated[ExecutorChoice | None, typer.Option("--executor", help="Where attempts run (default local).")] = None,
-    ray_address: Annotated[str | None, typer.Option("--ray-address", help="The Ray cluster (with --executor ray).")] = None,
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="The Ray cluster (with --executor ray); default RAY_ADDRESS, else auto.")] = None,
     secret: Annotated[list[str] | None, typer.Option("--secret", help="Pass this environment variable to the agent (repeatable).")] = None,
     keep_workspaces: Annotated[bool, typer.Option("--keep-workspaces", help="Keep attempt workspaces.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Continue --out, taking every setting from its manifest.")] = False,
