@@ -22,16 +22,41 @@ class NonFiniteNumber(ValueError):
     pass
 
 
+def _all_finite(value: Any) -> bool:
+    """True when no float below `value` is NaN or infinite (the fast path: no paths built)."""
+    kind = type(value)
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        return all(_all_finite(v) for v in value.values())
+    if kind is list or kind is tuple:
+        return all(_all_finite(v) for v in value)
+    if isinstance(value, float):  # float subclasses
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_all_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_all_finite(v) for v in value)
+    return True
+
+
 def _check_finite(value: Any, path: str = "$") -> None:
+    """Refuse a non-finite number, naming its path (built only once one is found)."""
+    if _all_finite(value):
+        return
+    _find_non_finite(value, path)
+
+
+def _find_non_finite(value: Any, path: str) -> None:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise NonFiniteNumber(f"{path}: non-finite number {value!r}")
     elif isinstance(value, dict):
         for k, v in value.items():
-            _check_finite(v, f"{path}.{k}")
+            _find_non_finite(v, f"{path}.{k}")
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
-            _check_finite(v, f"{path}[{i}]")
+            _find_non_finite(v, f"{path}[{i}]")
 
 
 def _default(obj: Any) -> Any:
