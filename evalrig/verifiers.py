@@ -238,6 +238,8 @@ def _run_command_once(
 ) -> Verdict:
     from evalrig import sandbox
 
+    # The verifier starts in verifier/, so a relative --out or --tasks would point nowhere.
+    verifier_dir, evidence_dir, run_dir = (p.absolute() for p in (verifier_dir, evidence_dir, run_dir))
     tag = f"verifier-{run_dir.parent.name}-{run_dir.name}"
     verdict_dir = run_dir / "verdict"
     home = run_dir / "home"

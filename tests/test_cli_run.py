@@ -6,7 +6,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from agents.run_kit import add_task, cli, make_checkpoint, make_tasks
+from agents.run_kit import add_task, cli, make_checkpoint, make_tasks, results_by_trial
 
 from evalrig.bundle import file_digests, load_run
 from evalrig.digest import sha256_file
@@ -152,3 +152,22 @@ def test_keep_workspaces_keeps_them_and_says_where(kit, tmp_path: Path) -> None:
         import shutil
 
         shutil.rmtree(where)
+
+
+def test_a_command_verifier_finds_the_evidence_of_a_relative_out(
+        tmp_path: Path, evalrig_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The verifier starts in its task's verifier/ folder: EVALRIG_EVIDENCE must not be
+    # relative to the directory `run` was started in.
+    ck = make_checkpoint(tmp_path, evalrig_home)
+    d = tmp_path / "tasks" / "fixed" / "cmd"
+    (d / "verifier").mkdir(parents=True)
+    (d / "prompt.md").write_text("answer: even\n")
+    (d / "task.toml").write_text('[verifier]\nkind = "command"\ncommand = ["python3", "check.py"]\n')
+    (d / "verifier" / "check.py").write_text(
+        "import os, pathlib, sys\n"
+        "a = pathlib.Path(os.environ['EVALRIG_EVIDENCE'], 'out', 'answer.txt').read_text()\n"
+        "sys.exit(0 if a.strip() == 'even' else 1)\n")
+    monkeypatch.chdir(tmp_path)
+    r = run(Path(ck.name), Path("tasks"), Path("b"))
+    assert r.exit_code == 0, r.stderr
+    assert set(results_by_trial(tmp_path / "b").values()) == {"passed"}
