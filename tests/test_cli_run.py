@@ -74,6 +74,15 @@ def test_repeat_zero_is_a_usage_error(kit, tmp_path: Path) -> None:
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.parametrize("scale", ["0", "-1", "nan", "inf"])
+def test_a_timeout_scale_out_of_range_is_a_usage_error(kit, tmp_path: Path, scale: str) -> None:
+    ck, tasks = kit
+    r = cli("run", "--checkpoint", ck, "--tasks", tasks, "--out", tmp_path / "b", "--timeout-scale", scale)
+    assert r.exit_code == 2, r.stderr
+    assert f"--timeout-scale {float(scale)}: must be" in r.stderr
+    assert not (tmp_path / "b").exists()
+
+
 def test_an_unsealed_checkpoint_is_refused_before_any_bundle_exists(tmp_path: Path, evalrig_home: Path) -> None:
     ck = make_checkpoint(tmp_path, evalrig_home, do_seal=False)
     r = run(ck, make_tasks(tmp_path, 1), tmp_path / "b")

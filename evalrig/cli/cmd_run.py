@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -142,8 +143,8 @@ def run(
     from evalrig.checkpoint import evalrig_home
     from evalrig.runner import RunRequest, run_eval
 
-    if timeout_scale is not None and not timeout_scale > 0:
-        raise UsageError(f"--timeout-scale {timeout_scale}: must be greater than 0")
+    if timeout_scale is not None and not (timeout_scale > 0 and math.isfinite(timeout_scale)):
+        raise UsageError(f"--timeout-scale {timeout_scale}: must be a finite number greater than 0")
     req = RunRequest(
         out=out, checkpoint=checkpoint, tasks=tasks, repeat=repeat, seed=seed, jobs=jobs,
         policy=policy, timeout_scale=timeout_scale, max_retries=max_retries,
