@@ -67,7 +67,7 @@ def test_load_checkpoint_errors_name_file_line_field(tmp_path: Path) -> None:
     rendered = [e.render().splitlines()[0], *(p.render() for p in e.problems)]
     assert rendered == [
         f"{d}/checkpoint.toml:3: agent.command: must have at least 1 item after validation, not 0",
-        f"{d}/checkpoint.toml:4: agent.network: must be a valid boolean, unable to interpret input (got 3)",
+        f"{d}/checkpoint.toml:4: agent.network: must be a valid boolean (got 3)",
     ]
 
 

@@ -291,3 +291,17 @@ def test_files_must_be_a_directory(tmp_path: Path) -> None:
     d = write_task(root, "fixed", "a")
     (d / "files").write_text("not a folder")
     assert problems(root) == [f"{d}/files: must be a directory (the task's input files)"]
+
+
+@pytest.mark.parametrize(("toml", "problem"), [
+    ('network = "yes"\n', 'network: must be a valid boolean (got \'yes\')'),
+    ('network = 1\n', "network: must be a valid boolean (got 1)"),
+    ('timeout_s = "60"\n', "timeout_s: must be a valid number (got '60')"),
+    ("max_output_bytes = 100.0\n", "max_output_bytes: must be a valid integer (got 100.0)"),
+    ("[resources]\ncpus = true\n", "resources.cpus: must be a valid number (got True)"),
+])
+def test_values_of_the_wrong_type_are_not_coerced(tmp_path: Path, toml: str, problem: str) -> None:
+    # The published schema says boolean / number: a string "yes" is an error, not a guess.
+    root = tmp_path / "tasks"
+    write_task(root, "fixed", "a", toml + EXACT)
+    assert [p.split(": ", 1)[1] for p in problems(root)] == [problem]

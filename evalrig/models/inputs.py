@@ -9,9 +9,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
 from evalrig.models.base import Strict, TaskId, Timestamp
+
+
+class HandWritten(Strict):
+    """A hand-written TOML format: no coercion either, so `network = "yes"` or
+    `timeout_s = "60"` is an error (as the published JSON Schema says), not a guess."""
+
+    model_config = ConfigDict(strict=True)
+
 
 Suite = Literal["fixed", "fresh", "invariant"]
 SUITES: tuple[Suite, ...] = ("fixed", "fresh", "invariant")
@@ -20,7 +28,7 @@ SUITES: tuple[Suite, ...] = ("fixed", "fresh", "invariant")
 # -- checkpoint.toml ---------------------------------------------------------------------
 
 
-class AgentSection(Strict):
+class AgentSection(HandWritten):
     command: list[str] = Field(min_length=1, description="argv run once per attempt, in agent/.")
     estimate: list[str] | None = Field(
         default=None, min_length=1, description="argv run before the attempt; prints one JSON object."
@@ -29,7 +37,7 @@ class AgentSection(Strict):
     network: bool = Field(default=False, description="The agent may reach the network.")
 
 
-class HistorySection(Strict):
+class HistorySection(HandWritten):
     log: str | None = Field(default=None, description="Path of the agent's append-only event log.")
 
     @field_validator("log")
@@ -40,7 +48,7 @@ class HistorySection(Strict):
         return v
 
 
-class CheckpointFile(Strict):
+class CheckpointFile(HandWritten):
     name: str = Field(min_length=1)
     agent: AgentSection
     history: HistorySection = Field(default_factory=HistorySection)
@@ -49,13 +57,13 @@ class CheckpointFile(Strict):
 # -- task.toml ---------------------------------------------------------------------------
 
 
-class ExactVerifier(Strict):
+class ExactVerifier(HandWritten):
     kind: Literal["exact"]
     expected: str
     version: str = "1"
 
 
-class RegexVerifier(Strict):
+class RegexVerifier(HandWritten):
     kind: Literal["regex"]
     pattern: str
     version: str = "1"
@@ -72,13 +80,13 @@ class RegexVerifier(Strict):
         return v
 
 
-class JsonVerifier(Strict):
+class JsonVerifier(HandWritten):
     kind: Literal["json"]
     expected: Any
     version: str = "1"
 
 
-class CommandVerifier(Strict):
+class CommandVerifier(HandWritten):
     kind: Literal["command"]
     command: list[str] = Field(min_length=1)
     timeout_s: float = Field(default=60, gt=0)
@@ -91,7 +99,7 @@ VerifierSpec = Annotated[
 ]
 
 
-class Resources(Strict):
+class Resources(HandWritten):
     cpus: float = Field(default=1, gt=0, description="CPUs one attempt needs (for schedulers).")
     memory_mb: int = Field(default=4096, gt=0, description="Address-space limit of the agent.")
     max_processes: int = Field(default=256, gt=0, description="Process-count limit (bwrap uid).")
@@ -107,12 +115,13 @@ def _inside_attempt_root(pattern: str) -> str:
 EvidenceGlob = Annotated[str, AfterValidator(_inside_attempt_root)]
 
 
-class TaskFile(Strict):
+class TaskFile(HandWritten):
     """task.toml after the loader filled `id` and `suite` from the folder names."""
 
     id: TaskId
     suite: Suite
-    created_at: Timestamp | None = None
+    # lax here alone: TOML gives a datetime, a JSON copy of the model an ISO string
+    created_at: Timestamp | None = Field(default=None, strict=False)
     tags: list[str] = Field(default_factory=list)
     timeout_s: float = Field(default=60, gt=0)
     max_output_bytes: int = Field(default=1_048_576, ge=0)
@@ -164,18 +173,18 @@ def _all_checks() -> list[InvariantCheck]:
     return list(INVARIANT_CHECKS)  # type: ignore[arg-type]
 
 
-class PolicyInvariants(Strict):
+class PolicyInvariants(HandWritten):
     checks: list[InvariantCheck] = Field(default_factory=_all_checks)
     max_infra_error_rate: Rate = 0.10
 
 
-class PolicyFixed(Strict):
+class PolicyFixed(HandWritten):
     alpha: Alpha = 0.05
     stable_min_rate: Rate = 0.9
     aggregate_alpha: Alpha = 0.02
 
 
-class PolicyFresh(Strict):
+class PolicyFresh(HandWritten):
     min_tasks: int = Field(default=20, ge=0)
     min_discordant: int = Field(default=6, ge=0)
     alpha: Alpha = 0.025
@@ -195,7 +204,7 @@ def _described(text: str) -> str:
 ExceptionText = Annotated[str, AfterValidator(_described)]
 
 
-class PolicyFile(Strict):
+class PolicyFile(HandWritten):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
     version: int = Field(ge=1)
     invariants: PolicyInvariants = Field(default_factory=PolicyInvariants)
