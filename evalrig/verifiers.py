@@ -232,6 +232,13 @@ class CommandOutcome:
     run_dirs: list[Path]
 
 
+def _private_copy(evidence_dir: Path, dst: Path) -> Path:
+    """Without a mount namespace nothing makes the stored evidence read-only (the rig may
+    run as root): the verifier gets its own copy, so no write of its reaches the bundle."""
+    shutil.copytree(evidence_dir, dst, symlinks=True)
+    return dst
+
+
 def _run_command_once(
     spec: CommandVerifier, verifier_dir: Path, evidence_dir: Path, run_dir: Path,
     level: str, slot: int, cancel: threading.Event | None,
@@ -251,6 +258,7 @@ def _run_command_once(
         (run_dir / "tmp").mkdir()
         tmp = str(run_dir / "tmp")
         rw.append(run_dir / "tmp")
+        evidence_dir = _private_copy(evidence_dir, run_dir / "evidence")
     env = {
         "PATH": sandbox.minimal_path(),
         "HOME": str(home),

@@ -180,3 +180,22 @@ def test_a_command_verifier_finds_the_evidence_of_a_relative_out(
     r = run(Path(ck.name), Path("tasks"), Path("b"))
     assert r.exit_code == 0, r.stderr
     assert set(results_by_trial(tmp_path / "b").values()) == {"passed"}
+
+
+def test_a_command_verifier_cannot_write_the_stored_evidence_under_process(
+        tmp_path: Path, evalrig_home: Path) -> None:
+    # EVALRIG_EVIDENCE is read-only by contract; without a mount namespace the verifier
+    # gets a private copy, so the bundle keeps what the agent wrote.
+    ck = make_checkpoint(tmp_path, evalrig_home)
+    d = tmp_path / "tasks" / "fixed" / "scribble"
+    (d / "verifier").mkdir(parents=True)
+    (d / "prompt.md").write_text("answer: even\n")
+    (d / "task.toml").write_text('[verifier]\nkind = "command"\ncommand = ["python3", "scribble.py"]\n')
+    (d / "verifier" / "scribble.py").write_text(
+        "import os, pathlib\n"
+        "pathlib.Path(os.environ['EVALRIG_EVIDENCE'], 'out', 'answer.txt').write_text('scribbled')\n")
+    out = tmp_path / "b"
+    assert run(ck, tmp_path / "tasks", out).exit_code == 0
+    b = load_run(out)
+    for r in b.results:
+        assert (out / "attempts" / r.attempt_id / "out" / "answer.txt").read_text().strip() == "even"
