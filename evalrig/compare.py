@@ -302,10 +302,11 @@ def suite_stats(champion: Sequence[TaskView], candidate: Sequence[TaskView], k: 
         m = stats.mcnemar(disc.b, disc.c)
         mc = McNemar(better=disc.b, worse=disc.c, p_two_sided=float(m.two_sided),
                      p_one_sided=float(m.one_sided_better), mid_p=float(m.mid_p))
-    stat = n >= 2  # with n < 2 every statistic is null (DESIGN §8)
+    # DESIGN §8: mean_d is the mean of the d_i, defined from one task on; "with n < 2 every
+    # statistic below is null" covers se_d (n - 1 = 0) and what follows it, not the mean.
     return SuiteStats(
-        tasks=n, mean_d=ps.mean_d if stat else None,
-        mean_d_exact=_rat(ps.mean_d_exact) if stat and ps.mean_d_exact is not None else None,
+        tasks=n, mean_d=ps.mean_d,
+        mean_d_exact=_rat(ps.mean_d_exact) if ps.mean_d_exact is not None else None,
         se_d=ps.se_d, p_one_sided=_float(ps.p_one_sided), p_worse=_float(ps.p_worse),
         p_two_sided=_float(ps.p_two_sided), p_exact=p_exact,
         better=ps.better, worse=ps.worse, equal=ps.equal, discordant=ps.discordant,

@@ -84,8 +84,10 @@ def test_empty_suites_have_zero_tasks_and_null_statistics(tmp_path: Path, evalri
     inv = c.suites["invariant"]
     assert inv.tasks == 0 and inv.mean_d is None and inv.p_one_sided is None and inv.per_task == []
     assert inv.champion.pass_hat_k == {str(j): None for j in range(1, 6)}
-    fixed = c.suites["fixed"]  # one task: a row but no statistic
+    fixed = c.suites["fixed"]  # one task: a row and its mean, but no spread and no test
     assert fixed.tasks == 1 and fixed.se_d is None and fixed.p_exact is None and len(fixed.per_task) == 1
+    assert fixed.p_one_sided is None and fixed.p_worse is None and fixed.t_bounds is None and fixed.mde is None
+    assert fixed.mean_d == fixed.per_task[0].d == 0.0 and fixed.mean_d_exact == "0"
     fresh = c.suites["fresh"]
     assert fresh.tasks == 2 and fresh.p_exact is not None
 
