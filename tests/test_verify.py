@@ -81,3 +81,26 @@ def test_an_unfinished_bundle_does_not_verify(bundle: Path) -> None:
 def test_verify_of_a_directory_that_is_no_bundle(tmp_path: Path) -> None:
     r = cli("verify", tmp_path)
     assert r.exit_code == 4 and "manifest.json: missing" in r.stderr
+
+
+@pytest.mark.parametrize(("edit", "problem"), [
+    ({"status": "incomplete"}, "status: the manifest says incomplete, the records make it complete"),
+    ({"repeat": 3}, "counts.trials: the manifest says 4, the records give 6"),
+])
+def test_a_manifest_that_disagrees_with_its_records_is_caught(
+        bundle: Path, edit: dict, problem: str) -> None:
+    # The bundle digest covers the files, not the manifest: what compare reads from it
+    # must still agree with results.jsonl.
+    m = orjson.loads((bundle / "manifest.json").read_bytes())
+    (bundle / "manifest.json").write_bytes(orjson.dumps(m | edit))
+    r = cli("verify", bundle)
+    assert r.exit_code == 4
+    assert f"manifest.json: {problem}" in r.stderr
+
+
+def test_a_manifest_whose_counts_were_edited_is_caught(bundle: Path) -> None:
+    m = orjson.loads((bundle / "manifest.json").read_bytes())
+    m["counts"] = m["counts"] | {"passed": m["counts"]["passed"] + 1}
+    (bundle / "manifest.json").write_bytes(orjson.dumps(m))
+    r = cli("verify", bundle)
+    assert r.exit_code == 4 and "manifest.json: counts.passed: the manifest says" in r.stderr
