@@ -47,7 +47,7 @@ def exact(value: float) -> Fraction:
 
 
 def _rule(name: str, held: bool, says: str, **numbers: Any) -> RuleResult:
-    return RuleResult(name=name, held=held, says=says, **numbers)
+    return RuleResult(name=name, held=held, says=says, numbers=numbers, **numbers)
 
 
 # -- invariants --------------------------------------------------------------------------
@@ -367,7 +367,7 @@ def _verdict(
     if promotable and fr.efficiency.held:
         return Outcome("promote", "efficiency",
                        f"Promote: the candidate is as good and its {p.fresh.efficiency_metric} is "
-                       f"{_num(fr.efficiency.numbers()['ratio'])}x the champion's.")
+                       f"{_num(fr.efficiency.figures()['ratio'])}x the champion's.")
     if promotable and exception is not None and (fr.noninferior.held or s.tasks == 0):
         return Outcome("promote-maintenance", "maintenance",
                        f"Promote under the exception {exception!r}: the candidate is not worse than the "
@@ -417,7 +417,7 @@ def _what_would_change(c: Comparison, p: PolicyFile, out: Outcome, invariants: l
                      f"at least {p.fresh.min_discordant} discordant tasks (now mean_d {_num(c.suites['fresh'].mean_d)}, "
                      f"p {_num(c.suites['fresh'].p_one_sided)}, discordant {c.suites['fresh'].discordant}).")
         lines.append(f"Or non-inferiority with a {p.fresh.efficiency_metric} ratio <= {p.fresh.efficiency_ratio} "
-                     f"and an upper bound below 1 (now ratio {_num(fr.efficiency.numbers()['ratio'])}).")
+                     f"and an upper bound below 1 (now ratio {_num(fr.efficiency.figures()['ratio'])}).")
         if p.exceptions:
             lines.append(f"Or an exception of the policy ({', '.join(sorted(p.exceptions))}) with a non-inferior "
                          "candidate.")

@@ -141,7 +141,7 @@ _HEADLINE = {
     "block": "BLOCK: a person must look",
 }
 
-_SKIP_NUMBERS = {"name", "held", "says"}
+_SKIP_NUMBERS = {"name", "held", "says", "numbers"}  # numbers: the flat keys again
 
 
 def _numbers(d: dict[str, Any]) -> str:

@@ -78,6 +78,15 @@ def test_promote_quality(tmp_path: Path, evalrig_home: Path) -> None:
     assert q["discordant"] >= 6 and q["mean_d"] >= 0.05 and q["p_one_sided"] <= 0.025
 
 
+def test_every_rule_carries_its_numbers_flat_and_as_an_object(tmp_path: Path, evalrig_home: Path) -> None:
+    d = run_gate(tmp_path, evalrig_home, Side("champ", counts_tasks(CHAMP)), Side("cand", counts_tasks(BETTER)))
+    for r in d.rules:
+        flat = {k: v for k, v in rule(d, r.name).items() if k not in ("name", "held", "says", "numbers")}
+        assert r.numbers == flat and flat, r.name
+    q = json.loads(json.dumps(rule(d, "fresh.quality")))
+    assert q["numbers"]["p_one_sided"] == q["p_one_sided"] and q["numbers"]["discordant"] == q["discordant"]
+
+
 def test_identical_is_a_tie(tmp_path: Path, evalrig_home: Path) -> None:
     d = run_gate(tmp_path, evalrig_home, *sides(CHAMP, CHAMP))
     assert (d.verdict, d.reason) == ("keep-champion", "tie")

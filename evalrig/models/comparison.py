@@ -248,21 +248,27 @@ class ComparisonManifest(Record):
 
 
 class RuleResult(BaseModel):
-    """One rule of DESIGN §10: its name, whether it held, and its numbers (flat)."""
+    """One rule of DESIGN §10: its name, whether it held, and its numbers.
+
+    The numbers are written twice: flat beside `name` and `held` (the first form), and
+    as the object `numbers`, so that a script can read them without knowing which keys
+    are the rule's own."""
 
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
     name: str
     held: bool
     says: str = Field(description="What the rule requires, in words.")
+    numbers: dict[str, Any] = Field(default_factory=dict, description="The rule's numbers (the same as the flat keys).")
 
     @model_validator(mode="after")
     def _finite(self) -> RuleResult:
         for key, value in (self.model_extra or {}).items():
             _check_plain(value, key)
+        _check_plain(self.numbers, "numbers")
         return self
 
-    def numbers(self) -> dict[str, Any]:
+    def figures(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
 
 
