@@ -352,7 +352,9 @@ def _verdict(
 ) -> Outcome:
     failed_inv = [r.name for r in invariants if not r.held]
     if failed_inv:
-        return Outcome("block", "invariant", f"Blocked: the invariant {', '.join(failed_inv)} does not hold.")
+        which = (f"the invariant {failed_inv[0]} does not hold" if len(failed_inv) == 1
+                 else f"the invariants {', '.join(failed_inv)} do not hold")
+        return Outcome("block", "invariant", f"Blocked: {which}.")
     failed_fixed = [r.name for r in fixed if not r.held]
     if failed_fixed:
         return Outcome("block", "regression",

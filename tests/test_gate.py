@@ -199,6 +199,9 @@ def test_each_invariant_blocks(tmp_path: Path, evalrig_home: Path, cand_kw: dict
     d = decide(c, policy(), POLICY_DIGEST, None, False, sha256_bytes(b"c"))
     assert (d.verdict, d.reason) == ("block", "invariant")
     assert [n for n, held in rules(d).items() if n.startswith("invariant.") and not held] == failing.split()
+    one = len(failing.split()) == 1
+    assert d.summary == (f"Blocked: the invariant {failing} does not hold." if one
+                         else f"Blocked: the invariants {', '.join(failing.split())} do not hold.")
     # a policy that does not list the check does not apply it
     names = [f.removeprefix("invariant.") for f in failing.split()]
     listed = [x for x in DEFAULT["invariants"]["checks"] if x not in names]
