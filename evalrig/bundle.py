@@ -470,3 +470,31 @@ def check_run_digests(dir: Path) -> list[Problem]:
     for rel in sorted(set(actual) - set(manifest.files)):
         problems.append(Problem(str(dir / rel), "not listed in manifest.json files (added after the run?)"))
     return problems
+
+
+def manifest_problems(dir: Path, b: RunBundle) -> list[Problem]:
+    """The manifest's status and counts against the records they summarise.
+
+    The bundle digest covers the files, not the manifest; what compare and the gate read
+    from it (complete or not, how many scored) must still agree with results.jsonl.
+    """
+    m = b.manifest
+    if m.status == "running":  # a run killed before it could write its last counts
+        return []
+    final = final_results(b)
+    statuses = [r.status for r in final.values()]
+    derived = {
+        "scored": len(final),
+        **{s: statuses.count(s) for s in ("passed", "failed", "agent_error", "timeout")},
+        "infra_error": sum(r.status == "infra_error" for r in b.results),
+        "unscored": m.counts.trials - len(final),
+    }
+    if not m.subset:
+        derived["trials"] = m.taskset.count * m.repeat
+    path = str(dir / MANIFEST)
+    out = [Problem(path, f"counts.{k}: the manifest says {getattr(m.counts, k)}, the records give {v}")
+           for k, v in derived.items() if getattr(m.counts, k) != v]
+    status = "complete" if derived["unscored"] == 0 else "incomplete"
+    if m.status != status:
+        out.append(Problem(path, f"status: the manifest says {m.status}, the records make it {status}"))
+    return out

@@ -1051,7 +1051,7 @@ class VerifyReport:
 
 def verify_run(dir: Path) -> VerifyReport:
     """Re-derive every result from stored evidence and check every digest; exit 4 on any mismatch."""
-    from evalrig.bundle import check_run_digests
+    from evalrig.bundle import check_run_digests, manifest_problems
 
     dir = Path(dir)
     b = load_run(dir)
@@ -1079,37 +1079,6 @@ def evidence_problems(dir: Path, b: RunBundle) -> list[Problem]:
             out.append(Problem(str(dir / "results.jsonl"),
                                f"trial {r.trial_id}: evidence of {r.attempt_id} has digest "
                                f"{digest}, the result records {r.evidence_digest}", line=i))
-    return out
-
-
-def manifest_problems(dir: Path, b: RunBundle) -> list[Problem]:
-    """The manifest's status and counts against the records they summarise.
-
-    The bundle digest covers the files, not the manifest; what compare and the gate read
-    from it (complete or not, how many scored) must still agree with results.jsonl.
-    """
-    from evalrig.bundle import final_results
-
-    m = b.manifest
-    if m.status == "running":  # a run killed before it could write its last counts
-        return []
-    final = final_results(b)
-    statuses = [r.status for r in final.values()]
-    derived = {
-        "scored": len(final),
-        **{s: statuses.count(s) for s in ("passed", "failed", "agent_error", "timeout")},
-        "infra_error": sum(r.status == "infra_error" for r in b.results),
-        "attempts": sum(e.event == "start" for e in b.attempts),
-        "unscored": m.counts.trials - len(final),
-    }
-    if not m.subset:
-        derived["trials"] = m.taskset.count * m.repeat
-    path = str(dir / MANIFEST)
-    out = [Problem(path, f"counts.{k}: the manifest says {getattr(m.counts, k)}, the records give {v}")
-           for k, v in derived.items() if getattr(m.counts, k) != v]
-    status = "complete" if derived["unscored"] == 0 else "incomplete"
-    if m.status != status:
-        out.append(Problem(path, f"status: the manifest says {m.status}, the records make it {status}"))
     return out
 
 

@@ -244,6 +244,20 @@ def _check_run(dir: Path, fmts: dict[str, Any], report: Report) -> None:
                                        "status"))
         return
     report.problems += _run_digest_problems(dir, manifest.files)
+    report.problems += _run_record_problems(dir)
+
+
+def _run_record_problems(dir: Path) -> list[Problem]:
+    """The manifest's status and counts against the records (the digest covers only files)."""
+    from evalrig.bundle import load_run, manifest_problems
+    from evalrig.errors import EvalrigError
+
+    try:
+        b = load_run(dir)
+    except EvalrigError:
+        return []  # a record that fails its schema was reported above, line by line
+    problems: list[Problem] = manifest_problems(dir, b)
+    return problems
 
 
 def _run_digest_problems(dir: Path, files: dict[str, str]) -> list[Problem]:

@@ -295,7 +295,7 @@ T = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 D = "sha256:" + "a" * 64
 
 
-def run_bundle(root: Path, status: str = "complete") -> Path:
+def run_bundle(root: Path, status: str = "incomplete") -> Path:
     from evalrig.models.run import AttemptEvent, RunManifest
 
     root.mkdir(parents=True)
@@ -314,8 +314,8 @@ def run_bundle(root: Path, status: str = "complete") -> Path:
         "settings": {"timeout_scale": 1, "max_retries": 2, "sandbox": "process", "tasks_dir": "tasks",
                      "checkpoint_dir": "c", "jobs": 1},
         "subset": False, "policy_pin": None, "plan_digest": D, "status": status,
-        "counts": {k: 0 for k in ("trials", "scored", "passed", "failed", "agent_error", "timeout",
-                                  "infra_error", "interrupted", "attempts", "unscored")},
+        "counts": {k: 0 for k in ("scored", "passed", "failed", "agent_error", "timeout",
+                                  "infra_error", "interrupted")} | {"trials": 1, "unscored": 1, "attempts": 1},
         "seal_checks": [], "created_at": T, "finished_at": T if status != "running" else None,
         "files": files if status != "running" else {},
     })
@@ -327,6 +327,16 @@ def test_good_run_bundle(tmp_path: Path) -> None:
     b = run_bundle(tmp_path / "run")
     r = cli("validate", b)
     assert (r.exit_code, r.stdout) == (0, "ok: bundles: 1\n"), r.output
+
+
+def test_a_run_manifest_that_disagrees_with_its_records(tmp_path: Path) -> None:
+    # The bundle digest covers the files, not the manifest: a status edited to complete
+    # (one trial, no result) is caught by what the records give.
+    b = run_bundle(tmp_path / "run", status="complete")
+    r = cli("validate", b)
+    assert r.exit_code == 4
+    assert (f"{b}/manifest.json: status: the manifest says complete, the records make it incomplete"
+            in r.stderr.splitlines()), r.stderr
 
 
 def test_run_bundle_with_a_bad_and_a_torn_line(tmp_path: Path) -> None:
