@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from evalrig.digest import pretty_json
-from evalrig.errors import UsageError
+from evalrig.errors import UsageError, invalid
 
 
 def format_names() -> list[str]:
@@ -48,7 +48,11 @@ def write_schemas(out: Path, names: list[str] | None = None) -> list[Path]:
     from evalrig.bundle import write_bytes_atomic
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file in the way, or no permission: the user's to fix
+        raise invalid(f"cannot make the directory ({e.strerror})", file=out, field="--out",
+                      hint="give --out a directory (it is created if missing)") from None
     written = []
     for name in names or format_names():
         path = out / schema_file_name(name)

@@ -154,3 +154,11 @@ def test_schema_unknown_name_is_a_usage_error(tmp_path: Path) -> None:
     assert r.exit_code == 2
     assert "no format named 'nope'" in r.stderr
     assert not (tmp_path / "s").exists()
+
+
+def test_schema_out_that_is_a_file_is_refused_not_a_crash(tmp_path: Path) -> None:
+    (tmp_path / "s").write_text("mine")
+    r = CliRunner().invoke(app, ["schema", "--out", str(tmp_path / "s")])
+    assert r.exit_code == 4, r.output
+    assert f"{tmp_path / 's'}: --out: cannot make the directory" in r.stderr
+    assert (tmp_path / "s").read_text() == "mine"
