@@ -121,12 +121,20 @@ def rule_isolated(c: Comparison, p: PolicyFile) -> RuleResult:
     )
 
 
-def rule_policy_pinned(c: Comparison, p: PolicyFile, digest: str) -> RuleResult:
+def rule_policy_pinned(c: Comparison, p: PolicyFile, digest: str, advisory: bool = False) -> RuleResult:
+    """Both runs pinned this policy. DESIGN §10: runs pinned to a *different* policy are not
+    a failed rule but a refused input (§6), and --advisory is the one way past that refusal;
+    so an advisory preview of another policy asks only that both runs pinned one policy,
+    and records that the preview differs from it. Runs that pinned nothing fail either way."""
     pins = c.facts.policy_pins
+    same = pins.champion is not None and pins.champion == pins.candidate
+    preview = advisory and same and pins.champion != digest
     return _rule(
-        "invariant.policy-pinned", pins.champion == digest and pins.candidate == digest,
-        "both runs pinned this policy's digest",
+        "invariant.policy-pinned", same and (pins.champion == digest or preview),
+        "both runs pinned this policy's digest" + (" (an advisory preview of another policy: "
+                                                   "both runs pinned one policy)" if preview else ""),
         policy_digest=digest, champion_pin=pins.champion, candidate_pin=pins.candidate,
+        advisory_preview=preview,
     )
 
 
@@ -450,7 +458,7 @@ def decide(
         if name not in listed:
             continue  # only the invariants the policy lists are applied
         if name == "policy-pinned":
-            invariants.append(rule_policy_pinned(comparison, policy, policy_digest))
+            invariants.append(rule_policy_pinned(comparison, policy, policy_digest, advisory))
         else:
             invariants.append(INVARIANT_RULES[name](comparison, policy))
     fixed = [rule_fixed_task(comparison, policy), rule_fixed_aggregate(comparison, policy)]

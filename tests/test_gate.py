@@ -410,8 +410,31 @@ def test_a_policy_edited_after_pinning_is_refused_unless_advisory(tmp_path: Path
     assert not (cmp / "decisions" / "default-v1.json").exists()
     r = gate_comparison(cmp, pol, None, True, evalrig_home, NOW)
     assert r.decision_file == cmp / "decisions" / "advisory" / "default-v1.json"
-    assert r.decision.advisory and not rules(r.decision)["invariant.policy-pinned"]
+    # a different pin is a refused input, not a failed rule (DESIGN §10): the preview applies
+    # the proposed policy and gives its verdict
+    assert r.decision.advisory and rules(r.decision)["invariant.policy-pinned"]
+    assert rule(r.decision, "invariant.policy-pinned")["advisory_preview"] is True
+    assert (r.decision.verdict, r.decision.reason, r.exit_code) == ("promote", "quality", 0)
     assert "ADVISORY" in r.verdict_file.read_text()
+
+
+def test_an_advisory_preview_sees_the_proposed_policys_verdict(tmp_path: Path, evalrig_home: Path) -> None:
+    cmp, pol = train(tmp_path, evalrig_home, CHAMP, BETTER)
+    proposed = tmp_path / "proposed.toml"
+    proposed.write_text(pol.read_text().replace("min_tasks = 20", "min_tasks = 40").replace("version = 1", "version = 2"))
+    r = gate_comparison(cmp, proposed, None, True, evalrig_home, NOW)
+    assert r.decision_file == cmp / "decisions" / "advisory" / "default-v2.json"
+    assert (r.decision.verdict, r.decision.reason, r.exit_code) == ("keep-champion", "inconclusive", 1)
+
+
+def test_an_advisory_gate_of_runs_that_pinned_nothing_still_fails_policy_pinned(
+        tmp_path: Path, evalrig_home: Path) -> None:
+    champ = Side("champ", counts_tasks(CHAMP), policy_digest=None)
+    cand = Side("cand", counts_tasks(BETTER), policy_digest=None)
+    c = compare_bundles(write_run(tmp_path / "a", champ, evalrig_home), write_run(tmp_path / "b", cand, evalrig_home),
+                        tmp_path / "cmp", evalrig_home)
+    d = decide(c, policy(), POLICY_DIGEST, None, True, sha256_bytes(b"c"))
+    assert (d.verdict, d.reason) == ("block", "invariant") and not rules(d)["invariant.policy-pinned"]
 
 
 def test_a_comparison_edited_after_compare_is_refused(tmp_path: Path, evalrig_home: Path) -> None:
