@@ -89,6 +89,16 @@ def registered_seal(home: Path, checkpoint_id: str) -> SealEntry | None:
     return None
 
 
+def _make_home(home: Path) -> None:
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file in the way, or no permission: the user's to fix
+        raise invalid(f"the rig's state directory cannot be made ({e.strerror})", file=home,
+                      field="EVALRIG_HOME",
+                      hint="point EVALRIG_HOME at a directory the rig may write "
+                      "(default ~/.local/state/evalrig)") from None
+
+
 def seal(dir: Path, home: Path, now: datetime) -> SealFile:
     """Hash the checkpoint, register it if it is new, and write `dir/SEAL.json`."""
     from filelock import FileLock
@@ -99,7 +109,7 @@ def seal(dir: Path, home: Path, now: datetime) -> SealFile:
     ckpt = load_checkpoint(dir)
     tree = checkpoint_id(dir)
     home = Path(home)
-    home.mkdir(parents=True, exist_ok=True)
+    _make_home(home)
     # Two seals at once must not both append the same id: look up and append under a lock.
     with FileLock(str(home / ".seals.lock")):
         entry = registered_seal(home, tree.digest)

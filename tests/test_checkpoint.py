@@ -177,6 +177,15 @@ def test_seal_registers_and_writes_seal_json(tmp_path: Path, evalrig_home: Path)
     assert checkpoint_id(d).digest == s.checkpoint_id
 
 
+def test_seal_with_a_file_for_evalrig_home_is_refused_not_a_crash(tmp_path: Path) -> None:
+    d = make_checkpoint(tmp_path / "c")
+    (tmp_path / "home").write_text("not a directory")
+    with pytest.raises(EvalrigError) as ei:
+        seal(d, tmp_path / "home", T0)
+    assert ei.value.code == ExitCode.INVALID
+    assert ei.value.render().startswith(f"{tmp_path / 'home'}: EVALRIG_HOME: the rig's state directory cannot be made")
+
+
 def test_resealing_changes_nothing(tmp_path: Path, evalrig_home: Path) -> None:
     d = make_checkpoint(tmp_path / "c")
     first = seal(d, evalrig_home, T0)
