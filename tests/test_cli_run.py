@@ -83,6 +83,14 @@ def test_a_timeout_scale_out_of_range_is_a_usage_error(kit, tmp_path: Path, scal
     assert not (tmp_path / "b").exists()
 
 
+def test_an_unknown_suite_is_a_usage_error(kit, tmp_path: Path) -> None:
+    ck, tasks = kit
+    r = cli("run", "--checkpoint", ck, "--tasks", tasks, "--out", tmp_path / "b", "--suite", "fixd")
+    assert r.exit_code == 2, r.stderr
+    assert "--suite fixd: expected one of fixed, fresh, invariant" in r.stderr
+    assert not (tmp_path / "b").exists()
+
+
 def test_an_unsealed_checkpoint_is_refused_before_any_bundle_exists(tmp_path: Path, evalrig_home: Path) -> None:
     ck = make_checkpoint(tmp_path, evalrig_home, do_seal=False)
     r = run(ck, make_tasks(tmp_path, 1), tmp_path / "b")

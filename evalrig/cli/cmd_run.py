@@ -112,6 +112,14 @@ def _summary_lines(s: Any) -> list[str]:
     ]
 
 
+def _check_suites(suites: list[str]) -> None:
+    from evalrig.models.inputs import SUITES
+
+    for s in suites:
+        if s not in SUITES:
+            raise UsageError(f"--suite {s}: expected one of {', '.join(SUITES)}")
+
+
 @command("run", "evalrig run --checkpoint examples/champion --tasks tasks --out runs/champion")
 def run(
     out: Annotated[Path, typer.Option("--out", help="The run bundle directory (new, or one to resume).")],
@@ -145,6 +153,7 @@ def run(
 
     if timeout_scale is not None and not (timeout_scale > 0 and math.isfinite(timeout_scale)):
         raise UsageError(f"--timeout-scale {timeout_scale}: must be a finite number greater than 0")
+    _check_suites(suite or [])
     req = RunRequest(
         out=out, checkpoint=checkpoint, tasks=tasks, repeat=repeat, seed=seed, jobs=jobs,
         policy=policy, timeout_scale=timeout_scale, max_retries=max_retries,
