@@ -1082,12 +1082,21 @@ def evidence_problems(dir: Path, b: RunBundle) -> list[Problem]:
     return out
 
 
-def _changed_verifiers(b: RunBundle, tasks: dict[str, Any], path: str) -> tuple[set[str], list[Problem]]:
+def _superseded(b: RunBundle) -> set[str]:
+    """Attempt ids of results of an earlier version of their task: a resume after the task
+    changed ran the trial again, so their verifier may be gone; they stay on record (and
+    under the digests) but are not re-derived with another verifier."""
+    latest = {r.trial_id: r.inputs_id for r in b.results}
+    return {r.attempt_id for r in b.results if r.inputs_id != latest[r.trial_id]}
+
+
+def _changed_verifiers(b: RunBundle, tasks: dict[str, Any], path: str,
+                       superseded: set[str]) -> tuple[set[str], list[Problem]]:
     """Tasks whose verifier is gone or not the one the results record: refused by name."""
     bad: set[str] = set()
     problems = []
     for r in b.results:
-        if r.task_id in bad:
+        if r.task_id in bad or r.attempt_id in superseded:
             continue
         task = tasks.get(r.task_id)
         if task is None:
@@ -1111,7 +1120,8 @@ def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
 
     tasks_dir = Path(b.manifest.settings.tasks_dir)
     tasks = {t.id: t for t in load_taskset(tasks_dir).tasks}
-    bad, problems = _changed_verifiers(b, tasks, str(tasks_dir))
+    superseded = _superseded(b)
+    bad, problems = _changed_verifiers(b, tasks, str(tasks_dir), superseded)
     available = resolve_level("auto").level
     n = 0
     path = str(dir / "results.jsonl")
@@ -1120,6 +1130,8 @@ def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
         for i, r in enumerate(b.results, start=1):
             recorded = _recorded_verdict(r)
             if recorded is None or r.task_id in bad:
+                continue
+            if r.attempt_id in superseded and tasks[r.task_id].verifier_identity != r.verifier:
                 continue
             # Judge under the level the attempt was judged under where this machine has it.
             level = r.sandbox if available == "bwrap" else available

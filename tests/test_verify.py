@@ -70,6 +70,20 @@ def test_a_changed_verifier_is_refused_by_task_name(bundle: Path) -> None:
     assert "t1" not in r.stderr  # only the changed task is named
 
 
+def test_a_bundle_resumed_after_a_task_changed_verifies(bundle: Path) -> None:
+    # The resume ran the changed task's trials again; their earlier results stay on
+    # record with the old verifier and must not make the bundle unverifiable.
+    m = load_run(bundle).manifest
+    toml = Path(m.settings.tasks_dir) / "fixed" / "t0" / "task.toml"
+    toml.write_text(toml.read_text().replace('"even"', '"odd"'))
+    r = cli("run", "--out", bundle, "--resume")
+    assert r.exit_code == 0, r.stderr
+    assert len(load_run(bundle).results) == 6
+    r = cli("verify", bundle, "--json")
+    assert r.exit_code == 0, r.stderr
+    assert orjson.loads(r.stdout)["rederived"] == 4
+
+
 def test_an_unfinished_bundle_does_not_verify(bundle: Path) -> None:
     m = orjson.loads((bundle / "manifest.json").read_bytes())
     m["status"] = "running"
