@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from evalrig import stats
-from evalrig.errors import invalid
+from evalrig.errors import EvalrigError, invalid
 from evalrig.models.comparison import (
     CandidateRef,
     ChampionRef,
@@ -519,7 +519,12 @@ def gate_comparison(dir: Path, policy_path: Path, exception: str | None, advisor
             hint="gate with the policy file the runs pinned (run --policy), or pass --advisory to "
             "preview this policy (an advisory decision cannot be signed)",
         )
-    decision = decide(comparison, loaded.spec, loaded.digest, exception, advisory, comparison_digest)
+    try:
+        decision = decide(comparison, loaded.spec, loaded.digest, exception, advisory, comparison_digest)
+    except EvalrigError as e:  # decide() is pure and knows no paths: name the policy it refused
+        if e.file is None:
+            e.file = str(policy_path)
+        raise
     out_dir = dir / DECISIONS / ADVISORY if advisory else dir / DECISIONS
     out_dir.mkdir(parents=True, exist_ok=True)
     name = decision_name(loaded.spec, exception)

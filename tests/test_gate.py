@@ -396,6 +396,14 @@ def test_exception_names_the_file(tmp_path: Path, evalrig_home: Path) -> None:
     assert r.decision.verdict == "promote-maintenance"
 
 
+def test_an_exception_the_policy_lacks_is_refused_naming_the_policy_file(tmp_path: Path, evalrig_home: Path) -> None:
+    cmp, pol = train(tmp_path, evalrig_home, CHAMP, BETTER)
+    with pytest.raises(EvalrigError) as e:
+        gate_comparison(cmp, pol, "friday", False, evalrig_home, NOW)
+    assert e.value.code == ExitCode.INVALID and e.value.file == str(pol) and e.value.field == "exceptions"
+    assert not (cmp / "decisions" / "default-v1+friday.json").exists()
+
+
 def test_block_exits_3(tmp_path: Path, evalrig_home: Path) -> None:
     cmp, pol = train(tmp_path, evalrig_home, CHAMP, BETTER, sandbox="process")
     assert gate_comparison(cmp, pol, None, False, evalrig_home, NOW).exit_code == 3
