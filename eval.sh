@@ -51,6 +51,10 @@ install() {
   } >"$log" 2>&1 || fail "could not create $venv with $py (see $log)"
   "$venv/bin/python" -m pip install --disable-pip-version-check -q -e "$root" >>"$log" 2>&1 \
     || fail "installing evalrig into $venv failed (see $log); fix the cause and run eval.sh again"
+  # pip can succeed on a project that declares no `evalrig` script: that is an install
+  # that failed too, and exec would exit 127.
+  [ -x "$venv/bin/evalrig" ] \
+    || fail "installing into $venv gave no $venv/bin/evalrig (is pyproject.toml the evalrig project?)"
   project_hash "$venv/bin/python" >"$stamp" || fail "could not write $stamp"
 }
 

@@ -112,3 +112,14 @@ def test_failed_install_exits_6(tmp_path: Path) -> None:
     res = _run([str(proj / "eval.sh")], cwd=tmp_path, env={**os.environ, "EVALRIG_PYTHON": sys.executable})
     assert res.returncode == 6
     assert "installing evalrig" in res.stderr and ".venv-install.log" in res.stderr
+
+
+@pytest.mark.slow
+def test_an_install_without_the_evalrig_script_exits_6(tmp_path: Path) -> None:
+    proj = _project(tmp_path)
+    # A valid project that pip installs happily but that has no console script.
+    (proj / "pyproject.toml").write_text(STAND_IN.format(version="0.0.1").split("[project.scripts]")[0]
+                                         + '[tool.setuptools]\npy-modules = ["standin"]\n')
+    res = _run([str(proj / "eval.sh")], cwd=tmp_path, env={**os.environ, "EVALRIG_PYTHON": sys.executable})
+    assert res.returncode == 6, res.stderr
+    assert "gave no" in res.stderr and "bin/evalrig" in res.stderr
