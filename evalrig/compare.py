@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import math
 import statistics
 from collections import Counter
@@ -767,6 +768,7 @@ def _compare_bundles(champ_dir: Path, cand_dir: Path, out_dir: Path, home: Path,
                      allow_incomplete: bool) -> Comparison:
     from evalrig import report
 
+    check_out_dir(out_dir)  # before the reading, which takes seconds on a large train
     champion = load_side(champ_dir, home, allow_incomplete)
     candidate = load_side(cand_dir, home, allow_incomplete)
     check_pairable(champion, candidate, champ_dir, cand_dir)
@@ -776,11 +778,33 @@ def _compare_bundles(champ_dir: Path, cand_dir: Path, out_dir: Path, home: Path,
     return comparison
 
 
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse an --out that is a file, or a bundle of another kind (a run's manifest.json
+    would be replaced by the comparison's, and that run could never verify again)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise invalid("is not a directory", file=out_dir, hint="give compare a new --out directory")
+    manifest = out_dir / MANIFEST_JSON
+    if not manifest.exists():
+        return
+    try:
+        kind = json.loads(manifest.read_bytes()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        kind = None
+    if kind != "comparison":
+        what = f"a {kind} bundle" if isinstance(kind, str) else "a manifest.json that is not a comparison's"
+        raise invalid(f"holds {what}; writing a comparison there would replace its manifest",
+                      file=manifest, hint="give compare a new --out directory (not a run bundle)")
+
+
 def write_comparison(out_dir: Path, comparison: Comparison, markdown: str, allow_incomplete: bool) -> None:
     """Write the bundle; a comparison already there with other bytes is never replaced."""
     data = pretty_json(comparison)
     md = markdown.encode()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_out_dir(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise invalid(f"cannot be made: {e.strerror}", file=out_dir, hint="give compare a new --out directory") from e
     existing = out_dir / COMPARISON_JSON
     if existing.exists() and existing.read_bytes() != data:
         raise invalid(

@@ -78,6 +78,22 @@ def test_a_different_comparison_is_never_written_over(tmp_path: Path, evalrig_ho
     assert e.value.code == ExitCode.INVALID and "different comparison" in e.value.message
 
 
+def test_out_must_not_be_a_run_bundle_or_a_file(tmp_path: Path, evalrig_home: Path) -> None:
+    a = write_run(tmp_path / "a", Side("champ", counts_tasks(REF_CHAMP)), evalrig_home)
+    b = write_run(tmp_path / "b", Side("cand", counts_tasks(REF_CAND)), evalrig_home)
+    manifest = (b / "manifest.json").read_bytes()
+    with pytest.raises(EvalrigError) as e:
+        compare_bundles(a, b, b, evalrig_home)  # a slip: --out the candidate's own bundle
+    assert e.value.code == ExitCode.INVALID and "run bundle" in e.value.message
+    assert e.value.file == str(b / "manifest.json")
+    assert (b / "manifest.json").read_bytes() == manifest and not (b / "comparison.json").exists()
+    (tmp_path / "f").write_text("x")
+    for out in (tmp_path / "f", tmp_path / "f" / "sub"):
+        with pytest.raises(EvalrigError) as e:
+            compare_bundles(a, b, out, evalrig_home)
+        assert e.value.code == ExitCode.INVALID
+
+
 def test_empty_suites_have_zero_tasks_and_null_statistics(tmp_path: Path, evalrig_home: Path) -> None:
     c = pair(tmp_path, evalrig_home, Side("champ", counts_tasks([3, 4], fixed=1, invariant=0)),
              Side("cand", counts_tasks([3, 5], fixed=1, invariant=0)))
