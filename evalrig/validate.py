@@ -64,7 +64,7 @@ def check_tasks(dir: Path, report: Report) -> None:
 
 def check_policies(path: Path, report: Report) -> None:
     """A policy file, or every `*.toml` of a directory."""
-    from evalrig.policy import policy_problems
+    from evalrig.policy import load_policy, policy_problems
 
     path = Path(path)
     if path.is_dir():
@@ -76,11 +76,24 @@ def check_policies(path: Path, report: Report) -> None:
     else:
         report.problems.append(Problem(str(path), "no such file or directory (expected policies)"))
         return
+    seen: dict[tuple[str, int], Any] = {}
     for f in files:
         problems = policy_problems(f)
         report.problems += problems
-        if not problems:
-            report.count("policies")
+        if problems:
+            continue
+        report.count("policies")
+        report.problems += _same_name_and_version(load_policy(f), seen)
+
+
+def _same_name_and_version(p: Any, seen: dict[tuple[str, int], Any]) -> list[Problem]:
+    """Decisions are named <name>-v<version>: two different policies under one name and
+    version (rules edited without a new version) would make one decision name mean two rule sets."""
+    other = seen.setdefault((p.name, p.version), p)
+    if other is p or other.digest == p.digest:
+        return []
+    return [Problem(str(p.path), f"policy {p.name!r} version {p.version} is also {other.path} "
+                                 "with other rules; give the edited policy a new version", "version")]
 
 
 def check_checkpoint(dir: Path, home: Path, report: Report) -> None:

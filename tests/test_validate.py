@@ -197,6 +197,16 @@ def test_policy_alpha_of_7(tmp_path: Path) -> None:
                    ":14: fresh.alpha: must be less than 1 (got 7)")
 
 
+def test_two_policies_with_one_name_and_version_but_other_rules(tmp_path: Path) -> None:
+    # Decisions are named <name>-v<version>: rules edited without a new version are refused.
+    d = policy_variant(tmp_path, "min_tasks = 20", "min_tasks = 10")
+    assert_refused(cli("validate", "--policies", d), d / "strict.toml",
+                   ": version: policy 'default' version 1 is also "
+                   f"{d / 'default.toml'} with other rules; give the edited policy a new version")
+    (d / "strict.toml").write_text((d / "strict.toml").read_text().replace("version = 1", "version = 2"))
+    assert cli("validate", "--policies", d).exit_code == 0
+
+
 def test_nonexistent_directory(tmp_path: Path) -> None:
     assert_refused(cli("validate", "--tasks", tmp_path / "nope"), tmp_path / "nope",
                    ": no such directory (expected a task set: <dir>/<suite>/<task-id>/task.toml)")
