@@ -526,7 +526,9 @@ def gate_comparison(dir: Path, policy_path: Path, exception: str | None, advisor
             e.file = str(policy_path)
         raise
     out_dir = dir / DECISIONS / ADVISORY if advisory else dir / DECISIONS
-    out_dir.mkdir(parents=True, exist_ok=True)
+    # Both places a gate leaves traces must be usable before a decision is issued.
+    ledger.ensure_dir(Path(home))
+    ledger.ensure_dir(out_dir)
     name = decision_name(loaded.spec, exception)
     path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
     data = pretty_json(decision)

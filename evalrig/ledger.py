@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evalrig.bundle import append_line, cut_torn_tail, read_records
+from evalrig.errors import EvalrigError, invalid
 from evalrig.models.comparison import GateLedgerEntry, Issued, SignOff
 
 ISSUED = "issued.jsonl"
@@ -23,10 +24,27 @@ def ledger_path(home: Path) -> Path:
     return Path(home) / GATES
 
 
+def _unwritable(path: Path, e: OSError) -> EvalrigError:
+    return invalid(f"cannot be written: {e.strerror or e}", file=path,
+                   hint="check that the directory exists, is a directory and is writable "
+                   "($EVALRIG_HOME for the gate ledger)")
+
+
+def ensure_dir(dir: Path) -> None:
+    """Make `dir` (the rig's home, a decisions folder) or refuse, naming it, with exit 4."""
+    try:
+        Path(dir).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _unwritable(Path(dir), e) from e
+
+
 def _append(path: Path, record: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    cut_torn_tail(path)  # a crash mid-append must not glue two records together
-    append_line(path, record)
+    ensure_dir(path.parent)
+    try:
+        cut_torn_tail(path)  # a crash mid-append must not glue two records together
+        append_line(path, record)
+    except OSError as e:
+        raise _unwritable(path, e) from e
 
 
 def record_gate(home: Path, entry: GateLedgerEntry) -> None:

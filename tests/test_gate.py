@@ -404,6 +404,16 @@ def test_an_exception_the_policy_lacks_is_refused_naming_the_policy_file(tmp_pat
     assert not (cmp / "decisions" / "default-v1+friday.json").exists()
 
 
+def test_a_home_that_is_a_file_is_refused_before_anything_is_issued(tmp_path: Path, evalrig_home: Path) -> None:
+    cmp, pol = train(tmp_path, evalrig_home, CHAMP, BETTER)
+    home_file = tmp_path / "home-is-a-file"
+    home_file.write_text("")
+    with pytest.raises(EvalrigError) as e:
+        gate_comparison(cmp, pol, None, False, home_file, NOW)
+    assert e.value.code == ExitCode.INVALID and e.value.file == str(home_file)
+    assert not (cmp / "decisions" / "default-v1.json").exists() and not (cmp / "decisions" / "issued.jsonl").exists()
+
+
 def test_block_exits_3(tmp_path: Path, evalrig_home: Path) -> None:
     cmp, pol = train(tmp_path, evalrig_home, CHAMP, BETTER, sandbox="process")
     assert gate_comparison(cmp, pol, None, False, evalrig_home, NOW).exit_code == 3
