@@ -305,3 +305,12 @@ def test_values_of_the_wrong_type_are_not_coerced(tmp_path: Path, toml: str, pro
     root = tmp_path / "tasks"
     write_task(root, "fixed", "a", toml + EXACT)
     assert [p.split(": ", 1)[1] for p in problems(root)] == [problem]
+
+
+@pytest.mark.parametrize("expected", ["nan", "[1, inf]", "{a = {b = -inf}}"])
+def test_a_json_expected_value_that_is_not_finite_is_refused(tmp_path: Path, expected: str) -> None:
+    # answer.json cannot hold nan or inf: the task could never pass.
+    root = tmp_path / "tasks"
+    write_task(root, "fixed", "a", f'[verifier]\nkind = "json"\nexpected = {expected}\n')
+    assert [p.split(": ", 1)[1] for p in problems(root)] == [
+        "verifier.expected: must hold only finite numbers (JSON has no nan or inf)"]

@@ -7,6 +7,7 @@ Loaders (checkpoint.py, tasks.py, policy.py) read the files and turn pydantic er
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
@@ -80,10 +81,28 @@ class RegexVerifier(HandWritten):
         return v
 
 
+def _finite(v: Any) -> bool:
+    if isinstance(v, float):
+        return math.isfinite(v)
+    if isinstance(v, dict):
+        return all(_finite(x) for x in v.values())
+    if isinstance(v, list):
+        return all(_finite(x) for x in v)
+    return True
+
+
 class JsonVerifier(HandWritten):
     kind: Literal["json"]
     expected: Any
     version: str = "1"
+
+    @field_validator("expected")
+    @classmethod
+    def _no_nan(cls, v: Any) -> Any:
+        # out/answer.json cannot hold nan or inf (JSON has neither): such a task never passes.
+        if not _finite(v):
+            raise ValueError("must hold only finite numbers (JSON has no nan or inf)")
+        return v
 
 
 class CommandVerifier(HandWritten):
