@@ -199,6 +199,14 @@ def _copy_one(
 # -- the whole collection ----------------------------------------------------------------
 
 
+def _utf8(rel: str) -> bool:
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:  # os.fsdecode left surrogates for the undecodable bytes
+        return False
+    return True
+
+
 def candidates(attempt_root: Path, globs: Sequence[str]) -> Iterator[tuple[str, os.stat_result]]:
     """out/ first, then each glob's matches, every path once, in a stable order."""
     seen: set[str] = set()
@@ -240,6 +248,11 @@ def collect(
             continue
         if rel.split("/", 1)[0] in RESERVED_TOP:
             rep.skipped.append(f"{rel} (reserved name)")
+            continue
+        if not _utf8(rel):
+            # The bundle's digest table is JSON: a name that is not UTF-8 cannot be listed
+            # in it, and a copy of it would make the bundle fail its own verification.
+            rep.skipped.append(f"{os.fsencode(rel).decode('utf-8', 'backslashreplace')} (name is not UTF-8)")
             continue
         if not stat.S_ISREG(st.st_mode):
             rep.skipped.append(f"{rel} ({_kind(st.st_mode)})")

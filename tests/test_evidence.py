@@ -101,6 +101,17 @@ def test_reserved_names_skipped(tmp_path: Path) -> None:
     assert not (tmp_path / "ev" / "verifier").exists()
 
 
+def test_a_name_that_is_not_utf8_is_skipped_and_noted(tmp_path: Path) -> None:
+    # The manifest's digest table is JSON: such a name would make the bundle unverifiable.
+    root = _root(tmp_path)
+    with open(os.fsencode(root / "out") + b"/\xff.txt", "wb") as f:
+        f.write(b"x")
+    rep = _collect(root, tmp_path / "ev")
+    assert rep.skipped == ["out/\\xff.txt (name is not UTF-8)"]
+    assert rep.files == ["out/answer.txt"]
+    assert os.listdir(tmp_path / "ev" / "out") == ["answer.txt"]
+
+
 def test_cap_stops_and_marks_truncated(tmp_path: Path) -> None:
     root = _root(tmp_path)
     (root / "out" / "big.bin").write_bytes(b"x" * 1000)
