@@ -368,7 +368,21 @@ def pin_policy(path: str | None) -> PolicyPin | None:
     return PolicyPin(name=loaded.spec.name, version=loaded.spec.version, digest=loaded.digest)
 
 
+RIG_SET = frozenset({"PATH", "HOME", "LANG", "TMPDIR", "EVALRIG_PROMPT", "EVALRIG_WORK",
+                     "EVALRIG_OUT", "EVALRIG_TASK_ID", "EVALRIG_ATTEMPT_ID", "EVALRIG_DEADLINE_S",
+                     "EVALRIG_SEED"})
+"""Variables the rig gives the agent itself (DESIGN §4), beside the canary's."""
+
+
 def secret_values(names: list[str], environ: Mapping[str, str]) -> dict[str, str]:
+    from evalrig.canary import CANARY_ENV
+
+    # The rig's own value would silently win over such a secret, and the rig's value would
+    # then be redacted from the evidence as if it were secret.
+    taken = [n for n in names if n in RIG_SET or n == CANARY_ENV]
+    if taken:
+        raise invalid(f"--secret {', '.join(taken)}: the rig sets this variable for the agent itself",
+                      field="--secret", hint="export the value under another name and pass that")
     missing = [n for n in names if n not in environ]
     if missing:
         raise invalid(f"--secret {', '.join(missing)}: not set in this environment",

@@ -135,6 +135,18 @@ def test_a_missing_secret_is_refused_before_the_bundle(
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.parametrize("name", ["HOME", "PATH", "EVALRIG_SEED", "RELEASE_SIGNING_TOKEN"])
+def test_a_secret_named_like_a_variable_the_rig_sets_is_refused(
+        kit, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    # The rig's own value would silently win, and then be redacted as if it were secret.
+    ck, tasks = kit
+    monkeypatch.setenv(name, "value")
+    r = run(ck, tasks, tmp_path / "b", "--secret", name)
+    assert r.exit_code == 4, r.stderr
+    assert f"--secret {name}: the rig sets this variable for the agent itself" in r.stderr
+    assert not (tmp_path / "b").exists()
+
+
 def test_out_that_is_not_a_bundle_is_refused(kit, tmp_path: Path) -> None:
     ck, tasks = kit
     (tmp_path / "b").mkdir()
