@@ -306,7 +306,7 @@ def suite_stats(champion: Sequence[TaskView], candidate: Sequence[TaskView], k: 
     # DESIGN §8: mean_d is the mean of the d_i, defined from one task on; "with n < 2 every
     # statistic below is null" covers se_d (n - 1 = 0) and what follows it, not the mean.
     return SuiteStats(
-        tasks=n, mean_d=ps.mean_d,
+        tasks=len(ids), paired=n, mean_d=ps.mean_d,
         mean_d_exact=_rat(ps.mean_d_exact) if ps.mean_d_exact is not None else None,
         se_d=ps.se_d, p_one_sided=_float(ps.p_one_sided), p_worse=_float(ps.p_worse),
         p_two_sided=_float(ps.p_two_sided), p_exact=p_exact,

@@ -279,12 +279,20 @@ def _p(s: SuiteStats, which: str) -> Fraction | None:
     return None if s.p_exact is None else Fraction(getattr(s.p_exact, which))
 
 
+def paired(s: SuiteStats) -> int:
+    """The n of a suite's statistics: its tasks scored on both sides (DESIGN §8). A task
+    that one side never scored (a subset, or every trial faulted) gives no evidence, so
+    it counts toward neither min_tasks nor the bounds."""
+    return s.tasks if s.paired is None else s.paired
+
+
 def fresh_rules(c: Comparison, p: PolicyFile) -> FreshRules:
     s, f, k = c.suites["fresh"], p.fresh, c.repeat
+    n = paired(s)
     alpha = exact(f.alpha)
-    enough = s.tasks >= f.min_tasks
+    enough = n >= f.min_tasks
     min_tasks = _rule("fresh.min_tasks", enough, f"the fresh suite has at least {f.min_tasks} tasks",
-                      tasks=s.tasks, min_tasks=f.min_tasks)
+                      tasks=n, min_tasks=f.min_tasks, **({"tasks_in_suite": s.tasks} if s.tasks != n else {}))
 
     p_one, p_worse = _p(s, "one_sided"), _p(s, "worse")
     mean = None if s.mean_d_exact is None else Fraction(s.mean_d_exact)
@@ -299,10 +307,10 @@ def fresh_rules(c: Comparison, p: PolicyFile) -> FreshRules:
     )
 
     lower = se_floored = None
-    if s.mean_d is not None and s.se_d is not None and s.tasks >= 2:
+    if s.mean_d is not None and s.se_d is not None and n >= 2:
         # Floored so that a suite where every task agrees cannot claim a zero-width bound.
-        se_floored = max(s.se_d, 1.0 / (k * s.tasks))
-        b = stats.t_bounds(s.mean_d, se_floored, s.tasks, f.alpha)
+        se_floored = max(s.se_d, 1.0 / (k * n))
+        b = stats.t_bounds(s.mean_d, se_floored, n, f.alpha)
         lower = b.lower if b is not None else None
     noninferior = _rule(
         "fresh.noninferior",
@@ -328,7 +336,7 @@ def fresh_rules(c: Comparison, p: PolicyFile) -> FreshRules:
         f"{f.efficiency_ratio} with its upper {1 - f.alpha:g} bound below 1",
         metric=f.efficiency_metric, ratio=ratio, upper_bound=upper, efficiency_ratio=f.efficiency_ratio,
         noninferior=noninferior.held, p_worse=s.p_worse, alpha=f.alpha,
-        tasks_with_values=eff.n if eff else 0, tasks_missing_values=eff.missing if eff else s.tasks,
+        tasks_with_values=eff.n if eff else 0, tasks_missing_values=eff.missing if eff else n,
     )
 
     loss = _rule(
@@ -338,8 +346,8 @@ def fresh_rules(c: Comparison, p: PolicyFile) -> FreshRules:
     )
 
     mde = None if s.se_d is None else stats.mde(s.se_d, f.alpha, POWER)
-    needed = stats.tasks_needed(s.tasks, mde, f.win_margin) if f.win_margin > 0 else None
-    detectable = Inconclusiveness(alpha=f.alpha, mde=mde, win_margin=f.win_margin, tasks=s.tasks,
+    needed = stats.tasks_needed(n, mde, f.win_margin) if f.win_margin > 0 else None
+    detectable = Inconclusiveness(alpha=f.alpha, mde=mde, win_margin=f.win_margin, tasks=n,
                                   tasks_needed=needed)
     return FreshRules(min_tasks, quality, noninferior, efficiency, loss, detectable)
 
@@ -388,7 +396,7 @@ def _verdict(
                        f"(p = {_num(s.p_worse)}).")
     d = fr.detectable
     if not fr.min_tasks.held or d.mde is None or d.mde > p.fresh.win_margin or not promotable:
-        why = (f"the fresh suite has {s.tasks} tasks, fewer than {p.fresh.min_tasks}" if not fr.min_tasks.held
+        why = (f"the fresh suite has {paired(s)} tasks, fewer than {p.fresh.min_tasks}" if not fr.min_tasks.held
                else "the runs are incomplete" if not promotable
                else f"it could only detect a difference of {_pts(d.mde)}, more than the win margin "
                     f"{_pts(p.fresh.win_margin)}")
@@ -416,7 +424,7 @@ def _what_would_change(c: Comparison, p: PolicyFile, out: Outcome, invariants: l
         return lines
     d = fr.detectable
     if not fr.min_tasks.held:
-        lines.append(f"A fresh suite of at least {p.fresh.min_tasks} tasks (it has {c.suites['fresh'].tasks}).")
+        lines.append(f"A fresh suite of at least {p.fresh.min_tasks} tasks (it has {paired(c.suites['fresh'])}).")
     if not c.facts.both_complete:
         lines.append("Complete runs on both sides (compare ran with --allow-incomplete).")
     if d.mde is not None and d.tasks_needed is not None and d.mde > p.fresh.win_margin:

@@ -47,7 +47,8 @@ def _rate(passes: int, n: int) -> str:
 
 
 def _suite_section(name: str, s: SuiteStats, k: int) -> list[str]:
-    lines = [f"## {name} ({s.tasks} tasks)", ""]
+    both = f", {s.paired} scored on both sides" if s.paired is not None and s.paired != s.tasks else ""
+    lines = [f"## {name} ({s.tasks} tasks{both})", ""]
     if s.tasks == 0:
         return lines + ["No tasks in this suite.", ""]
     lines += _table(

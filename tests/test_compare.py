@@ -78,6 +78,16 @@ def test_a_different_comparison_is_never_written_over(tmp_path: Path, evalrig_ho
     assert e.value.code == ExitCode.INVALID and "different comparison" in e.value.message
 
 
+def test_tasks_counts_the_suite_and_paired_the_tasks_scored_on_both_sides(tmp_path: Path, evalrig_home: Path) -> None:
+    # the candidate's run lacks fresh-003 (a subset, say): it is in the suite, but unpaired
+    c = pair(tmp_path, evalrig_home, Side("champ", counts_tasks([3, 4, 5, 2])), Side("cand", counts_tasks([3, 5, 5])))
+    fresh = c.suites["fresh"]  # DESIGN §7: `tasks` is the number of tasks in the suite
+    assert (fresh.tasks, fresh.paired, len(fresh.per_task)) == (4, 3, 4)
+    assert fresh.mean_d_exact == "1/15" and "(4 tasks, 3 scored on both sides)" in (tmp_path / "cmp" / "comparison.md").read_text()
+    complete = pair(tmp_path / "p", evalrig_home, Side("champ", counts_tasks([3, 4])), Side("cand", counts_tasks([3, 5])))
+    assert complete.suites["fresh"].tasks == complete.suites["fresh"].paired == 2
+
+
 def test_out_must_not_be_a_run_bundle_or_a_file(tmp_path: Path, evalrig_home: Path) -> None:
     a = write_run(tmp_path / "a", Side("champ", counts_tasks(REF_CHAMP)), evalrig_home)
     b = write_run(tmp_path / "b", Side("cand", counts_tasks(REF_CAND)), evalrig_home)

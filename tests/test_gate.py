@@ -87,6 +87,16 @@ def test_every_rule_carries_its_numbers_flat_and_as_an_object(tmp_path: Path, ev
     assert q["numbers"]["p_one_sided"] == q["p_one_sided"] and q["numbers"]["discordant"] == q["discordant"]
 
 
+def test_min_tasks_counts_only_tasks_scored_on_both_sides(tmp_path: Path, evalrig_home: Path) -> None:
+    # the candidate's run lacks one fresh task: the suite has 30, the evidence 29
+    cand_tasks = counts_tasks(BETTER)
+    del cand_tasks["fresh-029"]
+    d = run_gate(tmp_path, evalrig_home, Side("champ", counts_tasks(CHAMP)), Side("cand", cand_tasks),
+                 pol=policy(fresh={"min_tasks": 30}))
+    r = rule(d, "fresh.min_tasks")
+    assert not r["held"] and (r["tasks"], r["tasks_in_suite"]) == (29, 30) and d.detectable.tasks == 29
+
+
 def test_identical_is_a_tie(tmp_path: Path, evalrig_home: Path) -> None:
     d = run_gate(tmp_path, evalrig_home, *sides(CHAMP, CHAMP))
     assert (d.verdict, d.reason) == ("keep-champion", "tie")

@@ -180,7 +180,12 @@ class TaskRow(Strict):
 
 
 class SuiteStats(Strict):
-    tasks: int = Field(ge=0, description="Tasks in the suite (paired: scored on both sides).")
+    tasks: int = Field(ge=0, description="Tasks in the suite (on either side, scored or not).")
+    paired: int | None = Field(
+        default=None, ge=0,
+        description="Tasks scored on both sides: the n of every statistic. Less than `tasks` only in an "
+        "incomplete or subset comparison; null in comparisons written before it (then `tasks`).",
+    )
     mean_d: float | None
     mean_d_exact: Rational | None
     se_d: float | None
