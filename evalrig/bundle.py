@@ -135,6 +135,15 @@ class Records(Generic[M]):
     """1-based number of an unterminated last line that was ignored, if any."""
 
 
+def _read_bytes(path: Path) -> bytes:
+    """A record file's bytes; a directory or an unreadable file in its place is invalid input."""
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise invalid(f"cannot be read ({e.strerror})", file=path,
+                      hint="the rig writes this file itself; restore it from the run") from None
+
+
 def read_records(path: Path, model: type[M], missing_ok: bool = True) -> Records[M]:
     """Every whole line of a JSONL file, validated; a torn last line is reported, not read.
 
@@ -144,7 +153,7 @@ def read_records(path: Path, model: type[M], missing_ok: bool = True) -> Records
         if missing_ok:
             return Records([], None)
         raise invalid("missing", file=path, hint="is this a bundle directory the rig wrote?")
-    data = path.read_bytes()
+    data = _read_bytes(path)
     lines = data.split(b"\n")
     torn = None
     if lines and lines[-1] != b"":
@@ -205,6 +214,11 @@ def read_json(path: Path, model: type[M]) -> M:
         obj = loads(path.read_bytes())
     except FileNotFoundError:
         raise invalid("missing", file=path, hint="is this a bundle directory the rig wrote?") from None
+    except IsADirectoryError:
+        raise invalid("is a directory, not a JSON file", file=path,
+                      hint="remove or rename the directory; the rig writes this file itself") from None
+    except OSError as e:
+        raise invalid(f"cannot be read ({e.strerror})", file=path) from None
     except ValueError as e:
         raise invalid(f"not JSON ({e})", file=path) from None
     try:
@@ -329,7 +343,7 @@ def read_records_fast(path: Path, model: type[M]) -> Records[M]:
     """
     if not path.exists():
         return Records([], None)
-    lines = path.read_bytes().split(b"\n")
+    lines = _read_bytes(path).split(b"\n")
     torn = len(lines) if lines[-1] != b"" else None
     out: list[M] = []
     validate = model.model_validate_json
@@ -360,7 +374,7 @@ def read_rows(path: Path, fields: Fields) -> Rows:
     """
     if not path.exists():
         return Rows([], None)
-    lines = path.read_bytes().split(b"\n")
+    lines = _read_bytes(path).split(b"\n")
     torn = len(lines) if lines[-1] != b"" else None
     names = tuple(fields)
     kinds = tuple(fields.values())

@@ -162,6 +162,9 @@ def check_json(path: Path, model: Any, report: Report, required: bool = True) ->
         if required:
             report.problems.append(Problem(str(path), "missing"))
         return None
+    except OSError as e:
+        report.problems.append(Problem(str(path), f"cannot be read ({e.strerror})"))
+        return None
     try:
         obj = loads(raw)
     except ValueError as e:
@@ -182,7 +185,11 @@ def check_jsonl(path: Path, model: Any, report: Report) -> int:
 
     if not path.exists():
         return 0
-    lines = path.read_bytes().split(b"\n")
+    try:
+        lines = path.read_bytes().split(b"\n")
+    except OSError as e:
+        report.problems.append(Problem(str(path), f"cannot be read ({e.strerror})"))
+        return 0
     body, tail = lines[:-1], lines[-1]
     good = 0
     for n, raw in enumerate(body, start=1):
@@ -227,6 +234,9 @@ def check_bundle(dir: Path, report: Report) -> None:
         kind = loads(manifest_path.read_bytes()).get("kind")
     except FileNotFoundError:
         report.problems.append(Problem(str(manifest_path), "missing: not a bundle the rig wrote"))
+        return
+    except OSError as e:  # a directory in its place, say
+        report.problems.append(Problem(str(manifest_path), f"cannot be read ({e.strerror})"))
         return
     except (ValueError, AttributeError) as e:
         report.problems.append(Problem(str(manifest_path), f"not a JSON object ({e})"))

@@ -373,6 +373,25 @@ def test_run_bundle_digest_mismatch(tmp_path: Path) -> None:
                for line in r.stderr.splitlines()), r.stderr
 
 
+@pytest.mark.parametrize("name", ["manifest.json", "attempts.jsonl"])
+def test_a_directory_in_place_of_a_bundle_file_is_a_problem_not_a_crash(tmp_path: Path, name: str) -> None:
+    b = run_bundle(tmp_path / "run")
+    (b / name).unlink()
+    (b / name).mkdir()
+    r = cli("validate", b)
+    assert r.exit_code == 4, r.output
+    assert f"{b / name}: cannot be read (Is a directory)" in r.stderr.splitlines()
+
+
+def test_a_directory_in_place_of_fixed_lock_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    root = good_tasks(tmp_path / "tasks")
+    (root / "fixed.lock").mkdir()
+    for args in (("validate", "--tasks", root), ("lock", "--tasks", root)):
+        r = cli(*args)
+        assert r.exit_code == 4, r.output
+        assert f"{root / 'fixed.lock'}: is a directory, not a JSON file" in r.stderr
+
+
 def test_not_a_bundle(tmp_path: Path) -> None:
     (tmp_path / "b").mkdir()
     assert_refused(cli("validate", tmp_path / "b"), tmp_path / "b" / "manifest.json",
