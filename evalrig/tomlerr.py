@@ -63,6 +63,9 @@ def parse_toml(file: str, raw: bytes) -> TomlDoc | Problem:
         line = raw[: e.start].count(b"\n") + 1
         column = e.start - raw.rfind(b"\n", 0, e.start)
         return Problem(file, f"not UTF-8 (column {column}); save the file as UTF-8", None, line)
+    if text.startswith("\ufeff"):  # some editors write one; TOML parsers refuse it
+        return Problem(file, "starts with a byte-order mark; save the file as UTF-8 without BOM",
+                       None, 1)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -80,6 +80,15 @@ def test_load_checkpoint_broken_toml_names_line(tmp_path: Path) -> None:
     assert ei.value.message.startswith("not valid TOML: ")
 
 
+def test_load_checkpoint_with_a_byte_order_mark_says_so(tmp_path: Path) -> None:
+    # "invalid statement (column 1)" would send the user looking for an invisible error.
+    d = make_checkpoint(tmp_path / "c", '\ufeffname = "exo"\n[agent]\ncommand = ["a"]\n')
+    with pytest.raises(EvalrigError) as ei:
+        load_checkpoint(d)
+    assert (ei.value.line, ei.value.message) == (
+        1, "starts with a byte-order mark; save the file as UTF-8 without BOM")
+
+
 def test_load_checkpoint_without_toml(tmp_path: Path) -> None:
     (tmp_path / "c").mkdir()
     with pytest.raises(EvalrigError) as ei:
