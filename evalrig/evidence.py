@@ -12,6 +12,8 @@ While a file is copied it is, in one pass:
   finds a form split across two reads);
 - counted against the evidence cap. A file that does not fit in what is left of the cap
   is not copied, and nothing after it is: the copy stops and marks itself truncated.
+  The answer files (`out/answer.txt`, `out/answer.json`, `out/usage.json`) go first, so a
+  big log beside them cannot push the answer out of the cap.
 
 Layout in the evidence directory: `out/...` (always), then the task's `evidence` globs at
 their paths relative to the attempt root. `stdout.txt`, `stderr.txt` (written there by
@@ -199,6 +201,10 @@ def _copy_one(
 # -- the whole collection ----------------------------------------------------------------
 
 
+FIRST = frozenset({"out/answer.txt", "out/answer.json", "out/usage.json"})
+"""What the verifier and the cost figures read: taken before anything else of out/."""
+
+
 def _utf8(rel: str) -> bool:
     try:
         rel.encode("utf-8")
@@ -210,7 +216,8 @@ def _utf8(rel: str) -> bool:
 def candidates(attempt_root: Path, globs: Sequence[str]) -> Iterator[tuple[str, os.stat_result]]:
     """out/ first, then each glob's matches, every path once, in a stable order."""
     seen: set[str] = set()
-    for rel, st in _walk(attempt_root, "out"):
+    out = sorted(_walk(attempt_root, "out"), key=lambda e: (e[0] not in FIRST, e[0]))
+    for rel, st in out:
         seen.add(rel)
         yield rel, st
     for pattern in globs:

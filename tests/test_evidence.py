@@ -112,6 +112,16 @@ def test_a_name_that_is_not_utf8_is_skipped_and_noted(tmp_path: Path) -> None:
     assert os.listdir(tmp_path / "ev" / "out") == ["answer.txt"]
 
 
+def test_the_answer_goes_first_within_the_cap(tmp_path: Path) -> None:
+    # A big log sorted before the answer must not push the answer out of the cap.
+    root = _root(tmp_path)
+    (root / "out" / "aaa.log").write_bytes(b"x" * 1000)
+    (root / "out" / "answer.json").write_text("1")
+    rep = _collect(root, tmp_path / "ev", cap=500)
+    assert rep.truncated
+    assert rep.files == ["out/answer.json", "out/answer.txt"]
+
+
 def test_cap_stops_and_marks_truncated(tmp_path: Path) -> None:
     root = _root(tmp_path)
     (root / "out" / "big.bin").write_bytes(b"x" * 1000)
