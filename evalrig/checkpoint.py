@@ -66,6 +66,21 @@ def load_checkpoint(dir: Path) -> Checkpoint:
     return Checkpoint(dir, spec)
 
 
+def history_log(ckpt: Checkpoint) -> Path | None:
+    """The declared `[history] log` as a path, or None; an error when it is not a regular
+    file of the checkpoint (run would refuse it, so seal and validate say so first)."""
+    log = ckpt.spec.history.log
+    if log is None:
+        return None
+    src = Path(ckpt.dir) / log
+    if not src.is_file() or src.is_symlink():
+        raise invalid(f"{log} is not a file in the checkpoint",
+                      file=Path(ckpt.dir) / "checkpoint.toml", field="history.log",
+                      hint="create the log (an empty file is an empty log) and seal again, "
+                      "or drop [history] log")
+    return src
+
+
 def checkpoint_id(dir: Path) -> TreeDigest:
     """The content hash of the directory, `SEAL.json` excluded (DESIGN §6)."""
     return hash_tree(Path(dir), exclude=_EXCLUDE)
@@ -107,6 +122,7 @@ def seal(dir: Path, home: Path, now: datetime) -> SealFile:
 
     dir = Path(dir)
     ckpt = load_checkpoint(dir)
+    history_log(ckpt)
     tree = checkpoint_id(dir)
     home = Path(home)
     _make_home(home)

@@ -578,16 +578,9 @@ def new_provenance(argv: tuple[str, ...], warnings: list[str]) -> Provenance:
 
 def history_source(checkpoint: Any) -> Path | None:
     """The checkpoint's declared event log (checked before any bundle exists), or None."""
-    log = checkpoint.spec.history.log
-    if log is None:
-        return None
-    src = Path(checkpoint.dir) / log
-    if not src.is_file() or src.is_symlink():
-        raise invalid(f"{log} is not a file in the checkpoint",
-                      file=Path(checkpoint.dir) / "checkpoint.toml", field="history.log",
-                      hint="create the log (an empty file is an empty log) and seal again, "
-                      "or drop [history] log")
-    return src
+    from evalrig.checkpoint import history_log
+
+    return history_log(checkpoint)
 
 
 def copy_history(checkpoint: Any, out: Path) -> str:

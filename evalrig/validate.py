@@ -97,10 +97,10 @@ def _same_name_and_version(p: Any, seen: dict[tuple[str, int], Any]) -> list[Pro
 
 
 def check_checkpoint(dir: Path, home: Path, report: Report) -> None:
-    from evalrig.checkpoint import load_checkpoint, seal_status
+    from evalrig.checkpoint import history_log, load_checkpoint, seal_status
 
     try:
-        load_checkpoint(dir)
+        history_log(load_checkpoint(dir))
         status = seal_status(dir, home)
     except EvalrigError as e:
         report.problems += error_problems(e)

@@ -156,16 +156,16 @@ def test_out_that_is_not_a_bundle_is_refused(kit, tmp_path: Path) -> None:
 
 
 def test_a_declared_history_log_that_is_missing_is_refused(tmp_path: Path, evalrig_home: Path) -> None:
-    from agents.run_kit import SEALED_AT
-
-    from evalrig.checkpoint import seal
-
+    # Refused already at seal (run would refuse it), and by validate.
     ck = make_checkpoint(tmp_path, evalrig_home, history="", do_seal=False)
     (ck / "state" / "events.jsonl").unlink()
-    seal(ck, evalrig_home, SEALED_AT)
+    message = "checkpoint.toml: history.log: state/events.jsonl is not a file"
+    for args in (("seal", ck), ("validate", "--checkpoint", ck)):
+        r = cli(*args)
+        assert r.exit_code == 4 and message in r.stderr, r.output
+    assert not (evalrig_home / "seals.jsonl").exists()
     r = run(ck, make_tasks(tmp_path, 1), tmp_path / "b")
     assert r.exit_code == 4
-    assert "checkpoint.toml: history.log: state/events.jsonl is not a file" in r.stderr
     assert not (tmp_path / "b").exists()
 
 
