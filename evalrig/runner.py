@@ -279,6 +279,7 @@ def resolve_settings(req: RunRequest, manifest: RunManifest | None) -> Resolved:
         if vals.get(need) is None:
             raise UsageError(f"{flag} is required to start a run",
                              hint="give --checkpoint DIR --tasks DIR, or --resume to continue a bundle")
+    refuse_nesting(Path(req.out), Path(vals["checkpoint_dir"]), Path(vals["tasks_dir"]))
     repeat, seed = vals.pop("repeat"), vals.pop("seed")
     try:
         settings = RunSettings(**vals)
@@ -288,6 +289,23 @@ def resolve_settings(req: RunRequest, manifest: RunManifest | None) -> Resolved:
     if manifest is not None:
         refuse_changes(manifest, resolved, req.out)
     return resolved
+
+
+def _inside(a: Path, b: Path) -> bool:
+    a, b = a.resolve(), b.resolve()
+    return a == b or b in a.parents
+
+
+def refuse_nesting(out: Path, checkpoint: Path, tasks: Path) -> None:
+    """A bundle inside the checkpoint changes the sealed content (the run ends void); one
+    inside the task set makes it an extra folder there; a task set inside the checkpoint is
+    copied, verifiers and all, into every agent's workspace."""
+    for inner, outer, flag_in, flag_out in ((out, checkpoint, "--out", "--checkpoint"),
+                                            (out, tasks, "--out", "--tasks"),
+                                            (tasks, checkpoint, "--tasks", "--checkpoint")):
+        if _inside(inner, outer):
+            raise UsageError(f"{flag_in} {inner} is inside {flag_out} {outer}",
+                             hint=f"keep {flag_in} outside {flag_out}")
 
 
 def _show(v: Any) -> str:

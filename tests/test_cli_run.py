@@ -91,6 +91,37 @@ def test_an_unknown_suite_is_a_usage_error(kit, tmp_path: Path) -> None:
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.parametrize(("where", "message"), [
+    ("out-in-checkpoint", "--out {ck}/runs/b is inside --checkpoint {ck}"),
+    ("out-in-tasks", "--out {tasks}/runs is inside --tasks {tasks}"),
+])
+def test_a_bundle_inside_the_checkpoint_or_the_task_set_is_refused(
+        kit, tmp_path: Path, where: str, message: str) -> None:
+    # Inside the checkpoint it changes the sealed content (the run would end void); inside
+    # the task set it becomes a stray folder there.
+    ck, tasks = kit
+    out = ck / "runs" / "b" if where == "out-in-checkpoint" else tasks / "runs"
+    r = run(ck, tasks, out)
+    assert r.exit_code == 2, r.stderr
+    assert message.format(ck=ck.resolve(), tasks=tasks.resolve()).split(" is inside")[1] in r.stderr
+    assert not out.exists()
+
+
+def test_a_task_set_inside_the_checkpoint_is_refused(tmp_path: Path, evalrig_home: Path) -> None:
+    # Every workspace gets a copy of the checkpoint: the verifiers would go with it.
+    from agents.run_kit import SEALED_AT
+
+    from evalrig.checkpoint import seal
+
+    ck = make_checkpoint(tmp_path, evalrig_home, do_seal=False)
+    tasks = make_tasks(ck, 1)
+    seal(ck, evalrig_home, SEALED_AT)
+    r = run(ck, tasks, tmp_path / "b")
+    assert r.exit_code == 2, r.stderr
+    assert f"is inside --checkpoint {ck.resolve()}" in r.stderr
+    assert not (tmp_path / "b").exists()
+
+
 def test_an_unsealed_checkpoint_is_refused_before_any_bundle_exists(tmp_path: Path, evalrig_home: Path) -> None:
     ck = make_checkpoint(tmp_path, evalrig_home, do_seal=False)
     r = run(ck, make_tasks(tmp_path, 1), tmp_path / "b")
