@@ -145,6 +145,9 @@ def select_tasks(tasks: Sequence[PlannedTask], filters: Filters) -> list[Planned
     A `--task` id that names no task is an error rather than an empty match: a typo
     would otherwise silently shrink a development run.
     """
+    if not tasks:
+        raise invalid("the task set has no tasks", field="--tasks",
+                      hint="add task folders (<dir>/<suite>/<task-id>/task.toml), or give another --tasks")
     known = {t.id for t in tasks}
     unknown = [t for t in filters.task_ids if t not in known]
     if unknown:

@@ -98,3 +98,8 @@ def test_a_task_filter_naming_no_task_or_selecting_nothing_is_refused() -> None:
         build_plan([T("a")], CK, 1, 0, S, Filters(task_ids=("nope",)))
     with pytest.raises(EvalrigError, match="select no task"):
         build_plan([T("a")], CK, 1, 0, S, Filters(tags=("none",)))
+
+
+def test_an_empty_task_set_says_so_not_that_filters_selected_nothing() -> None:
+    with pytest.raises(EvalrigError, match="the task set has no tasks"):
+        build_plan([], CK, 1, 0, S)
