@@ -57,6 +57,11 @@ def load_checkpoint(dir: Path) -> Checkpoint:
             hint="a checkpoint has a checkpoint.toml saying how to start the agent "
             "(name, [agent] command); see DESIGN §4",
         )
+    if path.is_symlink():
+        # The content hash takes a link's target string, not what it points to: the
+        # command and env would not be part of the sealed identity.
+        raise invalid("is a symbolic link; the seal would not cover what it points to", file=path,
+                      hint="replace the link with the file itself")
     doc = read_toml(path, "checkpoint.toml")
     if isinstance(doc, Problem):
         raise_problems([doc], hint="fix checkpoint.toml")

@@ -89,6 +89,18 @@ def test_load_checkpoint_with_a_byte_order_mark_says_so(tmp_path: Path) -> None:
         1, "starts with a byte-order mark; save the file as UTF-8 without BOM")
 
 
+def test_a_checkpoint_toml_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    # The hash takes the link's target string: the command could change under the seal.
+    (tmp_path / "outside.toml").write_text(CHECKPOINT_TOML)
+    d = make_checkpoint(tmp_path / "c")
+    (d / "checkpoint.toml").unlink()
+    (d / "checkpoint.toml").symlink_to(tmp_path / "outside.toml")
+    with pytest.raises(EvalrigError) as ei:
+        load_checkpoint(d)
+    assert ei.value.code == ExitCode.INVALID
+    assert ei.value.message == "is a symbolic link; the seal would not cover what it points to"
+
+
 def test_load_checkpoint_without_toml(tmp_path: Path) -> None:
     (tmp_path / "c").mkdir()
     with pytest.raises(EvalrigError) as ei:
