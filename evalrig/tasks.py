@@ -160,6 +160,13 @@ def load_task(task_dir: Path, suite: str) -> LoadedTask | list[Problem]:
     """One task folder of `suite`'s folder; its problems instead of raising."""
     toml_path = task_dir / TASK_TOML
     file = str(toml_path)
+    # The task's digest (and so fixed.lock) takes a link's target string, not what it
+    # points to: a linked task.toml or prompt.md could change under an unchanged digest.
+    links = [Problem(str(p), "is a symbolic link; the task's digest would not cover what it "
+                     "points to (replace the link with the file itself)")
+             for p in (toml_path, task_dir / PROMPT) if p.is_symlink()]
+    if links:
+        return links
     doc = read_toml(toml_path, "task's task.toml")
     if isinstance(doc, Problem):
         return [doc]

@@ -314,3 +314,16 @@ def test_a_json_expected_value_that_is_not_finite_is_refused(tmp_path: Path, exp
     write_task(root, "fixed", "a", f'[verifier]\nkind = "json"\nexpected = {expected}\n')
     assert [p.split(": ", 1)[1] for p in problems(root)] == [
         "verifier.expected: must hold only finite numbers (JSON has no nan or inf)"]
+
+
+@pytest.mark.parametrize("name", ["task.toml", "prompt.md"])
+def test_a_linked_task_toml_or_prompt_is_refused(tmp_path: Path, name: str) -> None:
+    # The digest (and fixed.lock) takes a link's target string: the task could change
+    # under a locked digest.
+    root = tmp_path / "tasks"
+    d = write_task(root, "fixed", "a")
+    (tmp_path / name).write_bytes((d / name).read_bytes())
+    (d / name).unlink()
+    (d / name).symlink_to(tmp_path / name)
+    assert problems(root) == [f"{d / name}: is a symbolic link; the task's digest would not cover "
+                              "what it points to (replace the link with the file itself)"]
