@@ -88,7 +88,7 @@ def history_log(ckpt: Checkpoint) -> Path | None:
 
 def checkpoint_id(dir: Path) -> TreeDigest:
     """The content hash of the directory, `SEAL.json` excluded (DESIGN §6)."""
-    return hash_tree(Path(dir), exclude=_EXCLUDE)
+    return hash_tree(Path(dir), exclude=_EXCLUDE, exclude_dirs=False)
 
 
 def registry_path(home: Path) -> Path:

@@ -27,7 +27,8 @@ class TreeDigest:
     bytes: int
 
 
-def _entries(root: Path, exclude: frozenset[str]) -> list[tuple[bytes, bytes, os.stat_result]]:
+def _entries(root: Path, exclude: frozenset[str],
+             exclude_dirs: bool = True) -> list[tuple[bytes, bytes, os.stat_result]]:
     """(relative path, absolute path, lstat) of every non-directory entry.
 
     The lstat is the walk's own, kept so that hashing does not stat every file again.
@@ -40,9 +41,10 @@ def _entries(root: Path, exclude: frozenset[str]) -> list[tuple[bytes, bytes, os
             for e in it:
                 name = e.name
                 r = rel + b"/" + name if rel else name
-                if not rel and os.fsdecode(name) in exclude:
-                    continue
                 st = e.stat(follow_symlinks=False)
+                if (not rel and os.fsdecode(name) in exclude
+                        and (exclude_dirs or not stat.S_ISDIR(st.st_mode))):
+                    continue
                 if stat.S_ISDIR(st.st_mode):
                     walk(e.path, r)
                 elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
@@ -61,15 +63,20 @@ def _entries(root: Path, exclude: frozenset[str]) -> list[tuple[bytes, bytes, os
     return out
 
 
-def hash_tree(root: Path, exclude: frozenset[str] = frozenset()) -> TreeDigest:
-    """The tree's content hash; `exclude` names top-level entries to leave out (SEAL.json)."""
+def hash_tree(root: Path, exclude: frozenset[str] = frozenset(),
+              exclude_dirs: bool = True) -> TreeDigest:
+    """The tree's content hash; `exclude` names top-level entries to leave out (SEAL.json).
+
+    With `exclude_dirs=False` only a file or link of such a name is left out: a directory
+    of that name is hashed like any other (a checkpoint's SEAL.json/ must not hide content).
+    """
     root = Path(root)
     if not root.is_dir():
         raise invalid("not a directory", file=root, hint="give the path of an existing directory")
     h = hashlib.sha256()
     files = 0
     total = 0
-    for rel, path, st in _entries(root, exclude):
+    for rel, path, st in _entries(root, exclude, exclude_dirs):
         if stat.S_ISLNK(st.st_mode):
             target = os.fsencode(os.readlink(path))
             h.update(b"l" + rel + b"\0" + str(len(target)).encode() + b"\0" + target)

@@ -207,6 +207,22 @@ def test_seal_with_a_file_for_evalrig_home_is_refused_not_a_crash(tmp_path: Path
     assert ei.value.render().startswith(f"{tmp_path / 'home'}: EVALRIG_HOME: the rig's state directory cannot be made")
 
 
+def test_a_directory_named_seal_json_is_hashed_and_a_failed_write_leaves_no_temp_file(
+        tmp_path: Path, evalrig_home: Path) -> None:
+    # Only the file SEAL.json is left out of the id: a directory of that name would hide
+    # content (code) from the seal.
+    d = make_checkpoint(tmp_path / "c")
+    (d / "SEAL.json").mkdir()
+    (d / "SEAL.json" / "payload.py").write_text("print('unsealed')\n")
+    before = checkpoint_id(d).digest
+    (d / "SEAL.json" / "payload.py").write_text("print('changed')\n")
+    assert checkpoint_id(d).digest != before
+    with pytest.raises(EvalrigError, match="SEAL.json could not be written"):
+        seal(d, evalrig_home, T0)
+    # the failed write left nothing behind: the content, and so the id, is unchanged
+    assert sorted(p.name for p in d.iterdir()) == ["SEAL.json", "agent.py", "checkpoint.toml", "state"]
+
+
 def test_resealing_changes_nothing(tmp_path: Path, evalrig_home: Path) -> None:
     d = make_checkpoint(tmp_path / "c")
     first = seal(d, evalrig_home, T0)
