@@ -205,10 +205,6 @@ def _mean_or_none(values: Sequence[float | None]) -> float | None:
     return math.fsum(v for v in values if v is not None) / len(values)
 
 
-def _metric(o: TrialOutcome, metric: Metric) -> float | None:
-    return o.cost if metric == "cost" else o.wall_s if metric == "wall_s" else o.cpu_s
-
-
 def _side_stats(tasks: Sequence[TaskView], k: int) -> SideStats:
     keys = [str(j) for j in range(1, k + 1)]
     rewards = [[o.reward for o in t.outcomes if o.reward is not None] for t in tasks]
