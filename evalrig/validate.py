@@ -266,7 +266,7 @@ def _check_run(dir: Path, fmts: dict[str, Any], report: Report) -> None:
                                        "(status running): its files have no digests to check yet",
                                        "status"))
         return
-    report.problems += _run_digest_problems(dir, manifest.files)
+    report.problems += _run_digest_problems(dir)
     report.problems += _run_record_problems(dir)
 
 
@@ -283,14 +283,11 @@ def _run_record_problems(dir: Path) -> list[Problem]:
     return problems
 
 
-def _run_digest_problems(dir: Path, files: dict[str, str]) -> list[Problem]:
-    # bundle.check_run_digests also reports files added after the run; use it when present.
-    try:
-        from evalrig.bundle import check_run_digests  # type: ignore[attr-defined]
-    except ImportError:
-        return _digest_problems(dir, files)
-    problems: list[Problem] = check_run_digests(dir)
-    return problems
+def _run_digest_problems(dir: Path) -> list[Problem]:
+    """bundle.check_run_digests: changed and missing files, and files added after the run."""
+    from evalrig.bundle import check_run_digests
+
+    return check_run_digests(dir)
 
 
 def _check_comparison(dir: Path, fmts: dict[str, Any], report: Report) -> None:
