@@ -33,16 +33,7 @@ def fsync_dir(path: Path) -> None:
 
 def append_line(path: Path, record: Any) -> None:
     """Append one record as one canonical line, synced before returning."""
-    data = canonical_line(record)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        view = memoryview(data)
-        while view:  # a single write almost always; loop only on a short write
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_lines(path, [record])
 
 
 def append_lines(path: Path, records: list[Any]) -> None:
@@ -55,13 +46,17 @@ def append_lines(path: Path, records: list[Any]) -> None:
     data = b"".join(canonical_line(r) for r in records)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
+        _write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:  # a single write almost always; loop only on a short write
+        n = os.write(fd, view)
+        view = view[n:]
 
 
 class Journal:
@@ -82,11 +77,7 @@ class Journal:
     def write(self, name: str, records: list[Any]) -> None:
         if not records:
             return
-        data = memoryview(b"".join(canonical_line(r) for r in records))
-        fd = self._fds[name]
-        while data:
-            n = os.write(fd, data)
-            data = data[n:]
+        _write_all(self._fds[name], b"".join(canonical_line(r) for r in records))
         self._dirty.add(name)
 
     def sync(self) -> None:
