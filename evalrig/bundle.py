@@ -11,9 +11,10 @@ from __future__ import annotations
 import contextlib
 import operator
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -417,16 +418,28 @@ def final_results(bundle: RunBundle) -> dict[str, Any]:
     attempt) count, so a result kept from before a task changed never stands in for the
     rerun. A trial with no scored attempt is absent.
     """
+    return final_of(bundle.results)
+
+
+class ResultLike(Protocol):
+    @property
+    def trial_id(self) -> str: ...
+    @property
+    def inputs_id(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+
+
+R = TypeVar("R", bound=ResultLike)
+
+
+def final_of(results: Sequence[R]) -> dict[str, R]:
+    """The rule of `final_results` over any result records in file order (compare reads its
+    own lighter ResultLine)."""
     from evalrig.models.run import SCORED
 
-    current: dict[str, str] = {}
-    for r in bundle.results:
-        current[r.trial_id] = r.inputs_id
-    out: dict[str, Any] = {}
-    for r in bundle.results:
-        if r.status in SCORED and r.inputs_id == current[r.trial_id]:
-            out[r.trial_id] = r
-    return out
+    current = {r.trial_id: r.inputs_id for r in results}
+    return {r.trial_id: r for r in results if r.status in SCORED and r.inputs_id == current[r.trial_id]}
 
 
 def file_digests(dir: Path, exclude: frozenset[str] = NOT_DIGESTED) -> dict[str, str]:

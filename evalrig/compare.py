@@ -52,7 +52,7 @@ from evalrig.models.comparison import (
     TBounds,
 )
 from evalrig.models.inputs import SUITES, Suite
-from evalrig.models.run import SCORED, RunManifest
+from evalrig.models.run import RunManifest
 
 T = TypeVar("T")
 
@@ -612,8 +612,7 @@ def _read_run_lines(dir: Path) -> RunLines:
 def final_results(results: Sequence[ResultLine]) -> dict[str, ResultLine]:
     """trial_id -> the result that counts, by the rule of `bundle.final_results`: the trial's last
     scored attempt made with the inputs id of its latest attempt."""
-    current = {r.trial_id: r.inputs_id for r in results}
-    return {r.trial_id: r for r in results if r.status in SCORED and r.inputs_id == current[r.trial_id]}
+    return bundle.final_of(results)
 
 
 def _side_facts(m: RunManifest, lines: RunLines, final: dict[str, ResultLine], integrity: Integrity,
