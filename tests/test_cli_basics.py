@@ -132,3 +132,13 @@ def test_fast_paths_do_not_import_scipy() -> None:
                        cwd=Path(__file__).resolve().parent.parent, env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1"})
     report = [line for line in r.stdout.splitlines() if line.startswith("IMPORTED")]
     assert report == ["IMPORTED --help []", "IMPORTED seal []", "IMPORTED validate []"], r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("name", command_names())
+def test_the_help_example_stays_on_one_line_to_paste(name: str) -> None:
+    # A narrow terminal must not break the example: pasted as two lines it does not run.
+    r = CliRunner().invoke(app, [name, "--help"], env={"NO_COLOR": "1", "COLUMNS": "50"})
+    assert r.exit_code == 0, r.output
+    example = r.stdout.split("Example:\n\n", 1)[1].split("\n\n", 1)[0]
+    assert "\n" not in example.strip("\n"), example
+    assert example.strip().startswith(f"evalrig {name} ")

@@ -101,7 +101,11 @@ def command(name: str, example: str) -> Callable[[F], F]:
             raise typer.Exit(int(code or 0))
 
         doc = help_text(fn.__doc__ or "")
-        app.command(name, help=f"{doc}\n\nExample:\n\n    {example}", epilog=None)(wrapper)
+        # "\b" keeps click's plain formatter from re-wrapping the example: a command broken
+        # over two lines is no longer one that runs when pasted. Rich help keeps lines as
+        # written and would show the "\b" as a blank line.
+        keep_line = "" if app.rich_markup_mode else "\b\n"
+        app.command(name, help=f"{doc}\n\nExample:\n\n{keep_line}    {example}", epilog=None)(wrapper)
         return fn
 
     return deco

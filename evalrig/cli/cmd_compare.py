@@ -104,7 +104,7 @@ def sign_cmd(
     return 0
 
 
-@command("check-release", "evalrig check-release trains/t1/decisions/default-v1.json --checkpoint ckpt/candidate")
+@command("check-release", "evalrig check-release trains/t1/decisions/default-v1.json --checkpoint examples/candidate")
 def check_release_cmd(
     decision: Annotated[Path, typer.Argument(help="The signed decision file.")],
     checkpoint: Annotated[Path, typer.Option("--checkpoint", help="The checkpoint directory about to ship.")],
