@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import json
 import math
 import statistics
 from collections import Counter
@@ -26,7 +25,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from evalrig import bundle, stats
 from evalrig.checkpoint import registered_seal
-from evalrig.digest import pretty_json, sha256_bytes
+from evalrig.digest import loads, pretty_json, sha256_bytes
 from evalrig.errors import Incomplete, invalid
 from evalrig.models.base import SCHEMA_MAJOR
 from evalrig.models.comparison import (
@@ -557,10 +556,10 @@ def _read_lines(path: Path, fast: Callable[[dict], T | None], parse: Callable[[d
     lines = path.read_bytes().split(b"\n")
     torn = len(lines) if lines[-1] != b"" else None
     out: list[tuple[str, T]] = []
-    loads, major = orjson.loads, f"{SCHEMA_MAJOR}."
+    decode, major = orjson.loads, f"{SCHEMA_MAJOR}."
     for i, raw in enumerate(lines[:-1], start=1):
         try:
-            d = loads(raw)
+            d = decode(raw)
             if type(d) is not dict:
                 raise _Bad("", "expected a JSON object")
             version = d.get("schema_version")
@@ -782,7 +781,7 @@ def check_out_dir(out_dir: Path) -> None:
     if not manifest.exists():
         return
     try:
-        kind = json.loads(manifest.read_bytes()).get("kind")
+        kind = loads(manifest.read_bytes()).get("kind")
     except (OSError, ValueError, AttributeError):
         kind = None
     if kind != "comparison":
