@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from evalrig.digest import sha256_bytes
 from evalrig.errors import EvalrigError, Problem, invalid
 from evalrig.models.inputs import PolicyFile
-from evalrig.tomlerr import parse_toml, raise_problems, validation_problems
+from evalrig.tomlerr import error_problems, parse_toml, raise_problems, validation_problems
 
 _HINT = "fix the policy (evalrig schema policy shows every key; policies/default.toml is an example)"
 
@@ -53,7 +53,7 @@ def policy_problems(path: Path) -> list[Problem]:
     try:
         load_policy(path)
     except EvalrigError as e:
-        return [Problem(e.file, e.message, e.field, e.line), *e.problems]
+        return error_problems(e)
     return []
 
 

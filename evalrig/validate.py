@@ -64,7 +64,7 @@ def check_tasks(dir: Path, report: Report) -> None:
 
 def check_policies(path: Path, report: Report) -> None:
     """A policy file, or every `*.toml` of a directory."""
-    from evalrig.policy import load_policy, policy_problems
+    from evalrig.policy import load_policy
 
     path = Path(path)
     if path.is_dir():
@@ -78,12 +78,13 @@ def check_policies(path: Path, report: Report) -> None:
         return
     seen: dict[tuple[str, int], Any] = {}
     for f in files:
-        problems = policy_problems(f)
-        report.problems += problems
-        if problems:
+        try:
+            policy = load_policy(f)  # once: it was read and parsed again for the name check
+        except EvalrigError as e:
+            report.problems += error_problems(e)
             continue
         report.count("policies")
-        report.problems += _same_name_and_version(load_policy(f), seen)
+        report.problems += _same_name_and_version(policy, seen)
 
 
 def _same_name_and_version(p: Any, seen: dict[tuple[str, int], Any]) -> list[Problem]:
