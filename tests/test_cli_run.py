@@ -250,3 +250,19 @@ def test_a_command_verifier_cannot_write_the_stored_evidence_under_process(
     b = load_run(out)
     for r in b.results:
         assert (out / "attempts" / r.attempt_id / "out" / "answer.txt").read_text().strip() == "even"
+
+
+@pytest.mark.parametrize("what", ["a file", "a comparison bundle"])
+def test_verify_of_something_that_is_not_a_run_bundle_says_so(tmp_path: Path, what: str) -> None:
+    # Not a schema dump of a manifest of another kind, nor "x/manifest.json: cannot be read".
+    target = tmp_path / "thing"
+    if what == "a file":
+        target.write_text("x\n")
+    else:
+        target.mkdir()
+        (target / "manifest.json").write_text('{"kind": "comparison"}\n')
+    r = cli("verify", target, "--json")
+    assert r.exit_code == 4, r.output
+    e = orjson.loads(r.stdout)["error"]
+    assert e["file"] == str(target) and "not a run bundle" in e["message"]
+    assert "evalrig run" in e["hint"] and not e["problems"]

@@ -201,6 +201,7 @@ def verify(
     """
     from evalrig.runner import verify_run
 
+    refuse_what_is_not_a_run_bundle(bundle)
     report = verify_run(bundle)
     if json_out:
         emit_json({"bundle": str(bundle), "ok": True, "results": report.results,
@@ -209,3 +210,21 @@ def verify(
         say(f"verified {bundle}: {report.files} file digests, {report.results} results "
             f"({report.rederived} re-derived from evidence) agree")
     return 0
+
+
+def refuse_what_is_not_a_run_bundle(bundle: Path) -> None:
+    """Say "not a run bundle" for a file or a comparison bundle, rather than letting the run
+    manifest's schema list every field a comparison manifest lacks."""
+    from evalrig.digest import loads
+    from evalrig.errors import invalid
+
+    hint = "give the --out directory of an `evalrig run`"
+    if bundle.exists() and not bundle.is_dir():
+        raise invalid("not a run bundle (a file, not a directory)", file=bundle, hint=hint)
+    try:
+        kind = loads((bundle / "manifest.json").read_bytes()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return  # verify_run reports a missing or broken manifest, naming it
+    if kind == "comparison":
+        raise invalid("not a run bundle (a comparison bundle)", file=bundle,
+                      hint=hint + "; `evalrig validate BUNDLE` checks a comparison bundle's digests")
