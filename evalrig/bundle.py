@@ -114,7 +114,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         try:
-            os.write(fd, data)
+            _write_all(fd, data)  # one os.write may be short (over 2 GiB, a signal)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -217,9 +217,12 @@ def read_json(path: Path, model: type[M]) -> M:
         raise invalid("is a directory, not a JSON file", file=path,
                       hint="remove or rename the directory; the rig writes this file itself") from None
     except OSError as e:
-        raise invalid(f"cannot be read ({e.strerror})", file=path) from None
+        raise invalid(f"cannot be read ({e.strerror})", file=path,
+                      hint="check that the path is the rig's file and that you may read it") from None
     except ValueError as e:
-        raise invalid(f"not JSON ({e})", file=path) from None
+        raise invalid(f"not JSON ({e})", file=path,
+                      hint="the file was edited or cut short; restore the rig's copy, or rerun "
+                      "the command that wrote it") from None
     try:
         return model.model_validate(obj)
     except ValidationError as e:
