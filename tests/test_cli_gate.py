@@ -341,3 +341,15 @@ def test_sign_needs_exactly_one_of_approve_and_reject(tmp_path: Path, evalrig_ho
 def test_check_release_of_a_missing_decision_is_not_approved(tmp_path: Path, evalrig_home: Path) -> None:
     r = cli(evalrig_home, "check-release", tmp_path / "d.json", "--checkpoint", tmp_path, "--json")
     assert r.exit_code == 1 and json.loads(r.stdout)["approved"] is False  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("content", [b"{\n", b'{"verdict": "promote"'])
+def test_sign_of_a_decision_that_is_not_json_says_what_to_do(
+        tmp_path: Path, evalrig_home: Path, content: bytes) -> None:
+    decision = tmp_path / "default-v1.json"
+    decision.write_bytes(content)
+    r = cli(evalrig_home, "sign", decision, "--approve", "--by", "alice", "--json")
+    assert r.exit_code == 4  # type: ignore[attr-defined]
+    e = json.loads(r.stdout)["error"]  # type: ignore[attr-defined]
+    assert e["file"] == str(decision) and e["message"].startswith("not JSON")
+    assert e["hint"] and "->" in r.stderr  # type: ignore[attr-defined]
