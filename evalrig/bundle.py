@@ -459,7 +459,7 @@ def file_digests(dir: Path, exclude: frozenset[str] = NOT_DIGESTED) -> dict[str,
         dirs.sort()
         for name in sorted(files):
             rel = name if rel_root == "." else f"{rel_root}/{name}"
-            if rel_root == "." and (name in exclude or _is_temp(name)):
+            if rel_root == "." and (name in exclude or is_atomic_temp(name)):
                 continue
             path = os.path.join(root, name)
             if not os.path.isfile(path) or os.path.islink(path):
@@ -468,7 +468,8 @@ def file_digests(dir: Path, exclude: frozenset[str] = NOT_DIGESTED) -> dict[str,
     return out
 
 
-def _is_temp(name: str) -> bool:
+def is_atomic_temp(name: str) -> bool:
+    """Whether `name` is the temp file of an interrupted write_bytes_atomic (`.name.tmp.PID`)."""
     return name.startswith(".") and ".tmp." in name
 
 

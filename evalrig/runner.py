@@ -61,6 +61,7 @@ from evalrig.bundle import (
     append_lines,
     cut_torn_tail,
     file_digests,
+    is_atomic_temp,
     load_run,
     read_json,
     read_rows,
@@ -895,7 +896,7 @@ def _bundle_state(out: Path) -> RunManifest | None:
 
 def _start_leftover(p: Path) -> bool:
     name = p.name
-    if name in (LOCK, LOCK_HOLDER, PROVENANCE, HISTORY) or (name.startswith(".") and ".tmp." in name):
+    if name in (LOCK, LOCK_HOLDER, PROVENANCE, HISTORY) or is_atomic_temp(name):
         return True
     return name in RUN_JSONL and p.stat().st_size == 0
 
