@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -142,3 +145,36 @@ def test_the_help_example_stays_on_one_line_to_paste(name: str) -> None:
     example = r.stdout.split("Example:\n\n", 1)[1].split("\n\n", 1)[0]
     assert "\n" not in example.strip("\n"), example
     assert example.strip().startswith(f"evalrig {name} ")
+
+
+@pytest.fixture
+def terminated_command() -> Iterator[str]:
+    """A command that receives SIGTERM while it works, as from `kill` or a CI timeout."""
+    before = list(app.registered_commands)
+
+    @command("terminated-for-test", "evalrig terminated-for-test")
+    def terminated(json_out: JsonOpt = False, debug: DebugOpt = False) -> int:
+        """Is sent SIGTERM."""
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(2)  # the signal arrives at once; this only bounds an unhandled one
+        return 0
+
+    yield "terminated-for-test"
+    app.registered_commands[:] = before
+
+
+def test_sigterm_ends_any_command_as_interrupted_130(terminated_command: str) -> None:
+    # DESIGN §9: 130 is "interrupted (Ctrl-C, SIGTERM)" for every command, not just run;
+    # the default handler died silently with 143, a code the table does not have.
+    def guard(signum: int, frame: object) -> None:
+        """Keeps pytest alive should the command not handle the signal itself."""
+
+    previous = signal.signal(signal.SIGTERM, guard)
+    try:
+        r = CliRunner().invoke(app, [terminated_command, "--json"])
+        assert signal.getsignal(signal.SIGTERM) is guard  # restored for whatever runs next
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert r.exit_code == 130, r.output
+    assert r.stdout == "" and r.stderr.startswith("interrupted")
+    assert "again" in r.stderr

@@ -7,11 +7,14 @@ typer or rich.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Annotated, Any, TypeVar
 
 # The rig uses no pydantic plugins; looking for them scans every installed package's entry
@@ -80,14 +83,15 @@ def command(name: str, example: str) -> Callable[[F], F]:
             debug = bool(kwargs.get("debug"))
             json_out = bool(kwargs.get("json_out"))
             try:
-                code = fn(*args, **kwargs)
+                with sigterm_as_interrupt():
+                    code = fn(*args, **kwargs)
             except typer.Exit:
                 raise
             except EvalrigError as e:
                 report_error(e, json_out, debug)
                 raise typer.Exit(int(e.code)) from None
             except KeyboardInterrupt:
-                err("interrupted")
+                err("interrupted: nothing more was done; run the same command again")
                 raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
             except Exception as e:  # noqa: BLE001 - the CLI catches everything (DESIGN §9)
                 if debug:
@@ -109,6 +113,24 @@ def command(name: str, example: str) -> Callable[[F], F]:
         return fn
 
     return deco
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (kill, a CI timeout) ends a command as Ctrl-C does: exit 130 with a message
+    (DESIGN §9) rather than a silent 143. `run` installs its own handlers inside this."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def help_text(docstring: str) -> str:
