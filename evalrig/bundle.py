@@ -223,6 +223,22 @@ def read_json(path: Path, model: type[M]) -> M:
         raise invalid(f"not JSON ({e})", file=path,
                       hint="the file was edited or cut short; restore the rig's copy, or rerun "
                       "the command that wrote it") from None
+    return _validated(obj, path, model)
+
+
+def parse_json(path: Path, data: bytes, model: type[M]) -> M:
+    """As `read_json`, from bytes already read: a caller that digests the bytes validates
+    those very bytes, not a second read that may differ."""
+    try:
+        obj = loads(data)
+    except ValueError as e:
+        raise invalid(f"not JSON ({e})", file=path,
+                      hint="the file was edited or cut short; restore the rig's copy, or rerun "
+                      "the command that wrote it") from None
+    return _validated(obj, path, model)
+
+
+def _validated(obj: Any, path: Path, model: type[M]) -> M:
     try:
         return model.model_validate(obj)
     except ValidationError as e:

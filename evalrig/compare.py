@@ -828,4 +828,4 @@ def read_comparison(dir: Path) -> tuple[Comparison, str]:
     if want != digest:
         raise invalid(f"digest {digest} differs from manifest.json's {want}", file=path,
                       hint="the comparison was edited after compare wrote it; run compare again")
-    return bundle.read_json(path, Comparison), digest
+    return bundle.parse_json(path, data, Comparison), digest

@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from evalrig import ledger
-from evalrig.bundle import read_json
+from evalrig.bundle import parse_json
 from evalrig.checkpoint import checkpoint_id, registered_seal
 from evalrig.compare import read_comparison
 from evalrig.digest import sha256_bytes
@@ -43,7 +43,7 @@ def read_decision(path: Path) -> OpenDecision:
         raise invalid("no such decision file", file=path,
                       hint="give the decisions/<policy>-v<version>.json that `evalrig gate` wrote")
     data = path.read_bytes()
-    return OpenDecision(read_json(path, Decision), sha256_bytes(data), path)
+    return OpenDecision(parse_json(path, data, Decision), sha256_bytes(data), path)
 
 
 def _verified(path: Path) -> OpenDecision:
