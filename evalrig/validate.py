@@ -229,7 +229,8 @@ def check_bundle(dir: Path, report: Report) -> None:
     dir = Path(dir)
     manifest_path = dir / "manifest.json"
     if not dir.is_dir():
-        report.problems.append(Problem(str(dir), "no such directory (expected a bundle)"))
+        what = "not a directory" if dir.exists() else "no such directory"
+        report.problems.append(Problem(str(dir), f"{what} (expected a bundle)"))
         return
     try:
         kind = loads(manifest_path.read_bytes()).get("kind")

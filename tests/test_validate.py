@@ -462,3 +462,14 @@ def test_not_utf8(tmp_path: Path) -> None:
     d = task(tasks, "fixed", "x")
     (d / "task.toml").write_bytes(b'id = "x"\ntags = ["\xff"]\n' + EXACT.encode())
     assert_refused(cli("validate", "--tasks", tasks), d / "task.toml", ":2: not UTF-8 (column 10); save the file as UTF-8")
+
+
+def test_problems_end_with_what_to_do_and_a_file_is_not_called_missing(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x\n")
+    r = cli("validate", tmp_path / "afile")
+    assert r.exit_code == 4
+    lines = r.stderr.splitlines()
+    assert lines[0] == f"{tmp_path / 'afile'}: not a directory (expected a bundle)"
+    assert lines[-1].startswith("  -> fix each problem above") and "evalrig validate" in lines[-1]
+    r = cli("validate", tmp_path / "nope")
+    assert r.stderr.splitlines()[0] == f"{tmp_path / 'nope'}: no such directory (expected a bundle)"

@@ -63,7 +63,8 @@ def validate_cmd(
             say(f"ok: {checked}")
         return 0
     n = len(report.problems)
-    err(f"{n} problem{'s' if n != 1 else ''} found (checked: {checked})")
+    err(f"{n} problem{'s' if n != 1 else ''} found (checked: {checked})\n"
+        "  -> fix each problem above, then run `evalrig validate` again")
     return 4
 
 
