@@ -56,7 +56,7 @@ from evalrig.models.run import (
 )
 from evalrig.tasks import LoadedTask
 from evalrig.tree import hash_tree
-from evalrig.verifiers import VERIFIER_DIR, Verdict, read_answer, verify_evidence
+from evalrig.verifiers import VERIFIER_DIR, Verdict, is_finite_number, read_answer, verify_evidence
 
 __all__ = [
     "AttemptOutcome",
@@ -316,18 +316,12 @@ def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, st
 
 
 def _range(name: str, v: Any) -> tuple[float, float]:
-    if not (isinstance(v, list) and len(v) == 2 and all(_number(x) for x in v)):
+    if not (isinstance(v, list) and len(v) == 2 and all(is_finite_number(x) for x in v)):
         raise ValueError(f"{name}: expected [low, high], two numbers")
     lo, hi = float(v[0]), float(v[1])
     if lo < 0 or hi < lo:
         raise ValueError(f"{name}: expected 0 <= low <= high, got [{lo:g}, {hi:g}]")
     return lo, hi
-
-
-def _number(v: Any) -> bool:
-    import math
-
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def parse_estimate(stdout: bytes) -> dict[str, Any]:
@@ -344,7 +338,7 @@ def parse_estimate(stdout: bytes) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if "p_success" in doc:
         p = doc["p_success"]
-        if not (_number(p) and 0 <= p <= 1):
+        if not (is_finite_number(p) and 0 <= p <= 1):
             raise ValueError("p_success: expected a number in [0, 1]")
         out["p_success"] = float(p)
     for key in ("time_s", "cost_usd"):
@@ -352,7 +346,7 @@ def parse_estimate(stdout: bytes) -> dict[str, Any]:
             out[key] = _range(key, doc[key])
     if "level" in doc:
         lv = doc["level"]
-        if not (_number(lv) and 0 < lv < 1):
+        if not (is_finite_number(lv) and 0 < lv < 1):
             raise ValueError("level: expected a number strictly between 0 and 1")
         out["level"] = float(lv)
     return out
@@ -425,7 +419,7 @@ def read_usage(evidence_dir: Path) -> Usage:
     if not isinstance(doc, dict):
         return Usage("missing", error="out/usage.json ignored: not a JSON object")
     cost = doc.get("cost_usd")
-    if cost is not None and not (_number(cost) and cost >= 0):
+    if cost is not None and not (is_finite_number(cost) and cost >= 0):
         return Usage("missing", error="out/usage.json ignored: cost_usd: expected a number >= 0")
     tokens: dict[str, int | None] = {}
     for key in ("input_tokens", "output_tokens"):

@@ -170,7 +170,8 @@ def verify_builtin(spec: ExactVerifier | RegexVerifier | JsonVerifier, evidence_
 # -- reward.json -------------------------------------------------------------------------
 
 
-def _is_number(v: Any) -> bool:
+def is_finite_number(v: Any) -> bool:
+    """A JSON number an agent or verifier reported: int or float, finite, not a bool."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -190,7 +191,7 @@ def parse_reward(data: bytes) -> Verdict:
     if unknown:
         return Verdict("fault", error=f"reward.json: unknown key {unknown[0]!r} (allowed: checks, passed, reward)")
     reward = doc.get("reward")
-    if reward is not None and not (_is_number(reward) and 0 <= reward <= 1):
+    if reward is not None and not (is_finite_number(reward) and 0 <= reward <= 1):
         return Verdict("fault", error=f"reward.json: reward: expected a number in [0, 1], got {reward!r}")
     checks = doc.get("checks", {})
     if not isinstance(checks, dict) or not all(isinstance(v, bool) for v in checks.values()):
