@@ -178,3 +178,17 @@ def test_sigterm_ends_any_command_as_interrupted_130(terminated_command: str) ->
     assert r.exit_code == 130, r.output
     assert r.stdout == "" and r.stderr.startswith("interrupted")
     assert "again" in r.stderr
+
+
+def test_a_reader_that_stops_early_is_not_reported_as_a_bug() -> None:
+    # `evalrig schema | head -1`: the reader exits and the next write gets EPIPE. That is
+    # not "a bug in evalrig" (exit 6 says where things stand), and no second traceback
+    # from the interpreter's final flush follows.
+    p = subprocess.Popen([sys.executable, "-m", "evalrig", "schema"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()  # before the first write: the whole output meets a closed pipe
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 6
+    assert err.startswith("error: stdout was closed"), err
+    assert "bug" not in err and "Exception ignored" not in err and "Traceback" not in err

@@ -94,6 +94,9 @@ def command(name: str, example: str) -> Callable[[F], F]:
                 err("interrupted: nothing more was done; run the same command again")
                 raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
             except Exception as e:  # noqa: BLE001 - the CLI catches everything (DESIGN §9)
+                if isinstance(e, BrokenPipeError) and stdout_reader_gone():
+                    report_closed_stdout()
+                    raise typer.Exit(int(ExitCode.INTERNAL)) from None
                 if debug:
                     traceback.print_exc()
                 err(
@@ -131,6 +134,29 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def stdout_reader_gone() -> bool:
+    """True when stdout is a pipe whose reader has exited (`evalrig schema | head -1`)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):  # no real file descriptor (an in-process test runner)
+        return False
+
+
+def report_closed_stdout() -> None:
+    """Say so without calling it a bug, and point stdout at /dev/null so that the
+    interpreter's last flush does not fail a second time with a traceback."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    err("error: stdout was closed before all the output was written (the reader of the pipe exited)\n"
+        "  -> nothing else failed: what the command wrote to files is intact; to keep the whole "
+        "output, send it to a file")
 
 
 def help_text(docstring: str) -> str:
