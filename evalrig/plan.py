@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from evalrig.digest import canonical_json, sha256_bytes, sha256_json, sha256_parts
@@ -139,21 +140,22 @@ def task_tags(task: PlannedTask) -> Sequence[str]:
     return tuple(getattr(spec, "tags", None) or getattr(task, "tags", ()) or ())
 
 
-def select_tasks(tasks: Sequence[PlannedTask], filters: Filters) -> list[PlannedTask]:
+def select_tasks(tasks: Sequence[PlannedTask], filters: Filters, source: Path | None = None) -> list[PlannedTask]:
     """Tasks matching every kind of filter given (any value within a kind).
 
     A `--task` id that names no task is an error rather than an empty match: a typo
-    would otherwise silently shrink a development run.
+    would otherwise silently shrink a development run. `source`, the task set's
+    directory, is the file the errors name.
     """
     if not tasks:
-        raise invalid("the task set has no tasks", field="--tasks",
+        raise invalid("the task set has no tasks", file=source, field="--tasks",
                       hint="add task folders (<dir>/<suite>/<task-id>/task.toml), or give another --tasks")
     known = {t.id for t in tasks}
     unknown = [t for t in filters.task_ids if t not in known]
     if unknown:
         raise invalid(
             f"--task {', '.join(unknown)}: no such task in the task set",
-            field="--task",
+            file=source,
             hint="list the task ids with `evalrig validate --tasks DIR`",
         )
     chosen = []
@@ -168,6 +170,7 @@ def select_tasks(tasks: Sequence[PlannedTask], filters: Filters) -> list[Planned
     if not chosen:
         raise invalid(
             "the filters select no task",
+            file=source,
             field="--suite/--task/--tag",
             hint="loosen the filters, or drop them to run the whole task set",
         )
@@ -189,12 +192,13 @@ def build_plan(
     seed: int,
     settings: OutcomeSettings,
     filters: Filters = Filters(),
+    source: Path | None = None,
 ) -> Plan:
     """Every selected task × `repeat` repetitions, in task-id then repetition order."""
     if repeat < 1:
         raise invalid(f"--repeat {repeat}: must be at least 1", field="--repeat")
     ordered = sorted(tasks, key=lambda t: t.id)
-    chosen = select_tasks(ordered, filters)
+    chosen = select_tasks(ordered, filters, source)
     trials = []
     for task in chosen:
         seeds = [trial_seed(seed, task.id, rep) for rep in range(repeat)]

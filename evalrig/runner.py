@@ -423,7 +423,8 @@ def gather_inputs(r: Resolved, home: Path, phase: Literal["start", "resume"], en
     taskset = load_taskset(Path(s.tasks_dir))
     outcome = OutcomeSettings(s.timeout_scale, s.max_retries, s.sandbox, tuple(s.secrets))
     filters = Filters(tuple(s.suites), tuple(s.task_ids), tuple(s.tags))
-    plan = build_plan(taskset.tasks, entry.checkpoint_id, r.repeat, r.seed, outcome, filters)
+    plan = build_plan(taskset.tasks, entry.checkpoint_id, r.repeat, r.seed, outcome, filters,
+                      Path(s.tasks_dir))
     return Inputs(
         checkpoint=checkpoint,
         seal=check,

@@ -266,3 +266,18 @@ def test_verify_of_something_that_is_not_a_run_bundle_says_so(tmp_path: Path, wh
     e = orjson.loads(r.stdout)["error"]
     assert e["file"] == str(target) and "not a run bundle" in e["message"]
     assert "evalrig run" in e["hint"] and not e["problems"]
+
+
+def test_a_task_set_with_nothing_to_run_is_named_in_the_error(kit, tmp_path: Path) -> None:
+    ck, tasks = kit
+    empty = tmp_path / "empty-tasks"
+    empty.mkdir()
+    r = run(ck, empty, tmp_path / "b1", "--json")
+    assert r.exit_code == 4
+    e = orjson.loads(r.stdout)["error"]
+    assert e["file"] == str(empty) and e["message"] == "the task set has no tasks"
+    r = run(ck, tasks, tmp_path / "b2", "--task", "nope")
+    assert r.exit_code == 4
+    assert r.stderr.startswith(f"error: {tasks}: --task nope: no such task in the task set\n")
+    r = run(ck, tasks, tmp_path / "b3", "--tag", "nope")
+    assert r.exit_code == 4 and r.stderr.startswith(f"error: {tasks}: --suite/--task/--tag: ")
