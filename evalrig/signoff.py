@@ -98,6 +98,7 @@ class ReleaseCheck:
     approved: bool
     reason: str
     checkpoint_id: str | None = None
+    hint: str | None = None  # what to do next, when not approved
 
 
 def check_release(decision_path: Path, checkpoint_dir: Path, home: Path) -> ReleaseCheck:
@@ -105,24 +106,32 @@ def check_release(decision_path: Path, checkpoint_dir: Path, home: Path) -> Rele
     try:
         d = read_decision(Path(decision_path))
     except EvalrigError as e:
-        return ReleaseCheck(False, f"not approved: the decision cannot be read ({e.message}: {e.file})")
+        return ReleaseCheck(False, f"not approved: the decision cannot be read ({e.message}: {e.file})",
+                            hint="give the decisions/<policy>-v<version>.json that `evalrig gate` wrote")
     if d.decision.advisory:
-        return ReleaseCheck(False, "not approved: an advisory decision cannot be signed")
+        return ReleaseCheck(False, "not approved: an advisory decision cannot be signed",
+                            hint="gate with the policy the runs pinned, without --advisory")
     signoffs = ledger.signoffs_of(d.decisions_dir, d.digest)
     if not signoffs:
-        return ReleaseCheck(False, "not approved: no sign-off of this decision (as it now reads)")
+        return ReleaseCheck(False, f"not approved: {decision_path}: no sign-off of this decision (as it now reads)",
+                            hint=f"a person signs it: `evalrig sign {decision_path} --approve --by NAME`")
     last = signoffs[-1]
     if last.action != "approve":
-        return ReleaseCheck(False, f"not approved: the last sign-off ({last.by}) rejects it")
+        return ReleaseCheck(False, f"not approved: the last sign-off ({last.by}) rejects it",
+                            hint="only a new approving sign-off (`evalrig sign --approve`) changes this")
     want = d.decision.candidate.checkpoint_id
     try:
         got = checkpoint_id(Path(checkpoint_dir)).digest
     except EvalrigError as e:
-        return ReleaseCheck(False, f"not approved: the checkpoint cannot be hashed ({e.message}: {e.file})")
+        return ReleaseCheck(False, f"not approved: the checkpoint cannot be hashed ({e.message}: {e.file})",
+                            hint="give --checkpoint the directory of the candidate the decision names")
     except OSError as e:
-        return ReleaseCheck(False, f"not approved: the checkpoint cannot be read ({e})")
+        return ReleaseCheck(False, f"not approved: the checkpoint cannot be read ({e})",
+                            hint="give --checkpoint the directory of the candidate the decision names")
     if got != want:
-        return ReleaseCheck(False, f"not approved: {checkpoint_dir} is {got}, the decision names {want}", got)
+        return ReleaseCheck(False, f"not approved: {checkpoint_dir} is {got}, the decision names {want}", got,
+                            hint="ship the checkpoint the decision names, or gate this one in a train of its own")
     if registered_seal(home, got) is None:
-        return ReleaseCheck(False, f"not approved: {got} is not registered in the seal registry", got)
+        return ReleaseCheck(False, f"not approved: {got} is not registered in the seal registry", got,
+                            hint="run check-release with the EVALRIG_HOME the train used")
     return ReleaseCheck(True, f"approved by {last.by}: {checkpoint_dir} is the sealed candidate {got}", got)

@@ -353,3 +353,23 @@ def test_sign_of_a_decision_that_is_not_json_says_what_to_do(
     e = json.loads(r.stdout)["error"]  # type: ignore[attr-defined]
     assert e["file"] == str(decision) and e["message"].startswith("not JSON")
     assert e["hint"] and "->" in r.stderr  # type: ignore[attr-defined]
+
+
+def test_check_release_says_what_to_do_when_not_approved(tmp_path: Path, evalrig_home: Path) -> None:
+    r = cli(evalrig_home, "check-release", tmp_path / "d.json", "--checkpoint", tmp_path, "--json")
+    assert r.exit_code == 1 and "evalrig gate" in json.loads(r.stdout)["hint"]  # type: ignore[attr-defined]
+    pol = tmp_path / "policy.toml"
+    pol.write_bytes((ROOT / "policies" / "default.toml").read_bytes())
+    from evalrig.digest import sha256_file
+
+    a = write_run(tmp_path / "a", Side("champ", counts_tasks([3] * 4), policy_digest=sha256_file(pol)), evalrig_home)
+    b = write_run(tmp_path / "b", Side("cand", counts_tasks([3] * 4), policy_digest=sha256_file(pol)), evalrig_home)
+    assert cli(evalrig_home, "compare", a, b, "--out", tmp_path / "cmp").exit_code == 0
+    assert cli(evalrig_home, "gate", tmp_path / "cmp", "--policy", pol).exit_code == 1
+    decision = tmp_path / "cmp" / "decisions" / "default-v1.json"
+    r = cli(evalrig_home, "check-release", decision, "--checkpoint", tmp_path)
+    assert r.exit_code == 1 and r.stdout == ""  # type: ignore[attr-defined]
+    assert r.stderr.splitlines() == [  # type: ignore[attr-defined]
+        f"not approved: {decision}: no sign-off of this decision (as it now reads)",
+        f"  -> a person signs it: `evalrig sign {decision} --approve --by NAME`",
+    ]

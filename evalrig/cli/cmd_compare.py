@@ -117,9 +117,10 @@ def check_release_cmd(
 
     r = check_release(decision, checkpoint, evalrig_home())
     if json_out:
-        emit_json({"approved": r.approved, "reason": r.reason, "checkpoint_id": r.checkpoint_id})
+        emit_json({"approved": r.approved, "reason": r.reason, "checkpoint_id": r.checkpoint_id,
+                   "hint": r.hint})
     elif r.approved:
         say(r.reason)
     else:
-        err(r.reason)
+        err(r.reason + (f"\n  -> {r.hint}" if r.hint else ""))
     return int(ExitCode.OK if r.approved else ExitCode.KEEP)
