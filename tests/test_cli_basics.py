@@ -192,3 +192,10 @@ def test_a_reader_that_stops_early_is_not_reported_as_a_bug() -> None:
     assert p.wait(timeout=60) == 6
     assert err.startswith("error: stdout was closed"), err
     assert "bug" not in err and "Exception ignored" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", command_names())
+def test_repeatable_options_show_what_one_value_is_not_a_python_type(name: str) -> None:
+    r = CliRunner().invoke(app, [name, "--help"], env={"NO_COLOR": "1"})
+    options = [line for line in r.stdout.splitlines() if line.lstrip().startswith("--")]
+    assert not [line for line in options if "list[" in line]

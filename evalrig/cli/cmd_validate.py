@@ -24,7 +24,7 @@ def validate_cmd(
     ] = None,
     checkpoint: Annotated[
         list[Path] | None,
-        typer.Option("--checkpoint", help="A checkpoint directory (repeatable)."),
+        typer.Option("--checkpoint", metavar="<path>", help="A checkpoint directory (repeatable)."),
     ] = None,
     json_out: JsonOpt = False,
     debug: DebugOpt = False,
