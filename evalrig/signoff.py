@@ -15,7 +15,7 @@ from evalrig import ledger
 from evalrig.bundle import parse_json
 from evalrig.checkpoint import checkpoint_id, registered_seal
 from evalrig.compare import read_comparison
-from evalrig.digest import sha256_bytes
+from evalrig.digest import loads, sha256_bytes
 from evalrig.errors import EvalrigError, UsageError, invalid
 from evalrig.models.comparison import Decision, SignOff
 
@@ -42,8 +42,25 @@ def read_decision(path: Path) -> OpenDecision:
     if not path.is_file():
         raise invalid("no such decision file", file=path,
                       hint="give the decisions/<policy>-v<version>.json that `evalrig gate` wrote")
+    beside = path.with_suffix(".json")
+    if path.suffix != ".json" and beside.is_file():  # the verdict .md a person has just read
+        raise invalid("not a decision file (the verdict for people beside it)", file=path,
+                      hint=f"give the decision itself: {beside}")
     data = path.read_bytes()
+    refuse_other_kinds(path, data)
     return OpenDecision(parse_json(path, data, Decision), sha256_bytes(data), path)
+
+
+def refuse_other_kinds(path: Path, data: bytes) -> None:
+    """Another of the rig's files (comparison.json, a manifest) is named as such, rather
+    than by every decision field it lacks."""
+    try:
+        kind = loads(data).get("kind")
+    except (ValueError, AttributeError):
+        return  # parse_json says what is wrong with it
+    if isinstance(kind, str) and kind != "decision":
+        raise invalid(f"not a decision file (its kind is {kind!r})", file=path, field="kind",
+                      hint="give the decisions/<policy>-v<version>.json that `evalrig gate` wrote")
 
 
 def _verified(path: Path) -> OpenDecision:

@@ -373,3 +373,25 @@ def test_check_release_says_what_to_do_when_not_approved(tmp_path: Path, evalrig
         f"not approved: {decision}: no sign-off of this decision (as it now reads)",
         f"  -> a person signs it: `evalrig sign {decision} --approve --by NAME`",
     ]
+
+
+def test_sign_of_the_verdict_file_or_the_comparison_names_the_decision_to_give(
+        tmp_path: Path, evalrig_home: Path) -> None:
+    pol = tmp_path / "policy.toml"
+    pol.write_bytes((ROOT / "policies" / "default.toml").read_bytes())
+    from evalrig.digest import sha256_file
+
+    a = write_run(tmp_path / "a", Side("champ", counts_tasks([3] * 4), policy_digest=sha256_file(pol)), evalrig_home)
+    b = write_run(tmp_path / "b", Side("cand", counts_tasks([3] * 4), policy_digest=sha256_file(pol)), evalrig_home)
+    assert cli(evalrig_home, "compare", a, b, "--out", tmp_path / "cmp").exit_code == 0
+    assert cli(evalrig_home, "gate", tmp_path / "cmp", "--policy", pol).exit_code == 1
+    decision = tmp_path / "cmp" / "decisions" / "default-v1.json"
+    r = cli(evalrig_home, "sign", decision.with_suffix(".md"), "--reject", "--by", "alice", "--json")
+    assert r.exit_code == 4  # type: ignore[attr-defined]
+    e = json.loads(r.stdout)["error"]  # type: ignore[attr-defined]
+    assert e["message"].startswith("not a decision file") and e["hint"].endswith(str(decision))
+    r = cli(evalrig_home, "sign", tmp_path / "cmp" / "comparison.json", "--reject", "--by", "alice", "--json")
+    assert r.exit_code == 4  # type: ignore[attr-defined]
+    e = json.loads(r.stdout)["error"]  # type: ignore[attr-defined]
+    assert e["message"] == "not a decision file (its kind is 'comparison')" and not e["problems"]
+    assert not (decision.parent / "signoffs.jsonl").exists()
