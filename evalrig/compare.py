@@ -693,12 +693,25 @@ def _task_views(lines: RunLines, final: dict[str, ResultLine]) -> dict[str, Task
     }
 
 
+def refuse_a_comparison_bundle(dir: Path) -> None:
+    """A comparison bundle given in place of a run is named as such, not by every run
+    manifest field it lacks."""
+    try:
+        kind = loads((dir / bundle.MANIFEST).read_bytes()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return  # read_json says what is wrong with the manifest
+    if kind == "comparison":
+        raise invalid("not a run bundle (a comparison bundle)", file=dir,
+                      hint="compare takes the two run bundles (the --out directories of `evalrig run`)")
+
+
 def load_side(dir: Path, home: Path, allow_incomplete: bool) -> LoadedRun:
     """Read, check and summarise one run bundle for comparison."""
     dir = Path(dir)
     if not (dir / bundle.MANIFEST).is_file():
         raise invalid("not a run bundle (no manifest.json)", file=dir,
                       hint="give the --out directory of an `evalrig run`")
+    refuse_a_comparison_bundle(dir)
     manifest = bundle.read_json(dir / bundle.MANIFEST, RunManifest)
     if manifest.status != "complete" and not allow_incomplete:
         raise Incomplete(

@@ -395,3 +395,13 @@ def test_sign_of_the_verdict_file_or_the_comparison_names_the_decision_to_give(
     e = json.loads(r.stdout)["error"]  # type: ignore[attr-defined]
     assert e["message"] == "not a decision file (its kind is 'comparison')" and not e["problems"]
     assert not (decision.parent / "signoffs.jsonl").exists()
+
+
+def test_compare_of_a_comparison_bundle_says_it_is_not_a_run(tmp_path: Path, evalrig_home: Path) -> None:
+    a, b = built(tmp_path, evalrig_home)
+    assert cli(evalrig_home, "compare", a, b, "--out", tmp_path / "cmp").exit_code == 0
+    r = cli(evalrig_home, "compare", tmp_path / "cmp", b, "--out", tmp_path / "cmp2", "--json")
+    assert r.exit_code == 4  # type: ignore[attr-defined]
+    e = json.loads(r.stdout)["error"]  # type: ignore[attr-defined]
+    assert e["file"] == str(tmp_path / "cmp") and e["message"] == "not a run bundle (a comparison bundle)"
+    assert "evalrig run" in e["hint"] and not e["problems"]
