@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, TypeVar
 from evalrig import bundle, stats
 from evalrig.checkpoint import registered_seal
 from evalrig.digest import loads, pretty_json, sha256_bytes
-from evalrig.errors import Incomplete, invalid
+from evalrig.errors import Incomplete, UsageError, invalid
 from evalrig.models.base import SCHEMA_MAJOR
 from evalrig.models.comparison import (
     MDE,
@@ -776,6 +776,7 @@ def _compare_bundles(champ_dir: Path, cand_dir: Path, out_dir: Path, home: Path,
     from evalrig import report
 
     check_out_dir(out_dir)  # before the reading, which takes seconds on a large train
+    refuse_out_inside_a_run(out_dir, champ_dir, cand_dir)
     champion = load_side(champ_dir, home, allow_incomplete)
     candidate = load_side(cand_dir, home, allow_incomplete)
     check_pairable(champion, candidate, champ_dir, cand_dir)
@@ -783,6 +784,16 @@ def _compare_bundles(champ_dir: Path, cand_dir: Path, out_dir: Path, home: Path,
     comparison = build_comparison(champion.view, candidate.view, history, allow_incomplete)
     write_comparison(out_dir, comparison, report.comparison_markdown(comparison), allow_incomplete)
     return comparison
+
+
+def refuse_out_inside_a_run(out_dir: Path, champ_dir: Path, cand_dir: Path) -> None:
+    """Files written inside a run bundle are files its manifest does not list: that run
+    would never verify again (as `run` refuses an --out inside its checkpoint)."""
+    out = out_dir.resolve()
+    for flag, run_dir in (("CHAMPION_BUNDLE", champ_dir), ("CANDIDATE_BUNDLE", cand_dir)):
+        if run_dir.resolve() in out.parents:
+            raise UsageError(f"--out {out_dir} is inside {flag} {run_dir}",
+                             hint="give compare an --out outside both run bundles")
 
 
 def check_out_dir(out_dir: Path) -> None:
