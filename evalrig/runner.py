@@ -307,6 +307,12 @@ def refuse_nesting(out: Path, checkpoint: Path, tasks: Path) -> None:
         if _inside(inner, outer):
             raise UsageError(f"{flag_in} {inner} is inside {flag_out} {outer}",
                              hint=f"keep {flag_in} outside {flag_out}")
+    # Inside another bundle, the new files are ones its manifest does not list: that bundle
+    # would never verify again.
+    for parent in out.resolve().parents:
+        if (parent / MANIFEST).is_file():
+            raise UsageError(f"--out {out} is inside the bundle {parent}",
+                             hint="give --out a directory outside every bundle")
 
 
 def _show(v: Any) -> str:

@@ -281,3 +281,13 @@ def test_a_task_set_with_nothing_to_run_is_named_in_the_error(kit, tmp_path: Pat
     assert r.stderr.startswith(f"error: {tasks}: --task nope: no such task in the task set\n")
     r = run(ck, tasks, tmp_path / "b3", "--tag", "nope")
     assert r.exit_code == 4 and r.stderr.startswith(f"error: {tasks}: --suite/--task/--tag: ")
+
+
+def test_an_out_inside_another_bundle_is_refused(kit, tmp_path: Path) -> None:
+    ck, tasks = kit
+    first = tmp_path / "b"
+    assert run(ck, tasks, first).exit_code == 0
+    r = run(ck, tasks, first / "inner")
+    assert r.exit_code == 2 and f"is inside the bundle {first}" in r.stderr
+    assert not (first / "inner").exists()
+    assert cli("verify", first).exit_code == 0
