@@ -776,7 +776,7 @@ def _compare_bundles(champ_dir: Path, cand_dir: Path, out_dir: Path, home: Path,
     from evalrig import report
 
     check_out_dir(out_dir)  # before the reading, which takes seconds on a large train
-    refuse_out_inside_a_run(out_dir, champ_dir, cand_dir)
+    refuse_out_inside_a_bundle(out_dir)
     champion = load_side(champ_dir, home, allow_incomplete)
     candidate = load_side(cand_dir, home, allow_incomplete)
     check_pairable(champion, candidate, champ_dir, cand_dir)
@@ -786,14 +786,13 @@ def _compare_bundles(champ_dir: Path, cand_dir: Path, out_dir: Path, home: Path,
     return comparison
 
 
-def refuse_out_inside_a_run(out_dir: Path, champ_dir: Path, cand_dir: Path) -> None:
-    """Files written inside a run bundle are files its manifest does not list: that run
-    would never verify again (as `run` refuses an --out inside its checkpoint)."""
-    out = out_dir.resolve()
-    for flag, run_dir in (("CHAMPION_BUNDLE", champ_dir), ("CANDIDATE_BUNDLE", cand_dir)):
-        if run_dir.resolve() in out.parents:
-            raise UsageError(f"--out {out_dir} is inside {flag} {run_dir}",
-                             hint="give compare an --out outside both run bundles")
+def refuse_out_inside_a_bundle(out_dir: Path) -> None:
+    """Files written inside a bundle (one of the two runs, say) are files its manifest does
+    not list: that bundle would never verify again (`run` refuses the same)."""
+    for parent in out_dir.resolve().parents:
+        if (parent / MANIFEST_JSON).is_file():
+            raise UsageError(f"--out {out_dir} is inside the bundle {parent}",
+                             hint="give compare an --out outside every bundle")
 
 
 def check_out_dir(out_dir: Path) -> None:

@@ -410,6 +410,6 @@ def test_compare_of_a_comparison_bundle_says_it_is_not_a_run(tmp_path: Path, eva
 def test_compare_refuses_an_out_inside_a_run_bundle(tmp_path: Path, evalrig_home: Path) -> None:
     a, b = built(tmp_path, evalrig_home)
     for run in (a, b):
-        r = cli(evalrig_home, "compare", a, b, "--out", run / "cmp")
-        assert r.exit_code == 2 and "is inside" in r.stderr  # type: ignore[attr-defined]
+        r = cli(evalrig_home, "compare", a, b, "--out", run / "cmp" / "deeper")
+        assert r.exit_code == 2 and f"is inside the bundle {run}" in r.stderr  # type: ignore[attr-defined]
         assert not (run / "cmp").exists()  # the run's manifest still lists all its files
