@@ -222,7 +222,7 @@ def _side_stats(tasks: Sequence[TaskView], k: int) -> SideStats:
 def _efficiency(pairs: Sequence[tuple[TaskView, TaskView]], metric: Metric, alpha: float) -> Efficiency:
     champ = [a.means[metric] for a, _ in pairs]
     cand = [b.means[metric] for _, b in pairs]
-    missing = sum(not (_positive(x) and _positive(y)) for x, y in zip(champ, cand, strict=True))
+    missing = sum(not (stats.positive_finite(x) and stats.positive_finite(y)) for x, y in zip(champ, cand, strict=True))
     e = stats.efficiency(champ, cand, alpha)
     log_mean = log_sd = None
     if e.ratio is not None:
@@ -231,10 +231,6 @@ def _efficiency(pairs: Sequence[tuple[TaskView, TaskView]], metric: Metric, alph
         log_mean, log_sd = math.fsum(logs) / len(logs), statistics.stdev(logs)
     return Efficiency(ratio=e.ratio, upper=e.upper, alpha=alpha, n=len(pairs) - missing, log_mean=log_mean,
                       log_sd=log_sd, missing=missing)
-
-
-def _positive(v: float | None) -> bool:
-    return v is not None and math.isfinite(v) and v > 0
 
 
 def _row(task_id: str, a: TaskView | None, b: TaskView | None) -> TaskRow:

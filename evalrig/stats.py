@@ -621,11 +621,11 @@ def efficiency(
     if len(champion_values) != len(candidate_values):
         raise ValueError("efficiency: the two per-task sequences differ in length")
     n = len(champion_values)
-    usable = all(_positive_finite(v) for v in (*champion_values, *candidate_values))
+    usable = all(positive_finite(v) for v in (*champion_values, *candidate_values))
     if n < 2 or not usable:
         return Efficiency(ratio=None, upper=None, n=n)
     logs = [
-        math.log(b) - math.log(a)  # type: ignore[arg-type]  # checked by _positive_finite
+        math.log(b) - math.log(a)  # type: ignore[arg-type]  # checked by positive_finite
         for a, b in zip(champion_values, candidate_values, strict=True)
     ]
     mean = math.fsum(logs) / n
@@ -634,7 +634,8 @@ def efficiency(
     return Efficiency(ratio=math.exp(mean), upper=math.exp(upper), n=n)
 
 
-def _positive_finite(value: float | None) -> bool:
+def positive_finite(value: float | None) -> bool:
+    """A value usable in a ratio of logs: present, finite and above zero."""
     return value is not None and math.isfinite(value) and value > 0
 
 
