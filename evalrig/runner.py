@@ -1014,31 +1014,12 @@ def _execute(out: Path, manifest: RunManifest, r: Resolved, inputs: Inputs, book
     return _finish(out, manifest, inputs, book, stopped, kept, run.ran)
 
 
-SHM = Path("/dev/shm")
-SHM_MIN_FREE = 1 << 30
-
-
 def scratch_dir(prefix: str, keep: bool) -> Path:
-    """Where attempt roots are made: outside every bundle and task set.
+    """Where this run's attempt roots are made: outside every bundle and task set, in the
+    place `trial.scratch_base` chooses."""
+    from evalrig.trial import scratch_base
 
-    `$EVALRIG_SCRATCH` when set; else a RAM-backed /dev/shm when it has room, because an
-    attempt's workspace is written once and thrown away, and on a disk the directory
-    creations and removals of each attempt alone cost more than the rest of the rig's
-    work; else the system's temporary directory. Kept workspaces (--keep-workspaces)
-    stay on disk, where they survive the rig and cost no memory.
-    """
-    base = os.environ.get("EVALRIG_SCRATCH")
-    if base is None and not keep and _has_room(SHM):
-        base = str(SHM)
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
-
-
-def _has_room(path: Path) -> bool:
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return False
-    return os.access(path, os.W_OK | os.X_OK) and st.f_bavail * st.f_frsize >= SHM_MIN_FREE
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=scratch_base(keep)))
 
 
 def _flush_removals() -> None:

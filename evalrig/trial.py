@@ -182,6 +182,35 @@ def make_workspace(root: Path, task: LoadedTask, checkpoint_dir: Path, level: st
                      root / "home", tmpdir, size)
 
 
+SHM = Path("/dev/shm")
+SHM_MIN_FREE = 1 << 30
+
+
+def scratch_base(keep: bool) -> str | None:
+    """The directory attempt roots are made under (None: the system's temporary directory).
+
+    `$EVALRIG_SCRATCH` when set; else a RAM-backed /dev/shm when it has room, because an
+    attempt's workspace is written once and thrown away, and on a disk the directory
+    creations and removals of each attempt alone cost more than the rest of the rig's
+    work (ext4 searches its inode bitmap past recently deleted inodes on every create);
+    else the system's temporary directory. Kept workspaces (--keep-workspaces) stay on
+    disk, where they survive the rig and cost no memory. The runner and every Ray worker
+    choose by this same rule.
+    """
+    base = os.environ.get("EVALRIG_SCRATCH")
+    if base is None and not keep and _has_room(SHM):
+        base = str(SHM)
+    return base
+
+
+def _has_room(path: Path) -> bool:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return os.access(path, os.W_OK | os.X_OK) and st.f_bavail * st.f_frsize >= SHM_MIN_FREE
+
+
 def remove_tree(path: Path) -> None:
     if os.path.lexists(path):
         # the agent may have left read-only directories behind
