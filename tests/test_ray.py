@@ -300,23 +300,17 @@ def test_a_packed_tree_unpacks_to_the_same_digest(tmp_path: Path) -> None:
     assert (tmp_path / "dst" / "empty").is_dir()
 
 
-def test_a_tar_reaching_outside_its_directory_is_refused(tmp_path: Path) -> None:
-    import io
-    import tarfile
-
-    for n, name in enumerate(("../evil", "/abs/evil", "link/evil")):
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            link = tarfile.TarInfo("link")
-            link.type, link.linkname = tarfile.SYMTYPE, str(tmp_path)
-            tar.addfile(link)
-            info = tarfile.TarInfo(name)
-            info.size = 1
-            tar.addfile(info, io.BytesIO(b"x"))
+def test_a_packed_tree_reaching_outside_its_directory_is_refused(tmp_path: Path) -> None:
+    link = ("l", "link", 0, str(tmp_path))
+    for n, name in enumerate(("../evil", "/abs/evil", "link/evil", "./evil", "a//evil")):
         dest = tmp_path / f"dst-{n}"
-        with pytest.raises(OSError, match="tar member"):
-            unpack_tree(buf.getvalue(), dest)
-    assert not (tmp_path / "evil").exists()
+        with pytest.raises(OSError, match="tree entry"):
+            unpack_tree([link, ("f", name, 0o644, b"x")], dest)
+    with pytest.raises(OSError, match="not a file, directory or link"):
+        unpack_tree([("p", "fifo", 0o644, b"")], tmp_path / "dst-kind")
+    with pytest.raises(OSError, match="not a file, directory or link"):
+        unpack_tree([("f", "text", 0o644, "a str is a link's content")], tmp_path / "dst-str")
+    assert not (tmp_path / "evil").exists() and not (tmp_path / "abs").exists()
 
 
 def test_the_address_is_the_flag_else_ray_address_else_auto() -> None:
@@ -441,6 +435,27 @@ class TestOneNode:
         assert not _alive(agent)
         (res,) = load_run(out).results
         assert res.status == "interrupted"
+
+    def test_tasks_asking_one_and_two_cpus_share_the_node(
+            self, one_node: str, tmp_path: Path, evalrig_home: Path) -> None:
+        """Runners of one size that sit idle hold CPUs a task of the other size needs: the
+        executor ends them while such a task waits, so the run never stalls."""
+        ck = make_checkpoint(tmp_path, evalrig_home)
+        tasks = tmp_path / "tasks"
+        for i in range(4):
+            add_task(tasks, f"t{i}", "answer: even\n", cpus=2 if i % 2 else 1)
+        # A stalled run would wait forever: Ctrl-C it after a minute (exit 130, not 0).
+        stall = threading.Timer(60, os.kill, (os.getpid(), signal.SIGINT))
+        stall.start()
+        try:
+            r = cli(*run_args(ck, tasks, tmp_path / "b", "--repeat", "3", "--max-retries", "0",
+                              "--executor", "ray", "--ray-address", one_node))
+        finally:
+            stall.cancel()
+        assert r.exit_code == 0, r.stderr
+        b = load_run(tmp_path / "b")
+        assert b.manifest.status == "complete" and len(b.results) == 12
+        assert {x.status for x in b.results} == {"passed"}
 
     def test_every_listener_is_on_loopback(self, one_node: str) -> None:
         assert assert_listeners_on_loopback() >= 2  # at least the GCS and the raylet

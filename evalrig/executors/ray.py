@@ -37,18 +37,19 @@ Choices written down here and in docs/ray.md:
 
 from __future__ import annotations
 
-import io
+import atexit
 import logging
 import os
+import pickle
 import shutil
 import socket
 import stat
-import tarfile
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,8 @@ from evalrig.executors import AttemptWork, Done, Job
 from evalrig.tree import hash_tree
 
 __all__ = [
-    "REMOTE_OPTIONS",
+    "ACTOR_OPTIONS",
+    "AttemptRunner",
     "RayExecutor",
     "connect",
     "disconnect",
@@ -70,15 +72,16 @@ __all__ = [
     "unpack_tree",
 ]
 
-REMOTE_OPTIONS: dict[str, Any] = {"max_retries": 0, "retry_exceptions": False}
-"""Ray must never retry by itself: the rig decides retries (DESIGN §6)."""
+ACTOR_OPTIONS: dict[str, Any] = {"max_restarts": 0, "max_task_retries": 0}
+"""Ray must never restart a runner or retry a call by itself: the rig decides retries
+(DESIGN §6)."""
 
 EVIDENCE_SLACK = 16 << 20
 """Beyond the task's caps, room for the verifier's own output in the evidence tar."""
 
 PROBE_S = 5.0
-_CANCEL_POLL_S = 0.05
 _CLOSE_WAIT_S = 30.0
+_END_WAIT_S = 5.0
 
 
 # -- the cluster -------------------------------------------------------------------------
@@ -178,35 +181,39 @@ def _largest_node_cpus(ray: Any) -> float:
                default=0.0)
 
 
-# -- trees as bytes ----------------------------------------------------------------------
+# -- trees as values --------------------------------------------------------------------
+
+Entry = tuple[str, str, int, bytes | str]
+"""One entry of a packed tree: (kind, relative path, mode, content). Kind "d" is a
+directory (content b""), "f" a regular file (its bytes), "l" a symbolic link (its target)."""
 
 
-def pack_tree(root: Path) -> bytes:
-    """A tar of `root`'s directories, regular files (mode kept) and links, in path order.
+def pack_tree(root: Path) -> list[Entry]:
+    """`root`'s directories, regular files (mode kept) and links, parents first, in path
+    order: a plain list, which Ray and the standard pickler carry at C speed (a tar was
+    twice the work for the few small files of most evidence).
 
     Owners and times are left out: only what the tree digest sees matters.
     """
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for rel, path in _walk(root):
-            st = os.lstat(path)
-            info = tarfile.TarInfo(rel)
-            info.mode = stat.S_IMODE(st.st_mode)
-            info.uid = info.gid = 0
-            info.mtime = 0
-            if stat.S_ISDIR(st.st_mode):
-                info.type = tarfile.DIRTYPE
-                tar.addfile(info)
-            elif stat.S_ISLNK(st.st_mode):
-                info.type = tarfile.SYMTYPE
-                info.linkname = os.readlink(path)
-                tar.addfile(info)
-            elif stat.S_ISREG(st.st_mode):
-                info.size = st.st_size
-                with open(path, "rb") as f:
-                    tar.addfile(info, f)
-            # sockets, FIFOs and devices never reach here: evidence and sealed trees have none
-    return buf.getvalue()
+    out: list[Entry] = []
+    for rel, path in _walk(root):
+        st = os.lstat(path)
+        mode = stat.S_IMODE(st.st_mode)
+        if stat.S_ISDIR(st.st_mode):
+            out.append(("d", rel, mode, b""))
+        elif stat.S_ISLNK(st.st_mode):
+            out.append(("l", rel, 0, os.readlink(path)))
+        elif stat.S_ISREG(st.st_mode):
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
+                out.append(("f", rel, mode, f.read()))
+        # sockets, FIFOs and devices never reach here: evidence and sealed trees have none
+    return out
+
+
+def packed_bytes(entries: list[Entry]) -> int:
+    """The bytes of file content a packed tree carries."""
+    return sum(len(content) for kind, _, _, content in entries if kind == "f")
 
 
 def _walk(root: Path) -> list[tuple[str, str]]:
@@ -224,37 +231,34 @@ def _walk(root: Path) -> list[tuple[str, str]]:
     return out
 
 
-def unpack_tree(data: bytes, dest: Path) -> None:
-    """Unpack a `pack_tree` tar into `dest` (made here), refusing anything that could
-    escape it: absolute paths, `..`, entries under a link, other member types."""
+def unpack_tree(entries: list[Entry], dest: Path) -> None:
+    """Write a `pack_tree` list into `dest` (made here), refusing anything that could
+    escape it: absolute paths, `.` or `..`, entries under a link, other kinds."""
     dest.mkdir(parents=True, exist_ok=True)
     links: set[str] = set()
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        for m in tar:
-            parts = m.name.split("/")
-            if m.name.startswith("/") or ".." in parts or "" in parts:
-                raise OSError(f"tar member {m.name!r}: not a plain relative path")
-            if any("/".join(parts[:i]) in links for i in range(1, len(parts))):
-                raise OSError(f"tar member {m.name!r}: lies under a symbolic link")
-            target = os.path.join(dest, m.name)
-            if m.isdir():
-                os.makedirs(target, exist_ok=True)
-                if m.mode != 0o755:  # the usual mode needs no second call
-                    os.chmod(target, m.mode | stat.S_IRWXU)
-            elif m.issym():
-                os.symlink(m.linkname, target)
-                links.add(m.name)
-            elif m.isreg():
-                src = tar.extractfile(m)
-                assert src is not None
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                             | os.O_CLOEXEC, 0o600)
-                with os.fdopen(fd, "wb") as f:
-                    shutil.copyfileobj(src, f, 1 << 20)
-                    if m.mode != 0o600:
-                        os.fchmod(f.fileno(), m.mode)
-            else:
-                raise OSError(f"tar member {m.name!r}: not a file, directory or link")
+    for kind, rel, mode, content in entries:
+        parts = rel.split("/")
+        if rel.startswith("/") or {"", ".", ".."} & set(parts):
+            raise OSError(f"tree entry {rel!r}: not a plain relative path")
+        if any("/".join(parts[:i]) in links for i in range(1, len(parts))):
+            raise OSError(f"tree entry {rel!r}: lies under a symbolic link")
+        target = os.path.join(dest, rel)
+        if kind == "d" and content == b"":
+            os.mkdir(target, mode & 0o7777 | stat.S_IRWXU)
+            if mode & 0o7777 != 0o755:  # mkdir's mode is cut by the umask
+                os.chmod(target, mode & 0o7777 | stat.S_IRWXU)
+        elif kind == "l" and isinstance(content, str):
+            os.symlink(content, target)
+            links.add(rel)
+        elif kind == "f" and isinstance(content, bytes):
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(content)
+                if mode & 0o7777 != 0o600:
+                    os.fchmod(f.fileno(), mode & 0o7777)
+        else:
+            raise OSError(f"tree entry {rel!r}: not a file, directory or link")
 
 
 # -- the worker's side -------------------------------------------------------------------
@@ -263,10 +267,12 @@ def unpack_tree(data: bytes, dest: Path) -> None:
 @dataclass(frozen=True)
 class TreeRef:
     """A tree in the object store: its digest and, boxed in a list so Ray does not fetch
-    it eagerly, the ref of its tar."""
+    it eagerly, the ref of its packed entries; and `loaded`, the driver's object for that
+    directory (the LoadedTask or the Checkpoint), pickled once per run."""
 
     digest: str
     box: list[Any]
+    loaded: bytes
 
 
 def cache_root() -> Path:
@@ -301,11 +307,12 @@ def cached_tree(tree: TreeRef) -> Path:
 
 @dataclass(frozen=True)
 class Returned:
-    """What a remote job sends back: the record, and for an attempt its evidence tar."""
+    """What a remote job sends back, pickled as one bytes object: the record, and for an
+    attempt its evidence as packed entries."""
 
     estimate: Any = None
     outcome: Any = None
-    evidence: bytes = b""
+    evidence: list[Entry] = field(default_factory=list)
 
 
 def evidence_cap(spec: Any) -> int:
@@ -315,10 +322,15 @@ def evidence_cap(spec: Any) -> int:
 
 @dataclass(frozen=True)
 class Call:
-    """Everything one job needs, as one argument: Ray serializes each argument apart."""
+    """Everything one job needs, as one argument (Ray serializes each argument apart).
+
+    The attempt's spec travels as bytes of the standard pickler, without its task,
+    checkpoint and cancel event: Ray's own pickler visits every object in Python, and a
+    spec holds dozens. The task and the checkpoint come with their trees (`TreeRef.loaded`).
+    """
 
     kind: str
-    spec: Any  # the driver's AttemptSpec, without its cancel event
+    spec: bytes
     estimate_id: str
     now: datetime
     checkpoint: TreeRef
@@ -326,17 +338,26 @@ class Call:
     work: AttemptWork
 
 
+def pickled(value: Any) -> bytes:
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 _worker_dir: Path | None = None
 
 
-def worker_dir() -> Path:
+def worker_dir(keep: bool) -> Path:
     """This worker process's directory for its jobs, made once: `scratch/` (the attempts'
     workspaces, which the trial removes) and `evidence/` (each attempt's, removed once
-    sent). Ray kills its workers rather than asking them to exit, so the directories of
-    dead workers are swept when a new one makes its own."""
+    sent). It lies where the local executor would put attempt roots on this node
+    (`trial.scratch_base`: /dev/shm when it has room). Ray kills its workers rather than
+    asking them to exit, so the directories of dead workers are swept when a new one
+    makes its own."""
     global _worker_dir
     if _worker_dir is None:
-        base = Path(tempfile.gettempdir()) / f"evalrig-ray-work-{os.getuid()}"
+        from evalrig.trial import scratch_base
+
+        top = Path(scratch_base(keep) or tempfile.gettempdir())
+        base = top / f"evalrig-ray-work-{os.getuid()}"
         base.mkdir(mode=0o700, exist_ok=True)
         for old in base.iterdir():
             if old.name.isdigit() and (int(old.name) == os.getpid() or not _alive(int(old.name))):
@@ -344,6 +365,7 @@ def worker_dir() -> Path:
         mine = base / str(os.getpid())
         (mine / "scratch").mkdir(parents=True)
         (mine / "evidence").mkdir()
+        atexit.register(shutil.rmtree, mine, ignore_errors=True)  # a runner ended gently
         _worker_dir = mine
     return _worker_dir
 
@@ -358,96 +380,160 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def run_remote(call: Call) -> Returned:
-    """One job on a worker: the spec's paths rewritten to this node, the work run in a
-    thread so that a cancel (KeyboardInterrupt here) can set the attempt's cancel event."""
-    kind, spec, work = call.kind, call.spec, call.work
-    estimate_id, now, checkpoint, task = call.estimate_id, call.now, call.checkpoint, call.task
-    here = worker_dir()
+_local_trees: dict[bytes, Any] = {}  # TreeRef.loaded -> that object, its dir on this node
+
+
+def local_object(tree: TreeRef) -> Any:
+    """The task or checkpoint of `tree` with its `dir` in this node's cache, made once
+    per worker process."""
+    obj = _local_trees.get(tree.loaded)
+    if obj is None:
+        if len(_local_trees) >= 4096:  # a long-lived worker serving many runs: stay small
+            _local_trees.clear()
+        obj = _local_trees[tree.loaded] = replace(pickle.loads(tree.loaded),
+                                                  dir=cached_tree(tree))
+    return obj
+
+
+_cancels: dict[str, threading.Event] = {}  # attempt id -> its cancel event, while it runs
+_cancelled_early: set[str] = set()  # cancels that arrived before their attempt started
+_cancels_lock = threading.Lock()
+
+
+def run_remote(call: Call) -> bytes:
+    """One job on a worker: the spec's paths rewritten to this node, the work run with a
+    cancel event that `cancel_remote` sets. Returns a pickled `Returned`."""
+    kind, work, estimate_id, now = call.kind, call.work, call.estimate_id, call.now
+    spec = pickle.loads(call.spec)
+    here = worker_dir(spec.keep_workspace)
     cancel = threading.Event()
+    with _cancels_lock:
+        _cancels[spec.attempt_id] = cancel
+        if spec.attempt_id in _cancelled_early:
+            _cancelled_early.discard(spec.attempt_id)
+            cancel.set()
     local = replace(
         spec,
-        checkpoint=replace(spec.checkpoint, dir=cached_tree(checkpoint)),
-        task=replace(spec.task, dir=cached_tree(task)),
+        checkpoint=local_object(call.checkpoint),
+        task=local_object(call.task),
         scratch_root=here / "scratch",
         evidence_dir=here / "evidence" / spec.attempt_id,
         cancel=cancel,
     )
-    if kind == "estimate":
-        return Returned(estimate=_in_thread(lambda: work.estimate(local, estimate_id, now), cancel))
     try:
-        outcome = _in_thread(lambda: work.attempt(local), cancel)
-        evidence = pack_tree(local.evidence_dir) if local.evidence_dir.is_dir() else b""
-        if len(evidence) > evidence_cap(local):
-            raise OSError(f"the evidence tar is {len(evidence)} bytes, over the "
+        if kind == "estimate":
+            return pickled(Returned(estimate=work.estimate(local, estimate_id, now)))
+        outcome = work.attempt(local)
+        evidence = pack_tree(local.evidence_dir) if local.evidence_dir.is_dir() else []
+        size = packed_bytes(evidence)
+        if size > evidence_cap(local):
+            raise OSError(f"the evidence is {size} bytes, over the "
                           f"{evidence_cap(local)} the task's caps allow")
-        return Returned(outcome=outcome, evidence=evidence)
+        return pickled(Returned(outcome=outcome, evidence=evidence))
     finally:
+        with _cancels_lock:
+            _cancels.pop(spec.attempt_id, None)
         # The workspace is the trial's to remove (or keep, with --keep-workspaces).
         shutil.rmtree(local.evidence_dir, ignore_errors=True)
 
 
-def _in_thread(fn: Any, cancel: threading.Event) -> Any:
-    box: dict[str, Any] = {}
+def cancel_remote(attempt_id: str) -> None:
+    """Stop the attempt `attempt_id` on this worker; it ends `interrupted`, as under local."""
+    with _cancels_lock:
+        event = _cancels.get(attempt_id)
+        if event is None:
+            _cancelled_early.add(attempt_id)
+        else:
+            event.set()
 
-    def body() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - re-raised on the job's thread below
-            box["error"] = e
 
-    t = threading.Thread(target=body, name="evalrig-ray-attempt", daemon=True)
-    t.start()
-    while t.is_alive():
-        try:
-            t.join(_CANCEL_POLL_S)
-        except KeyboardInterrupt:  # ray.cancel: stop the attempt, then return what it gives
-            cancel.set()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+class AttemptRunner:
+    """The actor that runs jobs on a worker process, one at a time: the driver hands it
+    the next only after the last returned. Threaded (two calls at once) so that `cancel`
+    runs beside `run`: Ray interrupts no running method of a threaded actor itself.
+
+    Why an actor and not a task per job: a task takes a worker lease from the raylet for
+    every job (the runner never queues a second job behind a slot's first, so no lease is
+    reused), which cost a Ray task about 2 ms of CPU over all processes; an actor's call
+    goes straight from the driver to the worker, under 1 ms (bench/bench_ray.py).
+    """
+
+    def run(self, call: Call) -> bytes:
+        return run_remote(call)
+
+    def cancel(self, attempt_id: str) -> None:
+        cancel_remote(attempt_id)
+
+    def pid(self) -> int:
+        return os.getpid()
 
 
 # -- the driver's side -------------------------------------------------------------------
 
 
 @dataclass
-class _Inflight:
+class _Runner:
+    """One AttemptRunner actor: its CPUs, and the ref that resolves once it is placed and
+    started."""
+
+    handle: Any
+    cpus: float
+    ready: Any
+
+
+@dataclass
+class _Queued:
     job: Job
+    call: Call
+    cpus: float
     t0: float
 
 
+@dataclass
+class _Inflight:
+    job: Job
+    t0: float
+    runner: _Runner
+
+
 class RayExecutor:
+    """Jobs go to AttemptRunner actors, one job per actor at a time, queued here until a
+    runner of the job's CPU count is free.
+
+    The pool follows the work: queued jobs with no free runner of their size start as many
+    runners as they outnumber those already starting, so the pool grows to what the
+    cluster places and `--jobs` allows (at most `--jobs` runners). A runner that starts
+    after its job was taken by another stays, idle, for the next. While jobs of one size
+    wait, idle runners of other sizes are ended, since they may hold the CPUs the waiting
+    jobs need (a run whose tasks ask for different `cpus`).
+    """
+
     def __init__(self, slots: int, work: AttemptWork, address: str | None) -> None:
         self.slots = slots
         self._work = work
         self._ray = require_ray()
         connect(address)
-        self._remote = self._ray.remote(**REMOTE_OPTIONS)(run_remote)
-        self._by_cpus: dict[float, Any] = {}
+        self._actor = self._ray.remote(AttemptRunner)
         self._trees: dict[Path, TreeRef] = {}
+        self._queue: deque[_Queued] = deque()
+        self._idle: dict[float, list[_Runner]] = {}  # by CPUs: placed, started, no job
+        self._starting: dict[Any, _Runner] = {}  # ready ref -> runner not yet placed
         self._inflight: dict[Any, _Inflight] = {}
-        self._ready: list[Done] = []  # jobs finished without leaving the driver
+        self._ready: list[Done] = []  # jobs finished without reaching a runner
         self._cancelled = False
         self._max_cpus = _largest_node_cpus(self._ray)
 
     # trees -----------------------------------------------------------------------------
 
-    def _tree(self, dir: Path) -> TreeRef:
-        """The tree of `dir` in the object store, put there the first time it is asked for."""
+    def _tree(self, obj: Any) -> TreeRef:
+        """The tree of `obj.dir` (a task's or the checkpoint's) in the object store, put
+        there the first time it is asked for, with `obj` itself pickled beside it."""
+        dir = Path(obj.dir)
         ref = self._trees.get(dir)
         if ref is None:
-            ref = TreeRef(hash_tree(dir).digest, [self._ray.put(pack_tree(dir))])
+            ref = TreeRef(hash_tree(dir).digest, [self._ray.put(pack_tree(dir))], pickled(obj))
             self._trees[dir] = ref
         return ref
-
-    def _remote_for(self, cpus: float) -> Any:
-        """The remote function with this task's CPUs, made once per distinct value."""
-        fn = self._by_cpus.get(cpus)
-        if fn is None:
-            fn = self._by_cpus[cpus] = self._remote.options(
-                num_cpus=cpus, scheduling_strategy="SPREAD", **REMOTE_OPTIONS)
-        return fn
 
     # the protocol ----------------------------------------------------------------------
 
@@ -465,66 +551,153 @@ class RayExecutor:
                 if cpus > self._max_cpus:
                     raise RuntimeError(f"task {spec.task.id} asks for {cpus:g} CPUs and no live "
                                        f"node of the cluster has more than {self._max_cpus:g}")
-            call = Call(job.kind, replace(spec, cancel=None), job.estimate_id, utcnow(),
-                        self._tree(Path(spec.checkpoint.dir)), self._tree(Path(spec.task.dir)),
-                        self._work)
-            ref = self._remote_for(cpus).remote(call)
+            call = Call(job.kind, pickled(replace(spec, task=None, checkpoint=None, cancel=None)),
+                        job.estimate_id, utcnow(), self._tree(spec.checkpoint),
+                        self._tree(spec.task), self._work)
         except Exception as e:  # noqa: BLE001 - the job never left: an infra_error record
             self._ready.append(Done(job, error=_describe(e), wall_s=time.monotonic() - t0))
             return
-        self._inflight[ref] = _Inflight(job, t0)
+        self._queue.append(_Queued(job, call, cpus, t0))
+        self._dispatch()
 
     def wait(self, timeout: float | None) -> list[Done]:
         out, self._ready = self._ready, []
-        if not self._inflight:
+        refs = [*self._inflight, *self._starting]
+        if not refs:
             return out
-        refs = list(self._inflight)
         ready, _ = self._ray.wait(refs, num_returns=1, timeout=0 if out else timeout)
         if ready:
             ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0)
         for ref in ready:
-            out.append(self._collect(ref, self._inflight.pop(ref)))
+            if ref in self._inflight:
+                out.append(self._collect(ref, self._inflight.pop(ref)))
+            else:
+                self._started(ref, self._starting.pop(ref))
+        self._dispatch()
+        out, self._ready = out + self._ready, []
         return out
 
     def _collect(self, ref: Any, f: _Inflight) -> Done:
         try:
-            got: Returned = self._ray.get(ref)
+            got: Returned = pickle.loads(self._ray.get(ref))
+        except Exception as e:  # noqa: BLE001 - a lost worker or node, or a rig fault
+            self._end(f.runner)  # whatever happened to it, a fresh runner takes the next job
+            return Done(f.job, error=_describe(e), wall_s=time.monotonic() - f.t0)
+        self._idle.setdefault(f.runner.cpus, []).append(f.runner)
+        try:
             if f.job.kind == "estimate":
                 return Done(f.job, estimate=got.estimate, wall_s=time.monotonic() - f.t0)
             _place_evidence(got.evidence, Path(f.job.spec.evidence_dir))
             return Done(f.job, outcome=got.outcome, wall_s=time.monotonic() - f.t0)
-        except Exception as e:  # noqa: BLE001 - a lost worker or node, or a rig fault
+        except Exception as e:  # noqa: BLE001 - the evidence could not be written here
             return Done(f.job, error=_describe(e), wall_s=time.monotonic() - f.t0)
+
+    def _started(self, ref: Any, runner: _Runner) -> None:
+        try:
+            self._ray.get(ref)
+        except Exception as e:  # noqa: BLE001 - the actor could not start: fail a job of its size
+            self._end(runner)
+            waiting = next((q for q in self._queue if q.cpus == runner.cpus), None)
+            if waiting is not None:
+                self._queue.remove(waiting)
+                self._ready.append(Done(waiting.job, wall_s=time.monotonic() - waiting.t0,
+                                        error=f"the Ray worker could not start: {_describe(e)}"))
+            return
+        self._idle.setdefault(runner.cpus, []).append(runner)
+
+    # the pool --------------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        """Hand queued jobs to idle runners of their size; start or end runners so that
+        every queued job has one coming (see the class docstring)."""
+        if self._cancelled or not self._queue:
+            return
+        still: deque[_Queued] = deque()
+        waiting: dict[float, int] = {}
+        for q in self._queue:
+            idle = self._idle.get(q.cpus)
+            if idle:
+                runner = idle.pop()
+                try:
+                    ref = runner.handle.run.remote(q.call)
+                except Exception as e:  # noqa: BLE001 - the call could not be sent: a rig fault
+                    idle.append(runner)
+                    self._ready.append(Done(q.job, error=_describe(e),
+                                            wall_s=time.monotonic() - q.t0))
+                    continue
+                self._inflight[ref] = _Inflight(q.job, q.t0, runner)
+            else:
+                still.append(q)
+                waiting[q.cpus] = waiting.get(q.cpus, 0) + 1
+        self._queue = still
+        coming: dict[float, list[_Runner]] = {}
+        for r in self._starting.values():
+            coming.setdefault(r.cpus, []).append(r)
+        for cpus, need in waiting.items():
+            for _ in range(need - len(coming.get(cpus, []))):
+                self._start(cpus)
+        for cpus in [c for c in self._idle if c not in waiting] if waiting else []:
+            for r in list(self._idle[cpus]):
+                self._end(r)
+
+    def _start(self, cpus: float) -> None:
+        handle = self._actor.options(num_cpus=cpus, max_concurrency=2,
+                                     scheduling_strategy="SPREAD", **ACTOR_OPTIONS).remote()
+        runner = _Runner(handle, cpus, handle.pid.remote())
+        self._starting[runner.ready] = runner
+
+    def _end(self, runner: _Runner) -> Any:
+        """End a runner: an idle one gently (its exit handlers remove its directory; the
+        ref returned resolves when it is gone), any other at once."""
+        self._starting.pop(runner.ready, None)
+        idle = self._idle.get(runner.cpus, [])
+        try:
+            if runner in idle:
+                idle.remove(runner)
+                return runner.handle.__ray_terminate__.remote()
+            self._ray.kill(runner.handle, no_restart=True)
+        except Exception:  # noqa: BLE001, S110 - already dead: nothing to end
+            pass
+        return None
 
     def cancel(self) -> None:
         if self._cancelled:
             return
         self._cancelled = True
-        for ref in list(self._inflight):
+        now = time.monotonic()
+        while self._queue:  # never started: they end here, `interrupted` by the runner
+            q = self._queue.popleft()
+            self._ready.append(Done(q.job, error="cancelled before it started", wall_s=now - q.t0))
+        for f in self._inflight.values():
             try:
-                self._ray.cancel(ref, force=False)
-            except Exception:  # noqa: BLE001, S110 - already finished or gone: nothing to stop
+                f.runner.handle.cancel.remote(f.job.spec.attempt_id)
+            except Exception:  # noqa: BLE001, S110 - its worker is gone: nothing to stop
                 pass
 
     def close(self) -> None:
-        """Let what still runs return (bounded), then leave the cluster if we joined it."""
+        """Let what still runs return (bounded), end the runners, then leave the cluster
+        if we joined it."""
         if self._inflight:
             self.cancel()
             self._ray.wait(list(self._inflight), num_returns=len(self._inflight),
                            timeout=_CLOSE_WAIT_S)
-            self._inflight.clear()
+        gone = [self._end(runner) for runner in
+                [*(r for rs in self._idle.values() for r in rs), *self._starting.values(),
+                 *(f.runner for f in self._inflight.values())]]
+        gone = [ref for ref in gone if ref is not None]
+        if gone:  # let the idle ones finish exiting before the driver leaves the cluster
+            self._ray.wait(gone, num_returns=len(gone), timeout=_END_WAIT_S)
+        self._inflight.clear()
+        self._queue.clear()
         self._trees.clear()
         disconnect()
 
 
-def _place_evidence(data: bytes, dest: Path) -> None:
+def _place_evidence(entries: list[Entry], dest: Path) -> None:
     """The worker's evidence into the bundle: a fresh directory, so nothing stale mixes in."""
     if dest.exists():
         shutil.rmtree(dest)
-    if data:
-        unpack_tree(data, dest)
-    else:
-        dest.mkdir(parents=True)
+    unpack_tree(entries, dest)
 
 
 def _describe(e: BaseException) -> str:
