@@ -1,20 +1,21 @@
 """Overhead of `run --executor ray` against `--executor local`, measured in the same run.
 
-    .venv/bin/python bench/bench_ray.py [--attempts N] [--sandbox auto|bwrap|process]
+    .venv/bin/python bench/bench_ray.py [--attempts N] [--rounds R] [--sandbox auto|bwrap|process]
 
-1,000 attempts (by default) of a no-op agent (`/bin/true`, an exact verifier) on each
-executor: local at --jobs 2, and a local two-node Ray cluster of 1 CPU per node (the same
-total CPU count) at --jobs 2. Goal: Ray's wall time <= 1.5x local once the cluster is up.
+1,000 attempts (by default) of a no-op agent (`/bin/true`, an exact verifier) per run, on
+each executor: local at --jobs 2, and a local two-node Ray cluster of 1 CPU per node (the
+same total CPU count) at --jobs 2. Goal: Ray's wall time <= 1.5x local once the cluster
+is up.
+
+Each measured run is a whole `run_eval` — the code `evalrig run` calls — of all the
+attempts, so a Ray run includes starting its runner actors, as every `evalrig run`
+does. The runs alternate local, ray, ray, local over `--rounds` rounds (2 by default):
+on a shared machine the load drifts, and this order keeps a drift from favouring either
+side. Each run's time is taken from its manifest's created_at / finished_at.
 
 Reported apart: the cluster's start-up (head, second node, both registered, the driver
-joined) and a first, untimed run on it, which starts the Ray worker processes (a cost
-paid once per `evalrig run`, not per attempt).
-
-The runs are made by this process, through `evalrig.runner.run_eval` — the code
-`evalrig run` calls — so the cluster is joined once; each run's time is taken from its
-manifest's created_at / finished_at. Each executor's attempts are split into four runs
-in the order local, ray, ray, local, local, ray, ray, local: on a shared machine the
-load drifts, and this order keeps a drift from favouring either side.
+joined) and a first, untimed run on it, which starts the cluster's worker processes
+and fills the nodes' tree caches (once per cluster, not per run).
 The cluster listens on 127.0.0.1 only and is shut down by this script (never by name).
 """
 
@@ -83,17 +84,18 @@ def start_cluster() -> object:
     return cluster
 
 
-ORDER = ("local", "ray", "ray", "local") * 2
+ORDER = ("local", "ray", "ray", "local")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--attempts", type=int, default=1000, help="attempts per executor (default 1000)")
+    ap.add_argument("--attempts", type=int, default=1000, help="attempts per run (default 1000)")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="rounds of local, ray, ray, local (default 2)")
     ap.add_argument("--sandbox", default="auto", choices=["auto", "bwrap", "process"])
     args = ap.parse_args()
-    per_run = len(ORDER) // 2
-    repeat = max(1, args.attempts // (per_run * TASKS))
-    n = per_run * repeat * TASKS
+    repeat = max(1, args.attempts // TASKS)
+    n = repeat * TASKS
     with tempfile.TemporaryDirectory(prefix="bench-ray-") as tmp:
         root = Path(tmp)
         home = root / "home"
@@ -105,22 +107,25 @@ def main() -> None:
         cluster = start_cluster()
         startup_s = time.perf_counter() - t0
         address = cluster.address  # type: ignore[attr-defined]
-        took = {"local": 0.0, "ray": 0.0}
+        took: dict[str, list[float]] = {"local": [], "ray": []}
         try:
             warm_s = run_rig(ck, tasks, root / "warm-up", 1, args.sandbox, home, "ray", address)
-            for i, kind in enumerate(ORDER):
-                took[kind] += run_rig(ck, tasks, root / f"{kind}-{i}", repeat, args.sandbox,
-                                      home, kind, address)
+            for i, kind in enumerate(ORDER * args.rounds):
+                took[kind].append(run_rig(ck, tasks, root / f"{kind}-{i}", repeat, args.sandbox,
+                                          home, kind, address))
         finally:
             ray.shutdown()
             cluster.shutdown()  # type: ignore[attr-defined]
 
-    local_s, ray_s = took["local"], took["ray"]
+    local_s, ray_s = (sum(took[k]) / len(took[k]) for k in ("local", "ray"))
     ratio = ray_s / local_s
-    print(f"{n} no-op attempts per executor, --jobs 2, --sandbox {args.sandbox} "
-          f"({per_run} runs each, interleaved)")
-    print(f"  local executor (2 threads)          {local_s:7.2f} s  {n / local_s:7.1f} attempts/s")
-    print(f"  ray executor (2 nodes x 1 CPU)      {ray_s:7.2f} s  {n / ray_s:7.1f} attempts/s")
+    runs = len(took["ray"])
+    print(f"{n} no-op attempts per run, --jobs 2, --sandbox {args.sandbox} "
+          f"({runs} runs per executor, interleaved; mean per run)")
+    print(f"  local executor (2 threads)          {local_s:7.2f} s  {n / local_s:7.1f} attempts/s"
+          f"   runs: {', '.join(f'{t:.2f}' for t in took['local'])}")
+    print(f"  ray executor (2 nodes x 1 CPU)      {ray_s:7.2f} s  {n / ray_s:7.1f} attempts/s"
+          f"   runs: {', '.join(f'{t:.2f}' for t in took['ray'])}")
     print(f"  ray / local                          {ratio:6.2f}x  (goal <= {GOAL}x) "
           f"{'ok' if ratio <= GOAL else 'OVER'}")
     print(f"  cluster start-up (2 nodes, apart)   {startup_s:7.2f} s")

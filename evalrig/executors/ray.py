@@ -1,38 +1,43 @@
 """The Ray executor: the same attempts, fanned out over a Ray cluster (DESIGN §6).
 
-Workers only *execute*: for each job they rebuild the attempt's spec on their own disk,
-run `evalrig.trial`'s function there (workspace, sandbox, evidence, verifier) and send
-back the record and — for an attempt — its evidence as one tar in bytes. The driver (the
-process that called `run`) unpacks the evidence into `spec.evidence_dir` before it
-reports the job done, so the runner stays the only writer of the bundle and cannot tell
-which executor ran an attempt.
+Workers only *execute*: each job goes to a runner (an `AttemptRunner` actor, one job at a
+time), which rebuilds the attempt's spec on its own node, runs `evalrig.trial`'s function
+there (workspace, sandbox, evidence, verifier) and sends back the record and — for an
+attempt — its evidence as packed entries, all in one bytes object. The driver (the
+process that called `run`) writes the evidence into `spec.evidence_dir` before it reports
+the job done, so the runner stays the only writer of the bundle and cannot tell which
+executor ran an attempt.
 
 What travels through the object store, once per run and content-addressed: the
-checkpoint directory and each task directory, packed as tars and `ray.put` the first time
-a job needs them. A worker unpacks each into a node-local cache keyed by the tree's
-digest (checked after unpacking), so a node fetches a tree once however many attempts it
-runs, and no shared filesystem is needed. The ref travels *inside* a list, so Ray does
-not fetch it for a worker whose cache already has the tree.
+checkpoint directory and each task directory, packed and `ray.put` the first time a job
+needs them. A worker unpacks each into a node-local cache keyed by the tree's digest
+(checked after unpacking), so a node fetches a tree once however many attempts it runs,
+and no shared filesystem is needed. The ref travels *inside* a list, so Ray does not
+fetch it for a worker whose cache already has the tree.
 
-Nothing retries by itself: every remote call has `max_retries=0` and
-`retry_exceptions=False`. A worker or node lost mid-job surfaces as an exception from
-`ray.get` (RayActorError, WorkerCrashedError, NodeDiedError, ObjectLostError, ...);
-it becomes a `Done` with `error` set, which the runner records as `infra_error` and
-retries under its own rules.
+Nothing retries by itself: every runner has `max_restarts=0` and `max_task_retries=0`,
+and the rig makes no Ray tasks. A worker or node lost mid-job surfaces as an exception
+from `ray.get` (ActorDiedError, NodeDiedError, ObjectLostError, ...); it becomes a `Done`
+with `error` set, which the runner records as `infra_error` and retries under its own
+rules, and the dead runner is replaced when its size is next needed.
 
 Choices written down here and in docs/ray.md:
 - A checkpoint without an estimate command has nothing to run for the estimate phase:
   that record is made on the driver, saving a round trip per attempt.
 - An estimate's `at` is the driver's clock when the job was submitted, so every time in a
   bundle comes from one clock.
-- A task's `[resources] cpus` is the `num_cpus` of its remote calls; a task asking for
-  more CPUs than any live node has is an `infra_error` at once, not a job that waits
-  forever.
-- Jobs are scheduled SPREAD: attempts share nothing but the node's tree cache, and the
+- Runners rather than a Ray task per job: a task leases a worker from the raylet each
+  time (the runner never queues a second job behind a slot's first, so no lease is
+  reused), about twice the CPU of an actor call (see `AttemptRunner`).
+- A task's `[resources] cpus` is the `num_cpus` of the runner that runs it; a task
+  asking for more CPUs than any live node has is an `infra_error` at once, not a job
+  that waits forever.
+- Runners are placed SPREAD: attempts share nothing but the node's tree cache, and the
   default (local node first) kept attempts waiting for a busy node while another was
   idle, its view of the other node's free CPUs being a moment stale.
-- Cancel: `ray.cancel` raises KeyboardInterrupt in the worker, which sets the attempt's
-  own cancel event; the attempt ends `interrupted` as under `local`.
+- Cancel: Ray interrupts no running actor method, so the runner has a `cancel` method
+  (a threaded actor runs it beside `run`) that sets the attempt's own cancel event; the
+  attempt ends `interrupted` as under `local`.
 """
 
 from __future__ import annotations
