@@ -27,7 +27,7 @@ Choices written down here and in docs/ray.md:
 - An estimate's `at` is the driver's clock when the job was submitted, so every time in a
   bundle comes from one clock.
 - Runners rather than a Ray task per job: a task leases a worker from the raylet each
-  time (the runner never queues a second job behind a slot's first, so no lease is
+  time (evalrig.runner never queues a second job behind a slot's first, so no lease is
   reused), about twice the CPU of an actor call (see `AttemptRunner`).
 - A task's `[resources] cpus` is the `num_cpus` of the runner that runs it; a task
   asking for more CPUs than any live node has is an `infra_error` at once, not a job
@@ -458,7 +458,7 @@ class AttemptRunner:
     runs beside `run`: Ray interrupts no running method of a threaded actor itself.
 
     Why an actor and not a task per job: a task takes a worker lease from the raylet for
-    every job (the runner never queues a second job behind a slot's first, so no lease is
+    every job (evalrig.runner never queues a second job behind a slot's first, so no lease is
     reused), which cost a Ray task about 2 ms of CPU over all processes; an actor's call
     goes straight from the driver to the worker, under 1 ms (bench/bench_ray.py).
     """
