@@ -82,7 +82,7 @@ ACTOR_OPTIONS: dict[str, Any] = {"max_restarts": 0, "max_task_retries": 0}
 (DESIGN §6)."""
 
 EVIDENCE_SLACK = 16 << 20
-"""Beyond the task's caps, room for the verifier's own output in the evidence tar."""
+"""Beyond the task's caps, room for the verifier's own output in the evidence sent back."""
 
 PROBE_S = 5.0
 _CLOSE_WAIT_S = 30.0
@@ -354,9 +354,9 @@ def worker_dir(keep: bool) -> Path:
     """This worker process's directory for its jobs, made once: `scratch/` (the attempts'
     workspaces, which the trial removes) and `evidence/` (each attempt's, removed once
     sent). It lies where the local executor would put attempt roots on this node
-    (`trial.scratch_base`: /dev/shm when it has room). Ray kills its workers rather than
-    asking them to exit, so the directories of dead workers are swept when a new one
-    makes its own."""
+    (`trial.scratch_base`: /dev/shm when it has room). A runner ended gently removes its
+    own at exit; Ray kills workers outright too (a lost driver, a runner ended mid-job),
+    so the directories of dead workers are swept when a new one makes its own."""
     global _worker_dir
     if _worker_dir is None:
         from evalrig.trial import scratch_base
