@@ -122,7 +122,10 @@ def loopback_env() -> Iterator[None]:
 
 @pytest.fixture(scope="class")
 def one_node() -> Iterator[str]:
-    ctx = ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
+    # address="local": a new cluster of this test's own, even where RAY_ADDRESS is set or
+    # `ray start` left /tmp/ray/ray_current_cluster behind (ray.init would join that one).
+    ctx = ray.init(address="local", num_cpus=2, include_dashboard=False,
+                   _node_ip_address="127.0.0.1",
                    object_store_memory=OBJECT_STORE, logging_level=logging.ERROR,
                    log_to_driver=False)
     try:
@@ -456,6 +459,33 @@ class TestOneNode:
         b = load_run(tmp_path / "b")
         assert b.manifest.status == "complete" and len(b.results) == 12
         assert {x.status for x in b.results} == {"passed"}
+
+    def test_a_task_asking_two_cpus_holds_two_cpus_of_the_cluster(
+            self, one_node: str, tmp_path: Path, evalrig_home: Path) -> None:
+        ck = make_checkpoint(tmp_path, evalrig_home)
+        tasks = tmp_path / "tasks"
+        add_task(tasks, "big", "answer: even\nhang: 0:1\n", cpus=2)
+        free_cpus: list[float] = []
+
+        def look_then_end_the_agent() -> None:
+            agent = find_agent(b"big-0-1-")
+            until = time.monotonic() + 5  # the cluster's resource view lags a little
+            while True:
+                free_cpus.append(ray.available_resources().get("CPU", 0.0))
+                if free_cpus[-1] == 0 or time.monotonic() > until:
+                    break
+                time.sleep(0.1)
+            os.kill(agent, signal.SIGKILL)
+
+        looker = threading.Thread(target=look_then_end_the_agent, daemon=True)
+        looker.start()
+        r = cli(*run_args(ck, tasks, tmp_path / "b", "--repeat", "1", "--max-retries", "0",
+                          "--executor", "ray", "--ray-address", one_node))
+        looker.join()
+        assert r.exit_code == 0, r.stderr
+        assert free_cpus and free_cpus[-1] == 0, free_cpus  # both of the node's CPUs
+        (res,) = load_run(tmp_path / "b").results
+        assert res.status == "agent_error"
 
     def test_every_listener_is_on_loopback(self, one_node: str) -> None:
         assert assert_listeners_on_loopback() >= 2  # at least the GCS and the raylet
