@@ -7,6 +7,7 @@ starts — the machine is small): one node with 2 CPUs, then two nodes with 1 CP
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -286,6 +287,17 @@ def ray_worker_of(pid: int) -> int:
     raise AssertionError(f"process {pid} has no Ray worker among its ancestors")
 
 
+@contextlib.contextmanager
+def interrupted_if_stalled(seconds: float = 60) -> Iterator[None]:
+    """A run that stalls would wait forever: Ctrl-C it (exit 130, not 0) after `seconds`."""
+    stall = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
+    stall.start()
+    try:
+        yield
+    finally:
+        stall.cancel()
+
+
 # -- no cluster needed -------------------------------------------------------------------
 
 
@@ -447,18 +459,32 @@ class TestOneNode:
         tasks = tmp_path / "tasks"
         for i in range(4):
             add_task(tasks, f"t{i}", "answer: even\n", cpus=2 if i % 2 else 1)
-        # A stalled run would wait forever: Ctrl-C it after a minute (exit 130, not 0).
-        stall = threading.Timer(60, os.kill, (os.getpid(), signal.SIGINT))
-        stall.start()
-        try:
+        with interrupted_if_stalled():
             r = cli(*run_args(ck, tasks, tmp_path / "b", "--repeat", "3", "--max-retries", "0",
                               "--executor", "ray", "--ray-address", one_node))
-        finally:
-            stall.cancel()
         assert r.exit_code == 0, r.stderr
         b = load_run(tmp_path / "b")
         assert b.manifest.status == "complete" and len(b.results) == 12
         assert {x.status for x in b.results} == {"passed"}
+
+    def test_more_jobs_than_the_cluster_has_cpus(self, one_node: str, tmp_path: Path,
+                                                 evalrig_home: Path) -> None:
+        """--jobs 5 on 2 CPUs: runners Ray cannot place yet wait, holding nothing, while
+        the placed ones take the queued attempts; the run completes and ends them all."""
+        ck = make_checkpoint(tmp_path, evalrig_home)
+        tasks = tmp_path / "tasks"
+        for i in range(5):
+            add_task(tasks, f"t{i}", "answer: even\n", cpus=2 if i == 4 else 1)
+        with interrupted_if_stalled():
+            r = cli(*run_args(ck, tasks, tmp_path / "b", "--repeat", "3", "--max-retries", "0",
+                              "--jobs", "5", "--executor", "ray", "--ray-address", one_node))
+        assert r.exit_code == 0, r.stderr
+        b = load_run(tmp_path / "b")
+        assert b.manifest.status == "complete" and {x.status for x in b.results} == {"passed"}
+        until = time.monotonic() + 10  # ended runners give their CPUs back
+        while ray.available_resources().get("CPU", 0.0) < 2 and time.monotonic() < until:
+            time.sleep(0.1)
+        assert ray.available_resources().get("CPU", 0.0) == 2
 
     def test_a_task_asking_two_cpus_holds_two_cpus_of_the_cluster(
             self, one_node: str, tmp_path: Path, evalrig_home: Path) -> None:
