@@ -1006,10 +1006,14 @@ def _execute(out: Path, manifest: RunManifest, r: Resolved, inputs: Inputs, book
             run.execute(to_run)
     finally:
         _flush_removals()
-        if r.settings.keep_workspaces:
+        if r.settings.keep_workspaces and r.settings.executor == "local":
             reporter.warning(f"--keep-workspaces: the attempt workspaces are in {scratch}")
         else:
             shutil.rmtree(scratch, ignore_errors=True)
+        if r.settings.keep_workspaces and r.settings.executor == "ray":
+            from evalrig.executors.ray import KEPT_WHERE
+
+            reporter.warning(f"--keep-workspaces: the attempt workspaces are {KEPT_WHERE}")
     stopped = stop.signal is not None
     return _finish(out, manifest, inputs, book, stopped, kept, run.ran)
 

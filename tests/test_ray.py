@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -512,6 +513,25 @@ class TestOneNode:
         assert free_cpus and free_cpus[-1] == 0, free_cpus  # both of the node's CPUs
         (res,) = load_run(tmp_path / "b").results
         assert res.status == "agent_error"
+
+    def test_kept_workspaces_stay_on_the_worker_node(self, one_node: str, tmp_path: Path,
+                                                     evalrig_home: Path) -> None:
+        # The node is this machine, its workers started with this process's environment.
+        scratch = Path(os.environ.get("EVALRIG_SCRATCH") or tempfile.gettempdir())
+        ck, tasks = make_checkpoint(tmp_path, evalrig_home), make_tasks(tmp_path, 1)
+        r = cli(*run_args(ck, tasks, tmp_path / "b", "--repeat", "1", "--keep-workspaces",
+                          "--executor", "ray", "--ray-address", one_node))
+        assert r.exit_code == 0, r.stderr
+        assert "--keep-workspaces: the attempt workspaces are on the nodes of the Ray " \
+               "workers that ran them" in r.stderr
+        (res,) = load_run(tmp_path / "b").results
+        kept = list(scratch.glob(f"evalrig-ray-kept-{os.getuid()}/*/scratch/{res.attempt_id}"))
+        try:
+            assert len(kept) == 1 and (kept[0] / "agent" / "agent.py").is_file()
+            assert (kept[0] / "out" / "answer.txt").read_text().strip() in ("even", "odd")
+        finally:
+            for k in kept:
+                shutil.rmtree(k.parent.parent, ignore_errors=True)  # the runner's kept dir
 
     def test_every_listener_is_on_loopback(self, one_node: str) -> None:
         assert assert_listeners_on_loopback() >= 2  # at least the GCS and the raylet

@@ -66,6 +66,7 @@ from evalrig.tree import hash_tree
 
 __all__ = [
     "ACTOR_OPTIONS",
+    "KEPT_WHERE",
     "AttemptRunner",
     "RayExecutor",
     "connect",
@@ -350,27 +351,43 @@ def pickled(value: Any) -> bytes:
 _worker_dir: Path | None = None
 
 
+KEPT_WHERE = ("on the nodes of the Ray workers that ran them, under "
+              "$EVALRIG_SCRATCH or the system's temporary directory: "
+              "evalrig-ray-kept-<uid>/<worker pid>-<random>/scratch/<attempt id>/")
+"""Where `--keep-workspaces` leaves an attempt's workspace on Ray (the rig never removes them)."""
+
+
 def worker_dir(keep: bool) -> Path:
     """This worker process's directory for its jobs, made once: `scratch/` (the attempts'
-    workspaces, which the trial removes) and `evidence/` (each attempt's, removed once
-    sent). It lies where the local executor would put attempt roots on this node
-    (`trial.scratch_base`: /dev/shm when it has room). A runner ended gently removes its
-    own at exit; Ray kills workers outright too (a lost driver, a runner ended mid-job),
-    so the directories of dead workers are swept when a new one makes its own."""
+    workspaces, which the trial removes unless kept) and `evidence/` (each attempt's,
+    removed once sent). It lies where the local executor would put attempt roots on this
+    node (`trial.scratch_base`: /dev/shm when it has room). A runner ended gently removes
+    its own at exit; Ray kills workers outright too (a lost driver, a runner ended
+    mid-job), so the directories of dead workers are swept when a new one makes its own.
+
+    With `--keep-workspaces` it is a directory of its own under `evalrig-ray-kept-<uid>`
+    on disk (KEPT_WHERE), which nothing sweeps or removes."""
     global _worker_dir
     if _worker_dir is None:
         from evalrig.trial import scratch_base
 
         top = Path(scratch_base(keep) or tempfile.gettempdir())
-        base = top / f"evalrig-ray-work-{os.getuid()}"
-        base.mkdir(mode=0o700, exist_ok=True)
-        for old in base.iterdir():
-            if old.name.isdigit() and (int(old.name) == os.getpid() or not _alive(int(old.name))):
-                shutil.rmtree(old, ignore_errors=True)
-        mine = base / str(os.getpid())
-        (mine / "scratch").mkdir(parents=True)
+        if keep:
+            base = top / f"evalrig-ray-kept-{os.getuid()}"
+            base.mkdir(mode=0o700, exist_ok=True)
+            mine = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=base))
+        else:
+            base = top / f"evalrig-ray-work-{os.getuid()}"
+            base.mkdir(mode=0o700, exist_ok=True)
+            for old in base.iterdir():
+                if old.name.isdigit() and (int(old.name) == os.getpid()
+                                           or not _alive(int(old.name))):
+                    shutil.rmtree(old, ignore_errors=True)
+            mine = base / str(os.getpid())
+            mine.mkdir()
+            atexit.register(shutil.rmtree, mine, ignore_errors=True)  # a runner ended gently
+        (mine / "scratch").mkdir()
         (mine / "evidence").mkdir()
-        atexit.register(shutil.rmtree, mine, ignore_errors=True)  # a runner ended gently
         _worker_dir = mine
     return _worker_dir
 
