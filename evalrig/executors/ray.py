@@ -619,13 +619,18 @@ class RayExecutor:
             self._ray.get(ref)
         except Exception as e:  # noqa: BLE001 - the actor could not start: fail a job of its size
             self._end(runner)
-            waiting = next((q for q in self._queue if q.cpus == runner.cpus), None)
-            if waiting is not None:
-                self._queue.remove(waiting)
-                self._ready.append(Done(waiting.job, wall_s=time.monotonic() - waiting.t0,
-                                        error=f"the Ray worker could not start: {_describe(e)}"))
+            self._fail_one_waiting(runner.cpus, e)
             return
         self._idle.setdefault(runner.cpus, []).append(runner)
+
+    def _fail_one_waiting(self, cpus: float, why: BaseException) -> None:
+        """A runner of this size could not start: one queued job of that size ends as an
+        infra_error saying why (the rig's retry rules bound how often that repeats)."""
+        waiting = next((q for q in self._queue if q.cpus == cpus), None)
+        if waiting is not None:
+            self._queue.remove(waiting)
+            self._ready.append(Done(waiting.job, wall_s=time.monotonic() - waiting.t0,
+                                    error=f"the Ray worker could not start: {_describe(why)}"))
 
     # the pool --------------------------------------------------------------------------
 
@@ -657,7 +662,10 @@ class RayExecutor:
             coming.setdefault(r.cpus, []).append(r)
         for cpus, need in waiting.items():
             for _ in range(need - len(coming.get(cpus, []))):
-                self._start(cpus)
+                try:
+                    self._start(cpus)
+                except Exception as e:  # noqa: BLE001 - Ray refused to create the actor
+                    self._fail_one_waiting(cpus, e)
         for cpus in [c for c in self._idle if c not in waiting] if waiting else []:
             for r in list(self._idle[cpus]):
                 self._end(r)
