@@ -288,6 +288,15 @@ def ray_worker_of(pid: int) -> int:
     raise AssertionError(f"process {pid} has no Ray worker among its ancestors")
 
 
+def all_cpus_free(cpus: float = 2, within_s: float = 10) -> bool:
+    """Whether the cluster's CPUs are all free within `within_s` (ended runners, and
+    those of a dead driver, give theirs back a moment after)."""
+    until = time.monotonic() + within_s
+    while ray.available_resources().get("CPU", 0.0) < cpus and time.monotonic() < until:
+        time.sleep(0.1)
+    return ray.available_resources().get("CPU", 0.0) == cpus
+
+
 @contextlib.contextmanager
 def interrupted_if_stalled(seconds: float = 60) -> Iterator[None]:
     """A run that stalls would wait forever: Ctrl-C it (exit 130, not 0) after `seconds`."""
@@ -482,16 +491,14 @@ class TestOneNode:
         assert r.exit_code == 0, r.stderr
         b = load_run(tmp_path / "b")
         assert b.manifest.status == "complete" and {x.status for x in b.results} == {"passed"}
-        until = time.monotonic() + 10  # ended runners give their CPUs back
-        while ray.available_resources().get("CPU", 0.0) < 2 and time.monotonic() < until:
-            time.sleep(0.1)
-        assert ray.available_resources().get("CPU", 0.0) == 2
+        assert all_cpus_free()  # the run ended every runner it started
 
     def test_a_task_asking_two_cpus_holds_two_cpus_of_the_cluster(
             self, one_node: str, tmp_path: Path, evalrig_home: Path) -> None:
         ck = make_checkpoint(tmp_path, evalrig_home)
         tasks = tmp_path / "tasks"
         add_task(tasks, "big", "answer: even\nhang: 0:1\n", cpus=2)
+        assert all_cpus_free()  # else an earlier test's runner could hold what this one reads
         free_cpus: list[float] = []
 
         def look_then_end_the_agent() -> None:
