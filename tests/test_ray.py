@@ -438,6 +438,36 @@ class TestOneNode:
         v = cli("verify", out)
         assert v.exit_code == 0, v.stderr
 
+    def test_a_run_interrupted_locally_resumes_on_ray(self, one_node: str, tmp_path: Path,
+                                                      evalrig_home: Path) -> None:
+        """--executor is a setting that cannot change an outcome (DESIGN §6, resume)."""
+        ck = make_checkpoint(tmp_path, evalrig_home)
+        tasks = make_tasks(tmp_path, 2, {"t1": "hang: 0:1\n"})
+        out = tmp_path / "b"
+        argv = [sys.executable, "-m", "evalrig", *map(str, run_args(ck, tasks, out))]
+        driver = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, env=dict(os.environ))
+        try:
+            find_agent(b"t1-0-1-")
+            until = time.monotonic() + 30  # the three other trials end; t1:0 hangs
+            while time.monotonic() < until and len(
+                    (out / "results.jsonl").read_bytes().splitlines()) < 3:
+                time.sleep(0.1)
+            driver.send_signal(signal.SIGINT)
+            _, stderr = driver.communicate(timeout=30)
+        finally:
+            driver.kill()
+        assert driver.returncode == 130, stderr.decode()[-2000:]
+        assert load_run(out).manifest.settings.executor == "local"
+        r = cli("run", "--out", out, "--resume", "--executor", "ray", "--ray-address", one_node)
+        assert r.exit_code == 0, r.stderr
+        after = load_run(out)
+        assert after.manifest.status == "complete" and after.manifest.settings.executor == "ray"
+        (resume,) = orjson.loads((out / "provenance.json").read_bytes())["resumes"]
+        assert (resume["kept"], resume["rerun"]) == (3, 1)
+        assert final_results(after)["t1:0"].attempt == 2
+        assert cli("verify", out).exit_code == 0
+
     def test_ctrl_c_of_the_driver_interrupts_the_attempts_on_the_workers(
             self, one_node: str, tmp_path: Path, evalrig_home: Path) -> None:
         ck = make_checkpoint(tmp_path, evalrig_home)
