@@ -13,7 +13,9 @@ does. The runs alternate local, ray, ray, local over `--rounds` rounds (2 by def
 on a shared machine the load drifts, and this order keeps a drift from favouring either
 side. Each run's time is taken from its manifest's created_at / finished_at.
 
-Reported apart: the cluster's start-up (head, second node, both registered, the driver
+Also printed: the machine's busy CPU per attempt over each executor's runs (from
+/proc/stat: the driver, Ray's processes and the agents', and whatever else runs on the
+machine, so read it on an otherwise idle one). Reported apart: the cluster's start-up (head, second node, both registered, the driver
 joined) and a first, untimed run on it, which starts the cluster's worker processes
 and fills the nodes' tree caches (once per cluster, not per run).
 The cluster listens on 127.0.0.1 only and is shut down by this script (never by name).
@@ -29,6 +31,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -58,25 +61,36 @@ def make_inputs(root: Path, home: Path) -> tuple[Path, Path]:
     return ck, root / "tasks"
 
 
+def busy_cpu_s() -> float:
+    """CPU seconds the whole machine has spent busy since boot (/proc/stat: all but idle
+    and iowait), so a run's figure covers every process: driver, Ray's, the agents'."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def run_rig(ck: Path, tasks: Path, out: Path, repeat: int, sandbox: str, home: Path,
-            executor: str, address: str | None = None) -> float:
-    """Seconds from the manifest's created_at to its finished_at."""
+            executor: str, address: str | None = None) -> tuple[float, float]:
+    """Seconds from the manifest's created_at to its finished_at, and the machine's busy
+    CPU seconds over the run."""
     from evalrig.runner import RunRequest, run_eval
 
     req = RunRequest(out=out, checkpoint=ck, tasks=tasks, repeat=repeat, jobs=2,
                      sandbox=sandbox, executor=executor, ray_address=address)
+    cpu0 = busy_cpu_s()
     summary = run_eval(req, home, os.environ)
+    cpu = busy_cpu_s() - cpu0
     m = load_run(out).manifest
     assert summary.status == "complete" and m.counts.attempts == repeat * TASKS, m.counts
     assert m.finished_at is not None
-    return (m.finished_at - m.created_at).total_seconds()
+    return (m.finished_at - m.created_at).total_seconds(), cpu
 
 
 def start_cluster() -> object:
     import ray
     from ray.cluster_utils import Cluster
 
-    node = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": 100 << 20}
+    node: dict[str, Any] = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": 100 << 20}
     cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
     cluster.add_node(**node)
     cluster.wait_for_nodes()
@@ -108,11 +122,15 @@ def main() -> None:
         startup_s = time.perf_counter() - t0
         address = cluster.address  # type: ignore[attr-defined]
         took: dict[str, list[float]] = {"local": [], "ray": []}
+        cpu: dict[str, list[float]] = {"local": [], "ray": []}
         try:
-            warm_s = run_rig(ck, tasks, root / "warm-up", 1, args.sandbox, home, "ray", address)
+            warm_s, _ = run_rig(ck, tasks, root / "warm-up", 1, args.sandbox, home, "ray",
+                                address)
             for i, kind in enumerate(ORDER * args.rounds):
-                took[kind].append(run_rig(ck, tasks, root / f"{kind}-{i}", repeat, args.sandbox,
-                                          home, kind, address))
+                wall, busy = run_rig(ck, tasks, root / f"{kind}-{i}", repeat, args.sandbox,
+                                     home, kind, address)
+                took[kind].append(wall)
+                cpu[kind].append(busy)
         finally:
             ray.shutdown()
             cluster.shutdown()  # type: ignore[attr-defined]
@@ -128,6 +146,9 @@ def main() -> None:
           f"   runs: {', '.join(f'{t:.2f}' for t in took['ray'])}")
     print(f"  ray / local                          {ratio:6.2f}x  (goal <= {GOAL}x) "
           f"{'ok' if ratio <= GOAL else 'OVER'}")
+    local_ms, ray_ms = (1000 * sum(cpu[k]) / (n * len(cpu[k])) for k in ("local", "ray"))
+    print(f"  CPU per attempt, every process      local {local_ms:5.1f} ms, ray {ray_ms:5.1f} ms "
+          f"({ray_ms / local_ms:.2f}x; the whole machine's, other work included)")
     print(f"  cluster start-up (2 nodes, apart)   {startup_s:7.2f} s")
     print(f"  first run on it ({TASKS} attempts, workers starting) {warm_s:5.2f} s")
 
