@@ -210,7 +210,7 @@ def cut_torn_tail(path: Path) -> bool:
 def read_json(path: Path, model: type[M]) -> M:
     """One JSON document validated against its model; errors name the file and field."""
     try:
-        obj = loads(path.read_bytes())
+        data = path.read_bytes()
     except FileNotFoundError:
         raise invalid("missing", file=path, hint="is this a bundle directory the rig wrote?") from None
     except IsADirectoryError:
@@ -219,11 +219,7 @@ def read_json(path: Path, model: type[M]) -> M:
     except OSError as e:
         raise invalid(f"cannot be read ({e.strerror})", file=path,
                       hint="check that the path is the rig's file and that you may read it") from None
-    except ValueError as e:
-        raise invalid(f"not JSON ({e})", file=path,
-                      hint="the file was edited or cut short; restore the rig's copy, or rerun "
-                      "the command that wrote it") from None
-    return _validated(obj, path, model)
+    return parse_json(path, data, model)
 
 
 def parse_json(path: Path, data: bytes, model: type[M]) -> M:
