@@ -623,5 +623,28 @@ class TestTwoNodes:
         assert res.status == "infra_error"
         assert "asks for 2 CPUs and no live node of the cluster has more than 1" in (res.error or "")
 
+    def test_a_runner_that_cannot_start_is_an_infra_error_then_retried(
+            self, two_nodes: object, tmp_path: Path, evalrig_home: Path,
+            monkeypatch: pytest.MonkeyPatch) -> None:
+        """A node whose worker cannot construct the runner (evalrig missing there, say)."""
+        from evalrig.executors import ray as ray_executor
+
+        class Broken(ray_executor.AttemptRunner):  # local: Ray ships it by value
+            def __init__(self) -> None:
+                raise RuntimeError("no evalrig on this node")
+
+        monkeypatch.setattr(ray_executor, "AttemptRunner", Broken)
+        ck, tasks = make_checkpoint(tmp_path, evalrig_home), make_tasks(tmp_path, 1)
+        with interrupted_if_stalled():
+            r = cli(*run_args(ck, tasks, tmp_path / "b", "--repeat", "1", "--max-retries", "1",
+                              "--executor", "ray", "--ray-address", two_nodes.address))  # type: ignore[attr-defined]
+        assert r.exit_code == 5, r.stderr
+        results = load_run(tmp_path / "b").results
+        assert [(x.status, x.attempt) for x in results] == [("infra_error", 1), ("infra_error", 2)]
+        for x in results:  # why, in one line, without Ray's terminal colour codes
+            assert "the Ray worker could not start: ActorDiedError" in (x.error or ""), x.error
+            assert "RuntimeError: no evalrig on this node" in (x.error or ""), x.error
+            assert "\x1b" not in (x.error or "") and "\n" not in (x.error or "")
+
     def test_every_listener_is_on_loopback(self, two_nodes: object) -> None:
         assert assert_listeners_on_loopback() >= 4  # a GCS and two raylets at least

@@ -46,6 +46,7 @@ import atexit
 import logging
 import os
 import pickle
+import re
 import shutil
 import socket
 import stat
@@ -730,13 +731,20 @@ def _place_evidence(entries: list[Entry], dest: Path) -> None:
     unpack_tree(entries, dest)
 
 
+_TERMINAL_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _describe(e: BaseException) -> str:
     """One line naming what failed. A rig fault on the worker arrives as RayTaskError with
-    the original exception as `cause`; Ray's own errors (a lost worker or node) by name."""
+    the original exception as `cause`; Ray's own errors (a lost worker or node) by name.
+
+    Ray's messages carry terminal colour codes (kept out of the bundle) and, for a runner
+    whose construction raised, the worker's traceback: its last line, the exception
+    itself, follows the first."""
     cause = getattr(e, "cause", None)
     where = ""
     if isinstance(cause, BaseException):
         e, where = cause, " (on the Ray worker)"
-    text = str(e).strip()
-    first = text.splitlines()[0] if text else ""
-    return f"{type(e).__name__}: {first}{where}"[:2000] if first else f"{type(e).__name__}{where}"
+    lines = [ln.strip() for ln in _TERMINAL_COLOUR.sub("", str(e)).splitlines() if ln.strip()]
+    text = f"{lines[0]} ... {lines[-1]}" if len(lines) > 1 else "".join(lines)
+    return f"{type(e).__name__}: {text}{where}"[:2000] if text else f"{type(e).__name__}{where}"
