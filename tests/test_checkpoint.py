@@ -288,7 +288,7 @@ name = "exo"
 command  = ["python3", "agent.py"]              # runs once per attempt, in the attempt's workspace
 estimate = ["python3", "agent.py", "--estimate"] # optional; runs before the attempt
 env      = { MODEL = "m-2026-11" }               # pinned settings, part of the checkpoint's identity
-network  = false                                  # true: the agent may reach the network (a model API)
+network  = false                                  # true: the agent needs the network (a model API); only the operator grants it
 [history]
 log = "state/events.jsonl"                        # optional; the agent's own append-only event log
 '''
