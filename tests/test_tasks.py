@@ -222,7 +222,7 @@ def test_locked_task_moved_out_of_fixed(tmp_path: Path) -> None:
 
 DESIGN_TASK = '''\
 id = "parse-dates"                 # unique in the task set, [A-Za-z0-9._-]+; the folder name by default
-suite = "fresh"                    # fixed | fresh | invariant; the parent folder by default
+suite = "fresh"                    # fixed | fresh | invariant | public; the parent folder by default
 created_at = 2026-12-01T10:00:00.000000Z  # required for fresh tasks; UTC
 tags = ["parsing"]
 timeout_s = 60                     # the agent's wall-clock limit
