@@ -365,7 +365,7 @@ def check_interpreter_prefixes(given: Sequence[str],
     for text in given:
         path = Path(os.path.realpath(text))
         if not path.is_dir():
-            raise invalid(f"--interpreter-prefix {text}: not a directory", field="--interpreter-prefix",
+            raise invalid(f"{text}: not a directory", field="--interpreter-prefix",
                           hint="name the directory an interpreter is installed in "
                           "(e.g. ~/.pyenv/versions/3.12.4)")
         for what, guard, inside_too in guarded:
@@ -373,7 +373,7 @@ def check_interpreter_prefixes(given: Sequence[str],
             if g.is_relative_to(path) or (inside_too and path.is_relative_to(g)):
                 rel = "is" if g == path else ("holds" if g.is_relative_to(path) else "lies inside")
                 raise invalid(
-                    f"--interpreter-prefix {text} {rel} {what} ({g}): the agent would see it",
+                    f"{text} {rel} {what} ({g}): the agent would see it",
                     field="--interpreter-prefix",
                     hint="name the interpreter's own installation directory, which holds no "
                     "tasks, bundles or rig state")
