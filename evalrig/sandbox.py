@@ -11,9 +11,14 @@ Two levels:
     made by util-linux ``unshare --pid --fork --kill-child`` (plus ``--user
     --map-root-user`` when the rig is not root), resource limits through util-linux
     ``prlimit``, the workspace as its directory. The namespace dies with the agent, so
-    ``setsid`` children and double forks die too. It hides nothing from a determined
-    agent: it runs as the rig's user and can read the tasks, the verifiers and the rig's
-    home, write to the bundles, and reach the network. Under ``unshare --pid`` the agent
+    ``setsid`` children and double forks die too. When the rig is root and the launch is
+    an agent's (``unprivileged``), util-linux ``setpriv`` drops to the slot uid after
+    ``unshare`` and ``prlimit`` (so RLIMIT_NPROC counts the attempt's own processes): the
+    agent cannot write the rig's home or its bundles; the attempt root is chowned to it
+    and made 0700, and the rig's scratch folders on the way get search permission for
+    others (``_open_way``). It hides little from a determined agent: it reads what every
+    user may read (as the rig's user when the rig is not root: then it can also write
+    the home and the bundles), and reaches the network. Under ``unshare --pid`` the agent
     itself is PID 1 of its namespace, so a signal it sends *itself* without a handler is
     ignored, as for any init (signals from outside still kill it).
 
@@ -21,8 +26,9 @@ Two levels:
     bubblewrap: own mount, PID, IPC, UTS (and, unless ``network``, network) namespaces; an
     explicit view and nothing else: ``/usr`` read-only, the ``/bin``, ``/lib*``, ``/sbin``
     links as on the host, a few entries of ``/etc`` (`ETC_FILES`, as a world-readable copy
-    made once per rig process and bound as ``/etc``), the interpreter prefix
-    and ``ro_paths`` read-only, ``rw_paths`` read-write, each at its host path; a fresh
+    made once per rig process and bound as ``/etc``), ``ro_paths`` read-only (for an
+    agent: the operator's ``--interpreter-prefix`` directories, never one its checkpoint
+    chose; docs/attempts.md "What runs"), ``rw_paths`` read-write, each at its host path; a fresh
     ``/proc``, ``/dev``, ``/dev/shm`` and ``/tmp``. The tasks, the verifiers, other
     attempts, the bundles, ``$EVALRIG_HOME``, ``/root`` and ``/work`` are absent (only the
     empty directories leading down to a bound path exist). ``--die-with-parent``,
@@ -56,14 +62,16 @@ processes it adopted, by pidfd; anything else the rig's other code orphans would
 reparented to the rig (none does today).
 
 Chain per level (each helper execs in place; only bwrap and unshare stay as parents):
-``setpriv --pdeathsig KILL -- unshare --pid --fork --kill-child [prlimit ...] AGENT`` (the
-setpriv makes unshare die with the rig, as bwrap's ``--die-with-parent`` does) and, as root,
-``bwrap ... -- setpriv --reuid=U ... -- env -u PWD -- [LD_*=...] AGENT`` (bwrap always
+``setpriv --pdeathsig KILL -- unshare --pid --fork --kill-child [prlimit ...] [setpriv
+--reuid=U ... -- env -- [HELD=...]] AGENT`` (the first setpriv makes unshare die with the
+rig, as bwrap's ``--die-with-parent`` does; the bracketed drop as root) and, as root,
+``bwrap ... -- setpriv --reuid=U ... -- env -u PWD -- [HELD=...] AGENT`` (bwrap always
 sets ``PWD``; ``env`` takes it out again so that the environment is exactly the one given).
-bwrap and setpriv run as root, so they are started without the loader variables
-(``LD_*``, ``GLIBC_TUNABLES``, ... `_LOADER_VARS`) that a checkpoint's env could use to
-run code in them; the final ``env`` hands those to the agent alone. Under ``process`` the
-helpers run as the rig's user, as the agent does, so nothing is held back there.
+The helpers before the drop run as root, so they are started without the held variables:
+the loader's (``LD_*``, ``GLIBC_TUNABLES``, ... `_LOADER_VARS`; a checkpoint may set none
+of the first two, docs/attempts.md) and the names the caller holds for the agent
+(``agent_only``: the checkpoint's env); the final ``env`` hands them to the agent alone.
+Not root, the helpers run as the rig's user, as the agent does, so nothing is held back.
 """
 
 from __future__ import annotations
