@@ -10,11 +10,13 @@ checkpoint itself could have written.
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from evalrig.errors import Problem, invalid
+from evalrig.errors import EvalrigError, Problem, invalid
 from evalrig.models.inputs import CheckpointFile
 from evalrig.models.run import SealEntry, SealFile
 from evalrig.tomlerr import raise_problems, read_toml, validate_doc
@@ -211,3 +213,177 @@ def check_sealed(dir: Path, home: Path) -> SealEntry:
         hint=f"run `evalrig seal {dir}` (the registry in {registry_path(home)} is the authority, "
         "not SEAL.json)",
     )
+
+
+# -- what runs (docs/attempts.md "What runs") --------------------------------------------
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin")
+"""Where a command may resolve besides the checkpoint and the operator's interpreter
+prefixes; `/lib*` (any top-level directory whose name starts with `lib`) too."""
+
+_HINT = ("use a program inside the checkpoint (a relative path such as ./run.sh), one under "
+         "/usr (python3, sh, found on the rig's PATH), or pass `run --interpreter-prefix DIR` "
+         "naming the installation it lives in (a pyenv or conda directory)")
+
+
+@dataclass(frozen=True)
+class Program:
+    """Where a checkpoint's command resolved to, every link followed."""
+
+    field: str  # "agent.command" | "agent.estimate"
+    argv0: str  # as the checkpoint wrote it
+    named: Path  # the path as found (PATH lookup or made absolute), links not followed
+    real: Path  # realpath: what the kernel executes
+    where: str  # "checkpoint" | "system" | "prefix"
+    prefix: Path | None = None  # the interpreter prefix holding it, where="prefix"
+
+
+def _system(path: Path) -> bool:
+    if any(path.is_relative_to(d) for d in SYSTEM_DIRS):
+        return True
+    parts = path.parts
+    return len(parts) > 2 and parts[1].startswith("lib")
+
+
+def _under(path: Path, prefixes: Sequence[Path]) -> Path | None:
+    return next((p for p in prefixes if path.is_relative_to(p)), None)
+
+
+def resolve_program(ckpt: Checkpoint, field: str, argv0: str, prefixes: Sequence[Path],
+                    unprivileged: bool = False) -> Program:
+    """Resolve one command's argv[0] the way the sandbox will run it; exit 4 when it would
+    run anything but a program inside the checkpoint, under the system directories or
+    under one of the operator's `prefixes` (absolute, resolved).
+
+    `unprivileged`: the agent will run as a uid of the pool outside any sandbox view
+    (`--sandbox process` as root), so a program outside the checkpoint must be reachable
+    by every user.
+    """
+    from evalrig.sandbox import minimal_path
+
+    file = Path(ckpt.dir) / CHECKPOINT_TOML
+    root = Path(os.path.realpath(ckpt.dir))
+
+    def refuse(message: str, hint: str = _HINT) -> EvalrigError:
+        return invalid(f"{argv0!r} {message}", file=file, field=field, hint=hint)
+
+    if not argv0:
+        raise refuse("is empty: the command names no program")
+    if "\0" in argv0:
+        raise refuse("holds a NUL character")
+    if "/" not in argv0:
+        found = shutil.which(argv0, path=minimal_path())
+        if found is None:
+            raise refuse(f"is not found on the rig's PATH ({minimal_path()})")
+        named = Path(os.path.normpath(found))
+    elif not os.path.isabs(argv0):
+        named = Path(os.path.normpath(root / argv0))
+        if not named.is_relative_to(root) or named == root:
+            raise refuse("leaves the checkpoint: a relative command must name a program "
+                         "inside it")
+    else:
+        named = Path(os.path.normpath(argv0))
+    real = Path(os.path.realpath(named))
+    if not real.is_file():
+        raise refuse(f"resolves to {real}, which is not a file", hint="fix the command, "
+                     "or add the program to the checkpoint and seal it again")
+    inside = not os.path.isabs(argv0) and "/" in argv0
+    if inside and real.is_relative_to(root):
+        interpreter = _shebang(real)
+        if interpreter is not None:
+            # The kernel runs the #! interpreter: it must be one the rule allows too.
+            resolve_program(ckpt, field, interpreter, prefixes, unprivileged)
+        return Program(field, argv0, named, real, "checkpoint")
+    # The path as named must be visible too (a venv's bin/python, a /usr/local link): the
+    # sandbox shows only the system directories and the prefixes, at their host paths.
+    for form in ([real] if inside else [named, real]):
+        if _system(form) or _under(form, prefixes) is not None:
+            continue
+        via = f" (through {named})" if form == real and named != real else ""
+        raise refuse(f"resolves to {form}{via}, which is neither inside the checkpoint nor "
+                     "under /usr, /bin, /sbin, /lib* or an --interpreter-prefix: the seal "
+                     "does not cover it, and the rig never shows the agent a directory its "
+                     "checkpoint chose")
+    prefix = _under(real, prefixes)
+    where = "system" if _system(real) and prefix is None else "prefix"
+    if unprivileged and where == "prefix":
+        for form in {named, real}:
+            blocked = _not_world_reachable(form)
+            if blocked is not None:
+                raise refuse(
+                    f"resolves to {form}, which the unprivileged uid the agent runs as under "
+                    f"--sandbox process cannot reach ({blocked})",
+                    hint="install the interpreter where every user may read it "
+                    "(chmod o+rx on the prefix and its parents), or run with --sandbox bwrap")
+    return Program(field, argv0, named, real, where, prefix)
+
+
+def _shebang(path: Path) -> str | None:
+    """The absolute interpreter a script's `#!` line names, or None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].split(b"\n", 1)[0].split()
+    if not words or not words[0].startswith(b"/"):
+        return None
+    return os.fsdecode(words[0])
+
+
+def _not_world_reachable(path: Path) -> str | None:
+    """Why a user with no claim to `path` or its folders cannot run it, or None."""
+    for parent in reversed(path.parents):
+        if not os.stat(parent).st_mode & 0o001:
+            return f"{parent} is not searchable by other users"
+    if not os.stat(path).st_mode & 0o005 == 0o005:
+        return f"{path} is not readable and executable by other users"
+    return None
+
+
+def resolve_commands(ckpt: Checkpoint, prefixes: Sequence[Path],
+                     unprivileged: bool = False) -> list[Program]:
+    """`agent.command` and `agent.estimate` resolved (see resolve_program)."""
+    agent = ckpt.spec.agent
+    out = [resolve_program(ckpt, "agent.command", agent.command[0], prefixes, unprivileged)]
+    if agent.estimate is not None:
+        out.append(resolve_program(ckpt, "agent.estimate", agent.estimate[0], prefixes,
+                                   unprivileged))
+    return out
+
+
+def check_interpreter_prefixes(given: Sequence[str],
+                               guarded: Sequence[tuple[str, Path, bool]]) -> list[Path]:
+    """The operator's `--interpreter-prefix` directories, resolved; exit 4 for one that is
+    not a directory, or that holds or is one of `guarded` (the task set, the bundle,
+    $EVALRIG_HOME, the rig's own files, the attempts' scratch), or lies inside one whose
+    flag is set. Each prefix is bound read-only into the agent's view, so it must show
+    nothing the agent may not see."""
+    out: list[Path] = []
+    for text in given:
+        path = Path(os.path.realpath(text))
+        if not path.is_dir():
+            raise invalid(f"{text}: not a directory", field="--interpreter-prefix",
+                          hint="name the directory an interpreter is installed in "
+                          "(e.g. ~/.pyenv/versions/3.12.4)")
+        for what, guard, inside_too in guarded:
+            g = Path(os.path.realpath(guard))
+            if g.is_relative_to(path) or (inside_too and path.is_relative_to(g)):
+                rel = "is" if g == path else ("holds" if g.is_relative_to(path) else "lies inside")
+                raise invalid(
+                    f"{text} {rel} {what} ({g}): the agent would see it",
+                    field="--interpreter-prefix",
+                    hint="name the interpreter's own installation directory, which holds no "
+                    "tasks, bundles or rig state")
+        if path not in out:
+            out.append(path)
+    return sorted(out)
+
+
+def program_digest(path: Path) -> str:
+    """sha256 of a program file, recorded for a program under an interpreter prefix."""
+    from evalrig.digest import sha256_file
+
+    return sha256_file(Path(path))

@@ -41,14 +41,23 @@ class OutcomeSettings:
     max_retries: int
     sandbox: str  # as requested: auto | bwrap | process
     secrets: tuple[str, ...]  # names only
+    interpreter_prefixes: tuple[str, ...] = ()  # --interpreter-prefix, resolved
+    interpreters: tuple[tuple[str, str, str], ...] = ()  # (field, program, sha256) per command
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "timeout_scale": self.timeout_scale,
             "max_retries": self.max_retries,
             "sandbox": self.sandbox,
             "secrets": sorted(self.secrets),
         }
+        # Only when given, so that every inputs id of a run without them stays as it was.
+        if self.interpreter_prefixes:
+            out["interpreter_prefixes"] = sorted(self.interpreter_prefixes)
+        if self.interpreters:
+            out["interpreters"] = [{"field": f, "program": p, "sha256": d}
+                                   for f, p, d in sorted(self.interpreters)]
+        return out
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,7 @@ from evalrig.models.run import (
     Canary,
     CheckpointRef,
     Estimate,
+    InterpreterPin,
     PolicyPin,
     Provenance,
     Result,
@@ -124,6 +125,7 @@ class RunRequest:
     suites: tuple[str, ...] | None = None
     task_ids: tuple[str, ...] | None = None
     tags: tuple[str, ...] | None = None
+    interpreter_prefixes: tuple[str, ...] | None = None
     resume: bool = False
     argv: tuple[str, ...] = ()
 
@@ -208,6 +210,7 @@ FLAG = {
     "executor": "--executor",
     "ray_address": "--ray-address",
     "keep_workspaces": "--keep-workspaces",
+    "interpreter_prefixes": "--interpreter-prefix",
 }
 
 
@@ -234,6 +237,8 @@ def _given(req: RunRequest) -> dict[str, Any]:
         "executor": req.executor,
         "ray_address": req.ray_address,
         "keep_workspaces": req.keep_workspaces,
+        "interpreter_prefixes": (sorted({str(Path(p).resolve()) for p in req.interpreter_prefixes})
+                                 if req.interpreter_prefixes else None),
     }
     return {k: v for k, v in vals.items() if v is not None}
 
@@ -254,12 +259,15 @@ def _defaults() -> dict[str, Any]:
         "executor": "local",
         "ray_address": None,
         "keep_workspaces": False,
+        "interpreter_prefixes": [],
     }
 
 
 def _manifest_values(m: RunManifest) -> dict[str, Any]:
     vals = m.settings.model_dump()
     vals.update(repeat=m.repeat, seed=m.seed)
+    # Found, not given: gather_inputs pins them anew and refuse_other_inputs compares.
+    vals.pop("interpreters", None)
     # What may change on resume is taken from this command (or its defaults), not the manifest.
     for k in MAY_CHANGE_ON_RESUME:
         vals.pop(k, None)
@@ -365,6 +373,7 @@ class Inputs:
     level: Any  # evalrig.sandbox.LevelChoice
     secrets: dict[str, str]
     home: Path
+    interpreters: list[InterpreterPin] = field(default_factory=list)
 
 
 def seal_check(dir: Path, home: Path, phase: Literal["start", "resume", "end"]) -> tuple[SealCheck, Any, EvalrigError | None]:
@@ -415,7 +424,32 @@ def secret_values(names: list[str], environ: Mapping[str, str]) -> dict[str, str
     return {n: environ[n] for n in names}
 
 
-def gather_inputs(r: Resolved, home: Path, phase: Literal["start", "resume"], environ: Mapping[str, str]) -> Inputs:
+def pin_interpreters(checkpoint: Any, s: RunSettings, home: Path, out: Path | None,
+                     level: Any) -> list[InterpreterPin]:
+    """Check the operator's interpreter prefixes and resolve the checkpoint's commands
+    (docs/attempts.md "What runs"); exit 4 naming checkpoint.toml and the field for a
+    command that would run anything else. Returns the digest of every program that
+    resolved under a prefix."""
+    import evalrig
+    from evalrig.checkpoint import check_interpreter_prefixes, program_digest, resolve_commands
+    from evalrig.trial import scratch_base
+
+    guarded = [("the task set", Path(s.tasks_dir), True), ("$EVALRIG_HOME", home, True),
+               ("the rig's own files", Path(evalrig.__file__).parent, False),
+               ("the attempts' scratch directory",
+                Path(scratch_base(s.keep_workspaces) or tempfile.gettempdir()), False)]
+    if out is not None:
+        guarded.append(("the --out bundle", out, True))
+    prefixes = check_interpreter_prefixes(s.interpreter_prefixes, guarded)
+    unprivileged = level.level == "process" and os.geteuid() == 0
+    return [InterpreterPin(field=p.field, prefix=str(p.prefix), program=str(p.real),  # type: ignore[arg-type]
+                           sha256=program_digest(p.real))
+            for p in resolve_commands(checkpoint, prefixes, unprivileged)
+            if p.where == "prefix"]
+
+
+def gather_inputs(r: Resolved, home: Path, phase: Literal["start", "resume"],
+                  environ: Mapping[str, str], out: Path | None = None) -> Inputs:
     from evalrig.checkpoint import load_checkpoint
     from evalrig.sandbox import resolve_level
     from evalrig.tasks import load_taskset
@@ -426,8 +460,12 @@ def gather_inputs(r: Resolved, home: Path, phase: Literal["start", "resume"], en
     if error is not None:
         raise error
     history_source(checkpoint)
+    level = resolve_level(s.sandbox)
+    pins = pin_interpreters(checkpoint, s, home, out, level)
     taskset = load_taskset(Path(s.tasks_dir))
-    outcome = OutcomeSettings(s.timeout_scale, s.max_retries, s.sandbox, tuple(s.secrets))
+    outcome = OutcomeSettings(s.timeout_scale, s.max_retries, s.sandbox, tuple(s.secrets),
+                              tuple(s.interpreter_prefixes),
+                              tuple((p.field, p.program, p.sha256) for p in pins))
     filters = Filters(tuple(s.suites), tuple(s.task_ids), tuple(s.tags))
     plan = build_plan(taskset.tasks, entry.checkpoint_id, r.repeat, r.seed, outcome, filters,
                       Path(s.tasks_dir))
@@ -439,9 +477,10 @@ def gather_inputs(r: Resolved, home: Path, phase: Literal["start", "resume"], en
         tasks={t.id: t for t in taskset.tasks},
         plan=plan,
         policy_pin=pin_policy(s.policy_file),
-        level=resolve_level(s.sandbox),
+        level=level,
         secrets=secret_values(s.secrets, environ),
         home=home,
+        interpreters=pins,
     )
 
 
@@ -456,6 +495,21 @@ def refuse_other_inputs(manifest: RunManifest, inputs: Inputs, attempted: set[st
     if manifest.checkpoint.id != inputs.sealed.checkpoint_id:
         problems.append(Problem(None, f"checkpoint: bundle has {manifest.checkpoint.id}, "
                                       f"this command gives {inputs.sealed.checkpoint_id}"))
+    before_pins = {p.field: p for p in manifest.settings.interpreters}
+    for pin in inputs.interpreters:
+        was = before_pins.pop(pin.field, None)
+        if was is not None and was != pin:
+            problems.append(Problem(None, f"{pin.field}: the interpreter {was.program} "
+                                          f"(sha256 {was.sha256}) is now {pin.program} "
+                                          f"(sha256 {pin.sha256})"))
+        elif was is None:
+            problems.append(Problem(None, f"{pin.field}: resolves now to {pin.program} under "
+                                          f"--interpreter-prefix {pin.prefix}, not so when "
+                                          "the bundle began"))
+    for was in before_pins.values():
+        problems.append(Problem(None, f"{was.field}: resolved to {was.program} under "
+                                      f"--interpreter-prefix {was.prefix} when the bundle "
+                                      "began, no longer"))
     if manifest.policy_pin != inputs.policy_pin:
         before = manifest.policy_pin.digest if manifest.policy_pin else "none"
         after = inputs.policy_pin.digest if inputs.policy_pin else "none"
@@ -765,6 +819,7 @@ class Run:
             evidence_dir=self.out / ATTEMPTS_DIR / attempt_id,
             keep_workspace=self.settings.keep_workspaces,
             verifier_retries=self.settings.max_retries, cancel=self.stop.event,
+            interpreter_prefixes=tuple(Path(p) for p in self.settings.interpreter_prefixes),
         )
         return Launch(t, item.n, item.retries_left, spec)
 
@@ -920,7 +975,7 @@ def run_eval(req: RunRequest, home: Path, environ: Mapping[str, str],
         _bundle_state(out)
         resolved = resolve_settings(req, None)
         check_executor(resolved.settings.executor, resolved.settings.ray_address)
-        inputs = gather_inputs(resolved, home, "start", environ)
+        inputs = gather_inputs(resolved, home, "start", environ, out)
         with BundleLock(out, list(req.argv)):
             if (out / MANIFEST).exists():  # another process got here between the checks
                 raise invalid("another run created this bundle meanwhile", file=out,
@@ -930,7 +985,7 @@ def run_eval(req: RunRequest, home: Path, environ: Mapping[str, str],
         manifest = _bundle_state(out)
         resolved = resolve_settings(req, manifest)
         check_executor(resolved.settings.executor, resolved.settings.ray_address)
-        inputs = gather_inputs(resolved, home, "resume", environ)
+        inputs = gather_inputs(resolved, home, "resume", environ, out)
         assert manifest is not None
         for name in RUN_JSONL:
             cut_torn_tail(out / name)
@@ -948,7 +1003,7 @@ def check_executor(kind: str, ray_address: str | None = None) -> None:
 
 def _start(out: Path, req: RunRequest, r: Resolved, inputs: Inputs, reporter: Reporter,
            hooks: Hooks) -> RunSummary:
-    warnings = [inputs.level.warning] if inputs.level.warning else []
+    warnings = run_warnings(inputs)
     for w in warnings:
         reporter.warning(w)
     write_json_atomic(out / PROVENANCE, new_provenance(req.argv, warnings))
@@ -960,7 +1015,8 @@ def _start(out: Path, req: RunRequest, r: Resolved, inputs: Inputs, reporter: Re
         run_id=f"run-{pysecrets.token_hex(8)}", rig_version=__version__,
         checkpoint=CheckpointRef(id=inputs.sealed.checkpoint_id, name=inputs.sealed.name,
                                  sealed_at=inputs.sealed.sealed_at),
-        taskset=taskset_ref(inputs.taskset), repeat=r.repeat, seed=r.seed, settings=r.settings,
+        taskset=taskset_ref(inputs.taskset), repeat=r.repeat, seed=r.seed,
+        settings=r.settings.model_copy(update={"interpreters": inputs.interpreters}),
         subset=inputs.plan.subset, policy_pin=inputs.policy_pin, plan_digest=inputs.plan.digest,
         status="running", counts=book.counts(), seal_checks=[inputs.seal], history=history,  # type: ignore[arg-type]
         created_at=utcnow(),
@@ -968,6 +1024,19 @@ def _start(out: Path, req: RunRequest, r: Resolved, inputs: Inputs, reporter: Re
     write_json_atomic(out / MANIFEST, manifest)
     reporter.started(len(inputs.plan), 0)
     return _execute(out, manifest, r, inputs, book, book.to_run(), reporter, hooks, kept=0)
+
+
+def run_warnings(inputs: Inputs) -> list[str]:
+    """The sandbox warnings of this run, said on stderr and kept in the provenance."""
+    warnings = [inputs.level.warning] if inputs.level.warning else []
+    if inputs.level.level == "process" and os.geteuid() != 0:
+        # As root the agent gets an unprivileged uid of the pool (docs/attempts.md).
+        warnings.append(
+            f"under --sandbox process the agent runs as the rig's own user (uid {os.geteuid()}): "
+            f"it can write the rig's home ({inputs.home}) and every bundle that user may "
+            "write; run the rig as root (the agent then gets an unprivileged uid of its own) "
+            "or use --sandbox bwrap")
+    return warnings
 
 
 def _resume(out: Path, req: RunRequest, manifest: RunManifest, rows: BundleRows, r: Resolved,
@@ -980,15 +1049,16 @@ def _resume(out: Path, req: RunRequest, manifest: RunManifest, rows: BundleRows,
         # Nothing to do: leave a finished bundle byte for byte as it was.
         return RunSummary(manifest.run_id, manifest.status, manifest.counts, out, False, kept, 0)
     prov = read_json(out / PROVENANCE, Provenance)
-    new_warnings = [w for w in [inputs.level.warning] if w and w not in prov.sandbox_warnings]
-    for w in [inputs.level.warning] if inputs.level.warning else []:
+    new_warnings = [w for w in run_warnings(inputs) if w not in prov.sandbox_warnings]
+    for w in run_warnings(inputs):
         reporter.warning(w)
     prov = prov.model_copy(update={
         "sandbox_warnings": prov.sandbox_warnings + new_warnings,
         "resumes": prov.resumes + [Resume(at=utcnow(), kept=kept, rerun=len(to_run))]})
     write_json_atomic(out / PROVENANCE, prov)
     manifest = manifest.model_copy(update={
-        "settings": r.settings, "taskset": taskset_ref(inputs.taskset),
+        "settings": r.settings.model_copy(update={"interpreters": inputs.interpreters}),
+        "taskset": taskset_ref(inputs.taskset),
         "plan_digest": inputs.plan.digest, "status": "running", "counts": book.counts(),
         "seal_checks": manifest.seal_checks + [inputs.seal], "finished_at": None, "files": {}})
     write_json_atomic(out / MANIFEST, manifest)

@@ -11,9 +11,14 @@ Two levels:
     made by util-linux ``unshare --pid --fork --kill-child`` (plus ``--user
     --map-root-user`` when the rig is not root), resource limits through util-linux
     ``prlimit``, the workspace as its directory. The namespace dies with the agent, so
-    ``setsid`` children and double forks die too. It hides nothing from a determined
-    agent: it runs as the rig's user and can read the tasks, the verifiers and the rig's
-    home, write to the bundles, and reach the network. Under ``unshare --pid`` the agent
+    ``setsid`` children and double forks die too. When the rig is root and the launch is
+    an agent's (``unprivileged``), util-linux ``setpriv`` drops to the slot uid after
+    ``unshare`` and ``prlimit`` (so RLIMIT_NPROC counts the attempt's own processes): the
+    agent cannot write the rig's home or its bundles; the attempt root is chowned to it
+    and made 0700, and the rig's scratch folders on the way get search permission for
+    others (``_open_way``). It hides little from a determined agent: it reads what every
+    user may read (as the rig's user when the rig is not root: then it can also write
+    the home and the bundles), and reaches the network. Under ``unshare --pid`` the agent
     itself is PID 1 of its namespace, so a signal it sends *itself* without a handler is
     ignored, as for any init (signals from outside still kill it).
 
@@ -21,8 +26,9 @@ Two levels:
     bubblewrap: own mount, PID, IPC, UTS (and, unless ``network``, network) namespaces; an
     explicit view and nothing else: ``/usr`` read-only, the ``/bin``, ``/lib*``, ``/sbin``
     links as on the host, a few entries of ``/etc`` (`ETC_FILES`, as a world-readable copy
-    made once per rig process and bound as ``/etc``), the interpreter prefix
-    and ``ro_paths`` read-only, ``rw_paths`` read-write, each at its host path; a fresh
+    made once per rig process and bound as ``/etc``), ``ro_paths`` read-only (for an
+    agent: the operator's ``--interpreter-prefix`` directories, never one its checkpoint
+    chose; docs/attempts.md "What runs"), ``rw_paths`` read-write, each at its host path; a fresh
     ``/proc``, ``/dev``, ``/dev/shm`` and ``/tmp``. The tasks, the verifiers, other
     attempts, the bundles, ``$EVALRIG_HOME``, ``/root`` and ``/work`` are absent (only the
     empty directories leading down to a bound path exist). ``--die-with-parent``,
@@ -56,14 +62,16 @@ processes it adopted, by pidfd; anything else the rig's other code orphans would
 reparented to the rig (none does today).
 
 Chain per level (each helper execs in place; only bwrap and unshare stay as parents):
-``setpriv --pdeathsig KILL -- unshare --pid --fork --kill-child [prlimit ...] AGENT`` (the
-setpriv makes unshare die with the rig, as bwrap's ``--die-with-parent`` does) and, as root,
-``bwrap ... -- setpriv --reuid=U ... -- env -u PWD -- [LD_*=...] AGENT`` (bwrap always
+``setpriv --pdeathsig KILL -- unshare --pid --fork --kill-child [prlimit ...] [setpriv
+--reuid=U ... -- env -- [HELD=...]] AGENT`` (the first setpriv makes unshare die with the
+rig, as bwrap's ``--die-with-parent`` does; the bracketed drop as root) and, as root,
+``bwrap ... -- setpriv --reuid=U ... -- env -u PWD -- [HELD=...] AGENT`` (bwrap always
 sets ``PWD``; ``env`` takes it out again so that the environment is exactly the one given).
-bwrap and setpriv run as root, so they are started without the loader variables
-(``LD_*``, ``GLIBC_TUNABLES``, ... `_LOADER_VARS`) that a checkpoint's env could use to
-run code in them; the final ``env`` hands those to the agent alone. Under ``process`` the
-helpers run as the rig's user, as the agent does, so nothing is held back there.
+The helpers before the drop run as root, so they are started without the held variables:
+the loader's (``LD_*``, ``GLIBC_TUNABLES``, ... `_LOADER_VARS`; a checkpoint may set none
+of the first two, docs/attempts.md) and the names the caller holds for the agent
+(``agent_only``: the checkpoint's env); the final ``env`` hands them to the agent alone.
+Not root, the helpers run as the rig's user, as the agent does, so nothing is held back.
 """
 
 from __future__ import annotations
@@ -177,6 +185,12 @@ class Launch:
     redact: Mapping[str, bytes] | None = None  # secret name -> value, redacted when kept
     cancel: threading.Event | None = None  # set: kill everything now, interrupted=True
     bwrap_path: str | None = None  # from resolve_level(); None: find it again
+    # process as root: the agent too runs as the slot uid (an agent's launch; a task's
+    # verifier, the operator's code, keeps the rig's uid there)
+    unprivileged: bool = False
+    # names handed to the program alone (after the uid drop), never to the helpers before
+    # it that run as root: the checkpoint's env (docs/attempts.md "The agent's environment")
+    agent_only: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -375,7 +389,10 @@ def _become_subreaper() -> None:
 
 
 def interpreter_binds(argv0: str) -> list[Path]:
-    """The directories to bind read-only so that `argv0` can run inside bwrap.
+    """The directories to bind read-only so that a task verifier's `argv0` can run inside
+    bwrap. For the operator's own commands only: an agent's view gets the operator's
+    `--interpreter-prefix` directories instead, never a directory its checkpoint chose
+    (docs/attempts.md "What runs").
 
     argv0 is resolved against minimal_path(); every form of it outside /usr (the path
     itself, e.g. a venv's bin/python, and its realpath, e.g. a pyenv build) contributes its
@@ -405,6 +422,7 @@ def _visible_without_binds(path: Path) -> bool:
 
 
 def _slot_uid(slot: int) -> int | None:
+    """The pool's uid for this slot when the rig is root (one per concurrent slot)."""
     return BASE_UID + slot if _is_root() else None
 
 
@@ -574,7 +592,8 @@ def _rlimits(spec: Launch, own_uid: bool) -> list[tuple[int, int]]:
     return limits
 
 
-_PRLIMIT_FLAG = {resource.RLIMIT_AS: "--as", resource.RLIMIT_FSIZE: "--fsize"}
+_PRLIMIT_FLAG = {resource.RLIMIT_AS: "--as", resource.RLIMIT_FSIZE: "--fsize",
+                 resource.RLIMIT_NPROC: "--nproc"}
 
 
 def _prlimit(limits: list[tuple[int, int]]) -> list[str]:
@@ -626,11 +645,18 @@ def _loader_var(name: str) -> bool:
     return name.startswith("LD_") or name in _LOADER_VARS
 
 
-def _final_env(env: Mapping[str, str], loader: Mapping[str, str]) -> list[str]:
-    """`env` as the last helper: undo bwrap's PWD, hand the agent its loader variables.
+def _held(spec: Launch) -> dict[str, str]:
+    """The variables the helpers that run as root must not have: the loader's, and the
+    ones the caller names (the checkpoint's env, which a checkpoint wrote)."""
+    return {k: v for k, v in spec.env.items() if _loader_var(k) or k in spec.agent_only}
 
-    The loader variables travel in this argv (a path, not a secret, as a rule) so that
-    the helpers before it never have them in their environment.
+
+def _final_env(env: Mapping[str, str], loader: Mapping[str, str]) -> list[str]:
+    """`env` as the last helper: undo bwrap's PWD, hand the agent the held variables.
+
+    They travel in this argv (the checkpoint's pinned settings, no secret: a secret of
+    the same name takes the variable, so it is not held) so that the helpers before it
+    never have them in their environment.
     """
     unset = [] if "PWD" in env else ["-u", "PWD"]  # bwrap always sets PWD
     assign = [f"{k}={v}" for k, v in loader.items()]
@@ -647,18 +673,27 @@ def _plan(spec: Launch) -> _Plan:
         binds = [("ro", Path(p)) for p in spec.ro_paths] + [("rw", Path(p)) for p in spec.rw_paths]
         tmp_size = spec.disk_watch[1] if spec.disk_watch and _bwrap_has_size(bwrap) else None
         prefix = _bwrap_prefix(bwrap, spec.cwd, binds, spec.network, tmp_size)
-        loader = {k: v for k, v in spec.env.items() if _loader_var(k)}
-        chain = _setpriv(uid) + _final_env(spec.env, loader)
-        held = tuple(_rlimits(spec, own_uid=uid is not None))
+        held = _held(spec)
+        chain = _setpriv(uid) + _final_env(spec.env, held)
+        limits = tuple(_rlimits(spec, own_uid=uid is not None))
         argv = prefix + chain + list(spec.argv)
-        helpers_env = {k: v for k, v in spec.env.items() if k not in loader}
-        return _Plan(argv, None, "namespace", uid, True, held, helpers_env)
+        return _Plan(argv, None, "namespace", uid, True, limits,
+                     {k: v for k, v in spec.env.items() if k not in held})
     unshare = _unshare_argv()
-    limits = _prlimit(_rlimits(spec, own_uid=False))
+    uid = _slot_uid(spec.slot) if spec.unprivileged else None
+    limits_argv = _prlimit(_rlimits(spec, own_uid=uid is not None))
+    helpers_env: Mapping[str, str] | None = None
+    drop: list[str] = []
+    if uid is not None:
+        # As root: unshare and prlimit run as root, then setpriv drops to the slot uid, so
+        # the agent cannot write the rig's home or its bundles (docs/attempts.md).
+        held = _held(spec)
+        drop = _setpriv(uid) + _final_env(spec.env, held)
+        helpers_env = {k: v for k, v in spec.env.items() if k not in held}
+    tail = limits_argv + drop + list(spec.argv)
     if unshare is None:
-        return _Plan(_pdeathsig() + limits + list(spec.argv), spec.cwd, "subreaper", None)
-    argv = _pdeathsig() + unshare + limits + list(spec.argv)
-    return _Plan(argv, spec.cwd, "namespace", None)
+        return _Plan(_pdeathsig() + tail, spec.cwd, "subreaper", uid, env=helpers_env)
+    return _Plan(_pdeathsig() + unshare + tail, spec.cwd, "namespace", uid, env=helpers_env)
 
 
 _size_cache: dict[str, bool] = {}
@@ -698,7 +733,7 @@ def _unstartable(spec: Launch) -> str | None:
     if spec.level == "bwrap" and not _visible_in_sandbox(Path(path), spec):
         return (
             f"{argv0} resolves to {path}, which is not visible inside the bwrap sandbox; "
-            "bind its prefix read-only (sandbox.interpreter_binds)"
+            "name its installation with run --interpreter-prefix"
         )
     return None
 
@@ -737,6 +772,29 @@ def _chown_tree(root: Path, uid: int) -> None:
                 os.chown(entry.path, uid, uid, follow_symlinks=False)
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(Path(entry.path))
+
+
+def _open_way(spec: Launch, uid: int) -> str | None:
+    """Under process as root: make the attempt root the slot uid's alone, and let that uid
+    reach it by its host path (no view is made for it). The rig's own scratch folders on
+    the way (owned by the rig, below a temporary base) get search permission for others,
+    not listing; any other folder others cannot search is a reason not to start (why)."""
+    bases = [Path(b) for b in ("/dev/shm", tempfile.gettempdir(), os.environ.get("EVALRIG_SCRATCH"))
+             if b]
+    for root in spec.rw_paths:
+        os.chmod(root, 0o700)  # other attempts' uids may not look in
+        for parent in Path(root).parents:
+            st = os.stat(parent)
+            if st.st_mode & 0o001:
+                continue
+            if st.st_uid == os.geteuid() and any(parent != b and parent.is_relative_to(b)
+                                                 for b in bases):
+                os.chmod(parent, (st.st_mode & 0o7777) | 0o001)
+                continue
+            return (f"the agent's uid {uid} cannot reach its workspace {root}: {parent} is not "
+                    "searchable by other users (chmod o+x it, or point EVALRIG_SCRATCH at a "
+                    "folder under /tmp or /dev/shm)")
+    return None
 
 
 def _tree_bytes(root: Path) -> int:
@@ -803,6 +861,10 @@ def launch(spec: Launch) -> Finished:
         if plan.uid is not None:
             for root in spec.rw_paths:
                 _chown_tree(Path(root), plan.uid)
+            if spec.level == "process":
+                blocked = _open_way(spec, plan.uid)
+                if blocked is not None:
+                    return _failed(spec, blocked, "infra")
     except OSError as exc:
         return _failed(spec, f"preparing the sandbox: {exc}", "infra")
     except EvalrigError as exc:  # bwrap asked for, and none works here

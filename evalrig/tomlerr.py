@@ -230,6 +230,9 @@ def _walk(model: type[BaseModel], loc: tuple[int | str, ...]) -> _Where:
                 i += 1  # pydantic's tag element is not a key the user wrote
             i += 1
             continue
+        if part == "[key]":  # pydantic's mark of a dict key's own error: the key names it
+            i += 1
+            continue
         origin = typing.get_origin(current)
         args = typing.get_args(current)
         if isinstance(part, int):

@@ -92,6 +92,9 @@ class AttemptSpec:
     keep_workspace: bool
     verifier_retries: int
     cancel: threading.Event | None = None
+    # --interpreter-prefix: the only host directories beyond the system ones the agent sees
+    # (docs/attempts.md "What runs"); never one the checkpoint chose.
+    interpreter_prefixes: tuple[Path, ...] = ()
 
     @property
     def deadline_s(self) -> float:
@@ -322,7 +325,7 @@ def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, st
             env=env,
             level=spec.level,
             rw_paths=[ws.root],
-            ro_paths=sandbox.interpreter_binds(argv[0]),
+            ro_paths=list(spec.interpreter_prefixes),
             network=network_of(spec),
             timeout_s=timeout_s,
             max_output_bytes=max_output,
@@ -337,6 +340,9 @@ def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, st
             scan_for=scan_for,
             redact=_secret_bytes(spec),
             cancel=spec.cancel,
+            unprivileged=True,
+            agent_only=frozenset(k for k in spec.checkpoint.spec.agent.env
+                                 if env.get(k) == spec.checkpoint.spec.agent.env[k]),
         )
     )
 

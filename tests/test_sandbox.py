@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -844,3 +845,51 @@ def test_a_rig_that_is_not_root(level: str) -> None:
         assert tagged_alive(tag) == []
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+SYSTEM_PY = "/usr/bin/python3"
+
+
+def test_process_as_root_runs_the_agent_as_the_slot_uid(pbox: Box) -> None:
+    """An agent's launch under process as root drops to the pool's uid; the helpers before
+    the drop (root) see neither the loader variables nor the names held for the agent."""
+    if os.geteuid() != 0 or not os.path.exists(SYSTEM_PY):
+        pytest.skip("needs root and /usr/bin/python3")
+    spec = pbox.spec("sandbox_env.py", argv=[SYSTEM_PY, "-I", "sandbox_env.py"], ro_paths=[],
+                     unprivileged=True, slot=2)
+    spec = replace(spec, env={**spec.env, "LD_DEBUG": "libs", "MODEL": "m-1"},
+                   agent_only=frozenset({"MODEL"}))
+    finished = launch(spec)
+    seen = agent_json(pbox, finished)
+    assert (seen["uid"], seen["gid"]) == (sandbox.BASE_UID + 2, sandbox.BASE_UID + 2)
+    assert seen["env"] == dict(spec.env)
+    assert (pbox.root / "out").stat().st_uid == sandbox.BASE_UID + 2
+    assert stat.S_IMODE(pbox.root.stat().st_mode) == 0o700  # other slots' uids cannot look in
+    programs = {line.split("initialize program:")[1].strip()
+                for line in pbox.stderr().splitlines() if "initialize program:" in line}
+    assert programs == {SYSTEM_PY}  # the agent, and no helper before it
+    plan = sandbox._plan(spec)
+    assert plan.env is not None and "MODEL" not in plan.env and "LD_DEBUG" not in plan.env
+
+
+def test_process_as_root_cannot_write_outside_its_workspace(pbox: Box, tmp_path: Path) -> None:
+    if os.geteuid() != 0 or not os.path.exists(SYSTEM_PY):
+        pytest.skip("needs root and /usr/bin/python3")
+    target = tmp_path / "rig-file"
+    target.write_text("the rig's\n")
+    target.chmod(0o644)
+    ask = {"write": [str(target)]}
+    spec = pbox.spec("sandbox_probe.py", json.dumps(ask), unprivileged=True)
+    spec = replace(spec, argv=[SYSTEM_PY, "-I", "sandbox_probe.py", json.dumps(ask)], ro_paths=[])
+    launch(spec)
+    assert target.read_text() == "the rig's\n"
+
+
+def test_process_as_root_process_limit_counts_the_slot_uid(pbox: Box) -> None:
+    if os.geteuid() != 0 or not os.path.exists(SYSTEM_PY):
+        pytest.skip("needs root and /usr/bin/python3")
+    ask = json.dumps({"fork": 20})
+    spec = pbox.spec("sandbox_probe.py", ask, max_processes=8, slot=5, unprivileged=True)
+    seen = agent_json(pbox, launch(replace(spec, argv=[SYSTEM_PY, "-I", "sandbox_probe.py", ask],
+                                           ro_paths=[])))
+    assert seen["fork"]["started"] < 8 and seen["fork"]["failed"] > 0

@@ -179,8 +179,20 @@ def test_partial_reward_with_checks(tmp_path: Path) -> None:
     assert r.checks == {"format": True, "value": True}
 
 
+def _shared(tmp_path: Path) -> Path:
+    """A folder outside the workspace that the agent may write to: as root, under process,
+    the agent runs as an unprivileged uid of the pool, so only where others may write."""
+    d = tmp_path / "shared"
+    d.mkdir()
+    d.chmod(0o777)
+    for parent in d.parents:  # the rig opens its scratch's parents the same way (search only)
+        if parent.stat().st_uid == os.geteuid() and parent.is_relative_to(tmp_path.parent.parent):
+            parent.chmod(parent.stat().st_mode | 0o001)
+    return d
+
+
 def test_verifier_crashing_once_is_rerun_on_the_same_evidence(tmp_path: Path) -> None:
-    counter = tmp_path / "agent-runs"
+    counter = _shared(tmp_path) / "agent-runs"
     state = tmp_path / "verifier-crashed"
     spec, got = attempt(
         tmp_path, {"kind": "command", "command": ["python3", "check.py", "crash-once", str(state)]},
@@ -194,7 +206,7 @@ def test_verifier_crashing_once_is_rerun_on_the_same_evidence(tmp_path: Path) ->
 
 
 def test_verifier_always_crashing_is_infra_error(tmp_path: Path) -> None:
-    counter = tmp_path / "agent-runs"
+    counter = _shared(tmp_path) / "agent-runs"
     _, got = attempt(tmp_path, {"kind": "command", "command": ["python3", "check.py", "crash"]},
                      {"MODE": "answer", "ANSWER": "ok", "COUNTER": str(counter)},
                      with_verifier_script=True, retries=2)

@@ -135,6 +135,7 @@ def run(
     executor: Annotated[ExecutorChoice | None, typer.Option("--executor", help="Where attempts run (default local).")] = None,
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="The Ray cluster (with --executor ray); default RAY_ADDRESS, else auto.")] = None,
     secret: Annotated[list[str] | None, typer.Option("--secret", metavar="<name>", help="Pass this environment variable to the agent (repeatable).")] = None,
+    interpreter_prefix: Annotated[list[Path] | None, typer.Option("--interpreter-prefix", metavar="<dir>", help="An interpreter installation the agent's command may run from, shown to it read-only (repeatable; a pyenv or conda directory).")] = None,
     keep_workspaces: Annotated[bool, typer.Option("--keep-workspaces", help="Keep attempt workspaces.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Continue --out, taking every setting from its manifest.")] = False,
     suite: Annotated[list[str] | None, typer.Option("--suite", metavar="<suite>", help="Only this suite (repeatable; marks the run subset).")] = None,
@@ -161,7 +162,9 @@ def run(
         ray_address=ray_address,
         secrets=tuple(secret) if secret else None, keep_workspaces=keep_workspaces,
         suites=tuple(suite) if suite else None, task_ids=tuple(task) if task else None,
-        tags=tuple(tag) if tag else None, resume=resume, argv=tuple(["evalrig", *sys.argv[1:]]),
+        tags=tuple(tag) if tag else None,
+        interpreter_prefixes=tuple(map(str, interpreter_prefix)) if interpreter_prefix else None,
+        resume=resume, argv=tuple(["evalrig", *sys.argv[1:]]),
     )
     reporter: Any = BarReporter() if sys.stderr.isatty() and not json_out else PlainReporter()
     try:

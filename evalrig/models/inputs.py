@@ -8,6 +8,7 @@ Loaders (checkpoint.py, tasks.py, policy.py) read the files and turn pydantic er
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
@@ -28,13 +29,58 @@ SUITES: tuple[Suite, ...] = ("fixed", "fresh", "invariant")
 
 # -- checkpoint.toml ---------------------------------------------------------------------
 
+STARTUP_VARS = frozenset({
+    "BASH_ENV", "ENV", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONSTARTUP",
+    "PYTHONHOME", "GLIBC_TUNABLES",
+})
+"""Loader and shell start-up variables a checkpoint's `env` may not set (every `LD_*` too):
+each makes code run that is not the command, from a path the checkpoint chose
+(docs/attempts.md "The agent's environment")."""
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def refused_env_name(name: str) -> str | None:
+    """Why a checkpoint's env may not hold this variable, or None."""
+    if not _ENV_NAME.fullmatch(name):
+        return (f"{name!r} is not a variable name (letters, digits and _, not starting "
+                "with a digit)")
+    if name in STARTUP_VARS or name.startswith("LD_"):
+        return (f"{name} is a loader or start-up variable: it would run code that is not "
+                "the agent's command (refused: LD_*, " + ", ".join(sorted(STARTUP_VARS - {
+                    "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"})) + ")")
+    return None
+
+
+def _env_name(name: str) -> str:
+    why = refused_env_name(name)
+    if why is not None:
+        raise ValueError(why)
+    return name
+
+
+def _env_value(value: str) -> str:
+    if "\0" in value:
+        raise ValueError("holds a NUL character, which no environment variable can carry")
+    return value
+
+
+# A key's error is reported at `agent.env.<KEY>` (evalrig.tomlerr), a value's likewise.
+EnvName = Annotated[str, AfterValidator(_env_name)]
+EnvValue = Annotated[str, AfterValidator(_env_value)]
+
 
 class AgentSection(HandWritten):
     command: list[str] = Field(min_length=1, description="argv run once per attempt, in agent/.")
     estimate: list[str] | None = Field(
         default=None, min_length=1, description="argv run before the attempt; prints one JSON object."
     )
-    env: dict[str, str] = Field(default_factory=dict, description="Pinned settings; part of identity.")
+    env: dict[EnvName, EnvValue] = Field(
+        default_factory=dict,
+        description="Pinned settings; part of identity. Names are [A-Za-z_][A-Za-z0-9_]*; "
+        "loader and start-up variables (LD_*, BASH_ENV, ENV, PYTHONSTARTUP, PYTHONHOME, "
+        "GLIBC_TUNABLES) are refused.",
+    )
     network: bool = Field(default=False, description="The agent may reach the network.")
 
 

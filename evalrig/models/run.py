@@ -51,6 +51,16 @@ class TasksetRef(Strict):
     fresh_created_at: dict[TaskId, Timestamp] = Field(default_factory=dict)
 
 
+class InterpreterPin(Strict):
+    """A command that resolved under an `--interpreter-prefix`: the program's digest, checked
+    again at every start and resume of the run (docs/attempts.md "What runs")."""
+
+    field: Literal["agent.command", "agent.estimate"]
+    prefix: str
+    program: str = Field(description="The program's real path (every link followed).")
+    sha256: Digest
+
+
 class RunSettings(Strict):
     """Every option of `run`. `OUTCOME_SETTINGS` may not change on resume."""
 
@@ -68,6 +78,12 @@ class RunSettings(Strict):
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     keep_workspaces: bool = False
+    interpreter_prefixes: list[str] = Field(
+        default_factory=list, description="--interpreter-prefix: directories bound read-only "
+        "for the agent's interpreter (resolved paths).")
+    interpreters: list[InterpreterPin] = Field(
+        default_factory=list, description="Commands that resolved under an interpreter prefix, "
+        "with the program's digest.")
 
 
 MAY_CHANGE_ON_RESUME = frozenset({"jobs", "executor", "ray_address", "keep_workspaces"})
