@@ -78,16 +78,20 @@ import select
 import selectors
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
+from evalrig import egress as egress_proxy
 from evalrig.errors import EvalrigError, ExitCode
+from evalrig.models.run import NetworkConnection
 from evalrig.streams import CappedSink, StreamScanner, scan
 
 __all__ = [
@@ -97,6 +101,7 @@ __all__ = [
     "Launch",
     "Level",
     "containment_for",
+    "egress_enforced",
     "LevelChoice",
     "StreamScanner",
     "interpreter_binds",
@@ -107,6 +112,7 @@ __all__ = [
 ]
 
 Level = Literal["bwrap", "process"]
+T = TypeVar("T")
 
 BASE_UID = 61000
 """Under bwrap as root, slot N runs as uid/gid BASE_UID + N."""
@@ -162,7 +168,7 @@ class Launch:
     level: Level
     rw_paths: Sequence[Path]  # bound read-write under bwrap (the attempt root)
     ro_paths: Sequence[Path]  # extra read-only binds (verifier dir, evidence, interpreter)
-    network: bool  # False: own network namespace under bwrap; True: the recorded hole
+    network: bool  # True: the host's network (a command verifier's setting); never an agent's
     timeout_s: float  # wall-clock limit
     max_output_bytes: int  # cap on stdout and on stderr each; the excess is dropped
     stdout_path: Path
@@ -177,6 +183,9 @@ class Launch:
     redact: Mapping[str, bytes] | None = None  # secret name -> value, redacted when kept
     cancel: threading.Event | None = None  # set: kill everything now, interrupted=True
     bwrap_path: str | None = None  # from resolve_level(); None: find it again
+    # The operator's grant (--allow-host values): an egress proxy reached at
+    # evalrig.egress.PROXY_ADDRESS inside the sandbox's own network namespace. None: no proxy.
+    egress: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -216,6 +225,9 @@ class Finished:
     network: bool
     error: str | None = None
     error_kind: Literal["agent", "infra"] | None = None
+    # The egress proxy's records (spec.egress given and enforced); None: no proxy ran.
+    egress: tuple[NetworkConnection, ...] | None = None
+    egress_hosts: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- levels
@@ -342,6 +354,42 @@ def _unshare_argv() -> list[str] | None:
                     break
         _unshare_cache.append(found)
         return found
+
+
+_unshare_net_cache: list[bool] = []
+
+
+def _unshare_net() -> list[str]:
+    """["--net"] where the `unshare` of _unshare_argv() can also make a network namespace.
+
+    Under `process` an agent without a grant gets a network namespace of its own (its
+    loopback down: nothing to reach, not even the host's loopback listeners); an agent
+    with one joins the namespace the rig made for its proxy instead (_egress_netns).
+    """
+    unshare = _unshare_argv()
+    if unshare is None:
+        return []
+    with _probe_lock:
+        if not _unshare_net_cache:
+            argv = [*unshare[:-2], "--net", *unshare[-2:], "/bin/true"]
+            try:
+                ok = subprocess.run(argv, capture_output=True, env={}, timeout=10).returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                ok = False
+            _unshare_net_cache.append(ok)
+        return ["--net"] if _unshare_net_cache[0] else []
+
+
+def egress_enforced(level: Level) -> bool:
+    """Whether a network grant at this level goes through the egress proxy (else: unenforced).
+
+    bwrap: always (the proxy's socket is bound inside the sandbox's namespace). process:
+    when the rig is root and util-linux `nsenter` is there, so the rig can make the
+    agent's network namespace itself and the agent can be put into it.
+    """
+    if level == "bwrap":
+        return True
+    return _is_root() and _tool("nsenter") is not None
 
 
 def containment_for(level: Level) -> Literal["namespace", "subreaper"]:
@@ -612,6 +660,7 @@ class _Plan:
     handshake: bool = False  # bwrap: --info-fd (its init's host pid) and --block-fd
     rlimits: tuple[tuple[int, int], ...] = ()  # set on bwrap's init while it is held
     env: Mapping[str, str] | None = None  # the helpers' environment; None: spec.env
+    netns_at: int | None = None  # process + egress: where `nsenter --net=...` goes in argv
 
 
 # Variables that make the dynamic loader or libc load code or data: the agent may set
@@ -655,10 +704,17 @@ def _plan(spec: Launch) -> _Plan:
         return _Plan(argv, None, "namespace", uid, True, held, helpers_env)
     unshare = _unshare_argv()
     limits = _prlimit(_rlimits(spec, own_uid=False))
+    top = _pdeathsig()
+    # A grant the rig can enforce: the agent joins the namespace the rig made for its proxy
+    # (nsenter goes right after the top helper). Unenforced (egress_enforced): the host's.
+    proxied = spec.egress is not None and egress_enforced("process")
+    netns_at = len(top) if proxied else None
     if unshare is None:
-        return _Plan(_pdeathsig() + limits + list(spec.argv), spec.cwd, "subreaper", None)
-    argv = _pdeathsig() + unshare + limits + list(spec.argv)
-    return _Plan(argv, spec.cwd, "namespace", None)
+        return _Plan(top + limits + list(spec.argv), spec.cwd, "subreaper", None,
+                     netns_at=netns_at)
+    net = [] if spec.network or spec.egress is not None else _unshare_net()
+    argv = top + unshare[:-2] + net + unshare[-2:] + limits + list(spec.argv)
+    return _Plan(argv, spec.cwd, "namespace", None, netns_at=netns_at)
 
 
 _size_cache: dict[str, bool] = {}
@@ -832,12 +888,20 @@ class _Run:
             "stderr": CappedSink(spec.stderr_path, spec.max_output_bytes, secrets),
         }
         scanners = {name: StreamScanner(spec.scan_for) for name in sinks}
-        shake = _Handshake(self.plan.rlimits) if self.plan.handshake else None
+        egress = _Egress(spec.egress) if spec.egress is not None and (
+            self.plan.handshake or self.plan.netns_at is not None) else None
+        shake = _Handshake(self.plan.rlimits, egress) if self.plan.handshake else None
         argv = self.plan.argv
         if shake is not None:
             argv = [argv[0], *shake.args(), *argv[1:]]
         start = time.monotonic()
         try:
+            pass_fds = shake.child_fds() if shake else ()
+            if egress is not None and self.plan.netns_at is not None:
+                netns = egress.own_namespace()
+                at = self.plan.netns_at
+                argv = [*argv[:at], *_nsenter(netns), *argv[at:]]
+                pass_fds = (netns,)
             try:
                 proc = subprocess.Popen(
                     argv,
@@ -847,11 +911,13 @@ class _Run:
                     env=dict(self.plan.env if self.plan.env is not None else spec.env),
                     cwd=self.plan.popen_cwd,
                     start_new_session=True,
-                    pass_fds=shake.child_fds() if shake else (),
+                    pass_fds=pass_fds,
                 )
             finally:
                 if shake is not None:
                     shake.spawned()
+                if egress is not None:
+                    egress.spawned()
             self.proc = proc
             status, usages = self._supervise(proc, sinks, scanners, start, shake)
         finally:
@@ -861,6 +927,8 @@ class _Run:
                 os.close(fd)
             if shake is not None:
                 shake.close()
+            if egress is not None:
+                egress.close()  # every connection ends with the attempt
         if shake is not None and shake.pid is None and self.killed_for is None:
             # bwrap ended before it made the sandbox: the agent never ran.
             text = spec.stderr_path.read_bytes()[-2000:].decode(errors="replace").strip()
@@ -888,6 +956,8 @@ class _Run:
             containment=self.plan.containment,
             level=spec.level,
             network=spec.network,
+            egress=egress.records() if egress is not None else None,
+            egress_hosts=tuple(egress.hosts()) if egress is not None else (),
         )
 
     def _decode(self, status: int) -> tuple[int | None, int | None]:
@@ -1061,10 +1131,11 @@ class _Handshake:
     attempt, then releases it.
     """
 
-    def __init__(self, rlimits: tuple[tuple[int, int], ...]) -> None:
+    def __init__(self, rlimits: tuple[tuple[int, int], ...], egress: _Egress | None = None) -> None:
         self.rlimits = rlimits
+        self.egress = egress
         self.info_r, self._info_w = os.pipe()
-        self._block_r, self._block_w = os.pipe() if rlimits else (-1, -1)
+        self._block_r, self._block_w = os.pipe() if rlimits or egress else (-1, -1)
         self._text = b""
         self._read_all = False
         self.pid: int | None = None
@@ -1098,6 +1169,8 @@ class _Handshake:
             try:
                 for which, value in self.rlimits:
                     resource.prlimit(self.pid, which, (value, value))
+                if self.egress is not None:
+                    self.egress.serve(_listener_in(self.pid))
             except ProcessLookupError:
                 return False  # it died already
             # Any other failure propagates: launch() kills the held sandbox, an infra error.
@@ -1129,6 +1202,184 @@ class _Handshake:
             if fd >= 0:
                 os.close(fd)
                 setattr(self, name, -1)
+
+
+# --------------------------------------------------------------------------- egress
+
+_CLONE_NEWNET = 0x40000000
+_CLONE_NEWUSER = 0x10000000
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+_IFREQ = "16sh14x"
+_FD_WAIT_S = 10.0
+
+
+class _Egress:
+    """One launch's proxy: the listening socket inside the agent's network namespace, and
+    the session (evalrig.egress) serving it from the rig's side."""
+
+    def __init__(self, allow: tuple[str, ...]) -> None:
+        self.allow = allow
+        self.session: egress_proxy.Session | None = None
+        self._netns = -1
+
+    def own_namespace(self) -> int:
+        """process: a new network namespace with the proxy's listener; its fd for nsenter."""
+        self._netns, listener = _new_netns_listener()
+        self.serve(listener)
+        return self._netns
+
+    def spawned(self) -> None:
+        """After the spawn: nsenter holds the namespace now (and the agent, after it)."""
+        if self._netns >= 0:
+            os.close(self._netns)
+            self._netns = -1
+
+    def serve(self, listener: socket.socket) -> None:
+        try:
+            self.session = egress_proxy.open_session(listener, self.allow)
+        except BaseException:
+            listener.close()
+            raise
+
+    def records(self) -> tuple[NetworkConnection, ...]:
+        return tuple(self.session.records) if self.session is not None else ()
+
+    def hosts(self) -> list[str]:
+        return self.session.hosts() if self.session is not None else []
+
+    def close(self) -> None:
+        self.spawned()
+        if self.session is not None:
+            self.session.close()
+
+
+def _nsenter(netns_fd: int) -> list[str]:
+    """util-linux nsenter into the namespace the rig holds open as `netns_fd` (inherited)."""
+    nsenter = _tool("nsenter")
+    assert nsenter is not None  # egress_enforced("process") checked it
+    return [nsenter, f"--net=/proc/self/fd/{netns_fd}", "--"]
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _loopback_up() -> None:
+    """Bring `lo` up in the calling thread's network namespace (a new one has it down)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        got = fcntl.ioctl(s.fileno(), _SIOCGIFFLAGS, struct.pack(_IFREQ, b"lo", 0))
+        flags = struct.unpack(_IFREQ, got)[1]
+        if not flags & _IFF_UP:
+            fcntl.ioctl(s.fileno(), _SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | _IFF_UP))
+
+
+def _proxy_listener() -> socket.socket:
+    """The proxy's listening socket, made in the calling thread's network namespace."""
+    _loopback_up()
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.bind(egress_proxy.PROXY_ADDRESS)
+        listener.listen(64)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
+
+
+def _on_thread(work: Callable[[], T]) -> T:
+    """Run `work` on a fresh thread and return its value. Network namespaces belong to a
+    thread: the one that entered another dies with it, and the rig's stay where they were."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as e:  # handed to the caller
+            box["error"] = e
+
+    thread = threading.Thread(target=run, name="evalrig-netns")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+def _new_netns_listener() -> tuple[int, socket.socket]:
+    """A new network namespace (loopback up) and the proxy's listener in it (root only)."""
+
+    def make() -> tuple[int, socket.socket]:
+        _check(_libc().unshare(_CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+        fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return fd, _proxy_listener()
+        except BaseException:
+            os.close(fd)
+            raise
+
+    return _on_thread(make)
+
+
+def _listener_in(pid: int) -> socket.socket:
+    """The proxy's listener bound inside the network namespace of bwrap's init `pid`.
+
+    The init is held on --block-fd, so nothing of the agent's runs there yet. Where the
+    namespace belongs to the rig's own user namespace (bwrap as root), a thread enters it;
+    else (bwrap in a user namespace) only a single-threaded process may enter that user
+    namespace first, so a forked child does, and sends the socket back (SCM_RIGHTS).
+    """
+    net = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if os.stat(f"/proc/{pid}/ns/user").st_ino == os.stat("/proc/self/ns/user").st_ino:
+            def enter() -> socket.socket:
+                _check(_libc().setns(net, _CLONE_NEWNET), "setns(network namespace)")
+                return _proxy_listener()
+
+            return _on_thread(enter)
+        return _listener_by_fork(pid, net)
+    finally:
+        os.close(net)
+
+
+def _listener_by_fork(pid: int, net: int) -> socket.socket:
+    user = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    libc = _libc()  # loaded before the fork: the child only calls into it
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        child = os.fork()
+        if child == 0:  # pragma: no cover - runs in the forked child
+            code = 1
+            try:
+                ours.close()
+                if os.stat("/proc/self/ns/user").st_ino != os.fstat(user).st_ino:
+                    _check(libc.setns(user, _CLONE_NEWUSER), "setns(user namespace)")
+                _check(libc.setns(net, _CLONE_NEWNET), "setns(network namespace)")
+                listener = _proxy_listener()
+                socket.send_fds(theirs, [b"L"], [listener.fileno()])
+                code = 0
+            finally:
+                os._exit(code)
+        theirs.close()
+        ours.settimeout(_FD_WAIT_S)
+        try:
+            _, fds, _, _ = socket.recv_fds(ours, 1, 1)
+        finally:
+            os.waitpid(child, 0)
+        if not fds:
+            raise OSError(f"could not bind the egress proxy inside the sandbox of pid {pid}")
+        return socket.socket(fileno=fds[0])
+    finally:
+        ours.close()
+        theirs.close()
+        os.close(user)
 
 
 def _child_pid(info: bytes) -> int | None:
