@@ -41,14 +41,22 @@ class OutcomeSettings:
     max_retries: int
     sandbox: str  # as requested: auto | bwrap | process
     secrets: tuple[str, ...]  # names only
+    allow_network: bool = False  # --allow-network
+    allow_hosts: tuple[str, ...] = ()  # --allow-host, normalised
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "timeout_scale": self.timeout_scale,
             "max_retries": self.max_retries,
             "sandbox": self.sandbox,
             "secrets": sorted(self.secrets),
         }
+        # Only when given: a run without a network grant keeps the inputs ids it always had.
+        if self.allow_network:
+            out["allow_network"] = True
+        if self.allow_hosts:
+            out["allow_hosts"] = sorted(set(self.allow_hosts))
+        return out
 
 
 @dataclass(frozen=True)

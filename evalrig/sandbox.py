@@ -87,11 +87,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from evalrig import egress as egress_proxy
 from evalrig.errors import EvalrigError, ExitCode
-from evalrig.models.run import NetworkConnection
 from evalrig.streams import CappedSink, StreamScanner, scan
 
 __all__ = [
@@ -110,6 +108,10 @@ __all__ = [
     "resolve_level",
     "scan",
 ]
+
+if TYPE_CHECKING:  # the egress proxy needs pydantic; a launch without one must not
+    from evalrig.egress import Session
+    from evalrig.models.run import NetworkConnection
 
 Level = Literal["bwrap", "process"]
 T = TypeVar("T")
@@ -1213,6 +1215,7 @@ _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
 _IFREQ = "16sh14x"
 _FD_WAIT_S = 10.0
+_PROXY_ADDRESS = ("127.0.0.1", 3128)  # evalrig.egress.PROXY_ADDRESS (tests check they agree)
 
 
 class _Egress:
@@ -1221,7 +1224,7 @@ class _Egress:
 
     def __init__(self, allow: tuple[str, ...]) -> None:
         self.allow = allow
-        self.session: egress_proxy.Session | None = None
+        self.session: Session | None = None
         self._netns = -1
 
     def own_namespace(self) -> int:
@@ -1237,8 +1240,10 @@ class _Egress:
             self._netns = -1
 
     def serve(self, listener: socket.socket) -> None:
+        from evalrig.egress import open_session
+
         try:
-            self.session = egress_proxy.open_session(listener, self.allow)
+            self.session = open_session(listener, self.allow)
         except BaseException:
             listener.close()
             raise
@@ -1286,7 +1291,7 @@ def _proxy_listener() -> socket.socket:
     _loopback_up()
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
-        listener.bind(egress_proxy.PROXY_ADDRESS)
+        listener.bind(_PROXY_ADDRESS)
         listener.listen(64)
     except BaseException:
         listener.close()

@@ -136,6 +136,8 @@ def run(
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="The Ray cluster (with --executor ray); default RAY_ADDRESS, else auto.")] = None,
     secret: Annotated[list[str] | None, typer.Option("--secret", metavar="<name>", help="Pass this environment variable to the agent (repeatable).")] = None,
     keep_workspaces: Annotated[bool, typer.Option("--keep-workspaces", help="Keep attempt workspaces.")] = False,
+    allow_network: Annotated[bool, typer.Option("--allow-network", help="Grant the network to a checkpoint or task that says network = true (through the egress proxy; else refused, exit 4).")] = False,
+    allow_host: Annotated[list[str] | None, typer.Option("--allow-host", metavar="<host[:port]>", help="With --allow-network: a host the agent may reach through the egress proxy, any port unless one is named (repeatable; none: no host).")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue --out, taking every setting from its manifest.")] = False,
     suite: Annotated[list[str] | None, typer.Option("--suite", metavar="<suite>", help="Only this suite (repeatable; marks the run subset).")] = None,
     task: Annotated[list[str] | None, typer.Option("--task", metavar="<id>", help="Only this task id (repeatable; marks the run subset).")] = None,
@@ -162,6 +164,9 @@ def run(
         secrets=tuple(secret) if secret else None, keep_workspaces=keep_workspaces,
         suites=tuple(suite) if suite else None, task_ids=tuple(task) if task else None,
         tags=tuple(tag) if tag else None, resume=resume, argv=tuple(["evalrig", *sys.argv[1:]]),
+        # None when not given: with --resume the manifest's value stands
+        allow_network=True if allow_network else None,
+        allow_hosts=tuple(allow_host) if allow_host else None,
     )
     reporter: Any = BarReporter() if sys.stderr.isatty() and not json_out else PlainReporter()
     try:
