@@ -13,12 +13,15 @@ Two levels:
     ``prlimit``, the workspace as its directory. The namespace dies with the agent, so
     ``setsid`` children and double forks die too. It hides nothing from a determined
     agent: it runs as the rig's user and can read the tasks, the verifiers and the rig's
-    home, write to the bundles, and reach the network. Under ``unshare --pid`` the agent
+    home, write to the bundles. Its network is a namespace of its own (``unshare --net``,
+    loopback down) where unshare can make one, or, with ``egress``, the namespace the rig
+    made for its proxy (below). Under ``unshare --pid`` the agent
     itself is PID 1 of its namespace, so a signal it sends *itself* without a handler is
     ignored, as for any init (signals from outside still kill it).
 
 ``bwrap``
-    bubblewrap: own mount, PID, IPC, UTS (and, unless ``network``, network) namespaces; an
+    bubblewrap: own mount, PID, IPC, UTS and network namespaces (``network=True``, a
+    command verifier's setting, alone shares the host's network); an
     explicit view and nothing else: ``/usr`` read-only, the ``/bin``, ``/lib*``, ``/sbin``
     links as on the host, a few entries of ``/etc`` (`ETC_FILES`, as a world-readable copy
     made once per rig process and bound as ``/etc``), the interpreter prefix
@@ -32,7 +35,16 @@ Two levels:
     the attempt's own processes); ``rw_paths`` are chowned to that uid first. When the rig
     is not root, bubblewrap uses a user namespace and the agent keeps the rig's uid. It does
     not isolate: CPU time and memory bandwidth, the kernel's attack surface, ``/usr``
-    contents (readable), and with ``network=True`` the network (the one recorded hole).
+    contents (readable), and with ``network=True`` the network.
+
+Egress (``Launch.egress``, the operator's network grant; docs/security-network.md): the
+agent keeps its own network namespace, and the rig binds the egress proxy's listening
+socket (evalrig.egress.PROXY_ADDRESS) *inside* it before the agent starts: under bwrap
+while bwrap's init is held on ``--block-fd`` (a thread enters the namespace with setns; where
+bwrap made a user namespace, a forked child enters both and passes the socket back with
+SCM_RIGHTS); under ``process`` (root only, `egress_enforced`) in a namespace the rig makes
+on a thread, which ``nsenter --net=/proc/self/fd/N`` puts the agent in. The proxy serves
+the socket from the rig's process and ends every connection when launch() returns.
 
 Where no PID namespace can be made, the rig becomes a child subreaper, kills every
 adopted process whose environment carries ``EVALRIG_ATTEMPT_ID=<attempt_tag>`` and reports
