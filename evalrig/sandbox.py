@@ -1142,7 +1142,8 @@ class _Handshake:
     bwrap writes the host pid of its init to the info pipe and closes it; the init then
     waits on the block pipe before it forks the agent. The rig sets the rlimits on the
     init in that pause (the agent inherits them), which spares a `prlimit` exec per
-    attempt, then releases it.
+    attempt, and binds the egress proxy's listener inside the sandbox's network namespace
+    when the launch has a grant (`_listener_in`), then releases it.
     """
 
     def __init__(self, rlimits: tuple[tuple[int, int], ...], egress: _Egress | None = None) -> None:
