@@ -32,7 +32,7 @@ from pathlib import Path
 
 from evalrig.streams import Redactor, StreamScanner
 
-RESERVED_TOP = frozenset({"stdout.txt", "stderr.txt", "verifier"})
+RESERVED_TOP = frozenset({"stdout.txt", "stderr.txt", "verifier", "network.jsonl"})
 _CHUNK = 1 << 20
 
 

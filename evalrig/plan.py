@@ -43,6 +43,8 @@ class OutcomeSettings:
     secrets: tuple[str, ...]  # names only
     interpreter_prefixes: tuple[str, ...] = ()  # --interpreter-prefix, resolved
     interpreters: tuple[tuple[str, str, str], ...] = ()  # (field, program, sha256) per command
+    allow_network: bool = False  # --allow-network
+    allow_hosts: tuple[str, ...] = ()  # --allow-host, normalised
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -57,6 +59,11 @@ class OutcomeSettings:
         if self.interpreters:
             out["interpreters"] = [{"field": f, "program": p, "sha256": d}
                                    for f, p, d in sorted(self.interpreters)]
+        # Only when given: a run without a network grant keeps the inputs ids it always had.
+        if self.allow_network:
+            out["allow_network"] = True
+        if self.allow_hosts:
+            out["allow_hosts"] = sorted(set(self.allow_hosts))
         return out
 
 

@@ -43,7 +43,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -128,6 +128,8 @@ class RunRequest:
     interpreter_prefixes: tuple[str, ...] | None = None
     resume: bool = False
     argv: tuple[str, ...] = ()
+    allow_network: bool | None = None
+    allow_hosts: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -211,6 +213,8 @@ FLAG = {
     "ray_address": "--ray-address",
     "keep_workspaces": "--keep-workspaces",
     "interpreter_prefixes": "--interpreter-prefix",
+    "allow_network": "--allow-network",
+    "allow_hosts": "--allow-host",
 }
 
 
@@ -239,8 +243,25 @@ def _given(req: RunRequest) -> dict[str, Any]:
         "keep_workspaces": req.keep_workspaces,
         "interpreter_prefixes": (sorted({str(Path(p).resolve()) for p in req.interpreter_prefixes})
                                  if req.interpreter_prefixes else None),
+        "allow_network": req.allow_network,
+        "allow_hosts": allow_hosts(req.allow_hosts) if req.allow_hosts else None,
     }
     return {k: v for k, v in vals.items() if v is not None}
+
+
+def allow_hosts(values: Sequence[str]) -> list[str]:
+    """`--allow-host` values normalised and sorted; a malformed one is a usage error (exit 2)."""
+    from evalrig.egress import parse_allow_host
+
+    out = set()
+    for value in values:
+        try:
+            out.add(parse_allow_host(value))
+        except ValueError as e:
+            raise UsageError(f"--allow-host {e}",
+                             hint="give a host name or an IP address, with an optional port "
+                             "1..65535: --allow-host api.example.com:443") from None
+    return sorted(out)
 
 
 def _defaults() -> dict[str, Any]:
@@ -260,6 +281,8 @@ def _defaults() -> dict[str, Any]:
         "ray_address": None,
         "keep_workspaces": False,
         "interpreter_prefixes": [],
+        "allow_network": False,
+        "allow_hosts": [],
     }
 
 
@@ -289,6 +312,10 @@ def resolve_settings(req: RunRequest, manifest: RunManifest | None) -> Resolved:
             raise UsageError(f"{flag} is required to start a run",
                              hint="give --checkpoint DIR --tasks DIR, or --resume to continue a bundle")
     refuse_nesting(Path(req.out), Path(vals["checkpoint_dir"]), Path(vals["tasks_dir"]))
+    if vals["allow_hosts"] and not vals["allow_network"]:
+        raise UsageError("--allow-host needs --allow-network",
+                         hint="the operator grants the network with --allow-network, then names "
+                         "each host it may reach with --allow-host HOST[:PORT]")
     repeat, seed = vals.pop("repeat"), vals.pop("seed")
     try:
         settings = RunSettings(**vals)
@@ -374,6 +401,7 @@ class Inputs:
     secrets: dict[str, str]
     home: Path
     interpreters: list[InterpreterPin] = field(default_factory=list)
+    network_warning: str | None = None
 
 
 def seal_check(dir: Path, home: Path, phase: Literal["start", "resume", "end"]) -> tuple[SealCheck, Any, EvalrigError | None]:
@@ -404,8 +432,10 @@ def pin_policy(path: str | None) -> PolicyPin | None:
 
 RIG_SET = frozenset({"PATH", "HOME", "LANG", "TMPDIR", "EVALRIG_PROMPT", "EVALRIG_WORK",
                      "EVALRIG_OUT", "EVALRIG_TASK_ID", "EVALRIG_ATTEMPT_ID", "EVALRIG_DEADLINE_S",
-                     "EVALRIG_SEED"})
-"""Variables the rig gives the agent itself (DESIGN §4), beside the canary's."""
+                     "EVALRIG_SEED", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
+                     "https_proxy", "all_proxy"})
+"""Variables the rig gives the agent itself (DESIGN §4), beside the canary's; the proxy's
+(evalrig.egress.PROXY_VARS) when the operator grants the network."""
 
 
 def secret_values(names: list[str], environ: Mapping[str, str]) -> dict[str, str]:
@@ -464,24 +494,68 @@ def gather_inputs(r: Resolved, home: Path, phase: Literal["start", "resume"],
     pins = pin_interpreters(checkpoint, s, home, out, level)
     taskset = load_taskset(Path(s.tasks_dir))
     outcome = OutcomeSettings(s.timeout_scale, s.max_retries, s.sandbox, tuple(s.secrets),
-                              tuple(s.interpreter_prefixes),
-                              tuple((p.field, p.program, p.sha256) for p in pins))
+                              interpreter_prefixes=tuple(s.interpreter_prefixes),
+                              interpreters=tuple((p.field, p.program, p.sha256) for p in pins),
+                              allow_network=s.allow_network, allow_hosts=tuple(s.allow_hosts))
     filters = Filters(tuple(s.suites), tuple(s.task_ids), tuple(s.tags))
     plan = build_plan(taskset.tasks, entry.checkpoint_id, r.repeat, r.seed, outcome, filters,
                       Path(s.tasks_dir))
+    tasks = {t.id: t for t in taskset.tasks}
+    asking = refuse_ungranted_network(checkpoint, [tasks[i] for i in plan.task_ids], s.allow_network)
+    level = resolve_level(s.sandbox)
     return Inputs(
         checkpoint=checkpoint,
         seal=check,
         sealed=entry,
         taskset=taskset,
-        tasks={t.id: t for t in taskset.tasks},
+        tasks=tasks,
         plan=plan,
         policy_pin=pin_policy(s.policy_file),
         level=level,
         secrets=secret_values(s.secrets, environ),
         home=home,
         interpreters=pins,
+        network_warning=network_warning(level.level, s.allow_network and asking),
     )
+
+
+def refuse_ungranted_network(checkpoint: Any, tasks: Sequence[Any], granted: bool) -> bool:
+    """Whether the checkpoint or a planned task says network = true; without the operator's
+    --allow-network that is refused before the first attempt (exit 4, naming each file).
+
+    The network is the operator's grant, never the checkpoint's (docs/security-network.md)."""
+    from evalrig.checkpoint import CHECKPOINT_TOML
+
+    problems = []
+    if checkpoint.spec.agent.network:
+        problems.append(Problem(str(checkpoint.dir / CHECKPOINT_TOML),
+                                "network = true: the agent asks for the network", field="agent.network"))
+    for task in tasks:
+        if task.spec.network:
+            problems.append(Problem(str(task.dir / "task.toml"),
+                                    "network = true: the task asks for the network", field="network"))
+    if problems and not granted:
+        first = problems[0]
+        raise invalid(
+            f"{first.file}: {first.field} = true, and the operator has not granted the network",
+            file=first.file, field=first.field, problems=problems,
+            hint="the network is the operator's grant, never the checkpoint's: to let this agent "
+            "reach chosen hosts, run again with --allow-network --allow-host HOST[:PORT] "
+            "(repeatable; the egress proxy lets it reach only those); else set network = false",
+        )
+    return bool(problems)
+
+
+def network_warning(level: str, networked: bool) -> str | None:
+    """Said on stderr and in the provenance when a grant cannot go through the egress proxy."""
+    from evalrig.sandbox import egress_enforced
+
+    if not networked or egress_enforced(level):  # type: ignore[arg-type]
+        return None
+    return ("--allow-network under --sandbox process without root: the grant is unenforced "
+            "(the agent reaches the host's network directly, not through the egress proxy, so "
+            "--allow-host does not bind it and network.jsonl is not written); run as root or "
+            "under bwrap to enforce it")
 
 
 def refuse_other_inputs(manifest: RunManifest, inputs: Inputs, attempted: set[str],
@@ -820,6 +894,7 @@ class Run:
             keep_workspace=self.settings.keep_workspaces,
             verifier_retries=self.settings.max_retries, cancel=self.stop.event,
             interpreter_prefixes=tuple(Path(p) for p in self.settings.interpreter_prefixes),
+            allow_network=self.settings.allow_network, allow_hosts=tuple(self.settings.allow_hosts),
         )
         return Launch(t, item.n, item.retries_left, spec)
 
@@ -1028,7 +1103,7 @@ def _start(out: Path, req: RunRequest, r: Resolved, inputs: Inputs, reporter: Re
 
 def run_warnings(inputs: Inputs) -> list[str]:
     """The sandbox warnings of this run, said on stderr and kept in the provenance."""
-    warnings = [inputs.level.warning] if inputs.level.warning else []
+    warnings = [w for w in (inputs.level.warning, inputs.network_warning) if w]
     if inputs.level.level == "process" and os.geteuid() != 0:
         # As root the agent gets an unprivileged uid of the pool (docs/attempts.md).
         warnings.append(
@@ -1049,8 +1124,9 @@ def _resume(out: Path, req: RunRequest, manifest: RunManifest, rows: BundleRows,
         # Nothing to do: leave a finished bundle byte for byte as it was.
         return RunSummary(manifest.run_id, manifest.status, manifest.counts, out, False, kept, 0)
     prov = read_json(out / PROVENANCE, Provenance)
-    new_warnings = [w for w in run_warnings(inputs) if w not in prov.sandbox_warnings]
-    for w in run_warnings(inputs):
+    said = run_warnings(inputs)
+    new_warnings = [w for w in said if w not in prov.sandbox_warnings]
+    for w in said:
         reporter.warning(w)
     prov = prov.model_copy(update={
         "sandbox_warnings": prov.sandbox_warnings + new_warnings,

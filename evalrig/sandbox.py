@@ -18,12 +18,15 @@ Two levels:
     and made 0700, and the rig's scratch folders on the way get search permission for
     others (``_open_way``). It hides little from a determined agent: it reads what every
     user may read (as the rig's user when the rig is not root: then it can also write
-    the home and the bundles), and reaches the network. Under ``unshare --pid`` the agent
+    the home and the bundles). Its network is a namespace of its own (``unshare --net``,
+    loopback down) where unshare can make one, or, with ``egress``, the namespace the rig
+    made for its proxy (below). Under ``unshare --pid`` the agent
     itself is PID 1 of its namespace, so a signal it sends *itself* without a handler is
     ignored, as for any init (signals from outside still kill it).
 
 ``bwrap``
-    bubblewrap: own mount, PID, IPC, UTS (and, unless ``network``, network) namespaces; an
+    bubblewrap: own mount, PID, IPC, UTS and network namespaces (``network=True``, a
+    command verifier's setting, alone shares the host's network); an
     explicit view and nothing else: ``/usr`` read-only, the ``/bin``, ``/lib*``, ``/sbin``
     links as on the host, a few entries of ``/etc`` (`ETC_FILES`, as a world-readable copy
     made once per rig process and bound as ``/etc``), ``ro_paths`` read-only (for an
@@ -38,7 +41,16 @@ Two levels:
     the attempt's own processes); ``rw_paths`` are chowned to that uid first. When the rig
     is not root, bubblewrap uses a user namespace and the agent keeps the rig's uid. It does
     not isolate: CPU time and memory bandwidth, the kernel's attack surface, ``/usr``
-    contents (readable), and with ``network=True`` the network (the one recorded hole).
+    contents (readable), and with ``network=True`` the network.
+
+Egress (``Launch.egress``, the operator's network grant; docs/security-network.md): the
+agent keeps its own network namespace, and the rig binds the egress proxy's listening
+socket (evalrig.egress.PROXY_ADDRESS) *inside* it before the agent starts: under bwrap
+while bwrap's init is held on ``--block-fd`` (a thread enters the namespace with setns; where
+bwrap made a user namespace, a forked child enters both and passes the socket back with
+SCM_RIGHTS); under ``process`` (root only, `egress_enforced`) in a namespace the rig makes
+on a thread, which ``nsenter --net=/proc/self/fd/N`` puts the agent in. The proxy serves
+the socket from the rig's process and ends every connection when launch() returns.
 
 Where no PID namespace can be made, the rig becomes a child subreaper, kills every
 adopted process whose environment carries ``EVALRIG_ATTEMPT_ID=<attempt_tag>`` and reports
@@ -86,14 +98,16 @@ import select
 import selectors
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from evalrig.errors import EvalrigError, ExitCode
 from evalrig.streams import CappedSink, StreamScanner, scan
@@ -105,6 +119,7 @@ __all__ = [
     "Launch",
     "Level",
     "containment_for",
+    "egress_enforced",
     "LevelChoice",
     "StreamScanner",
     "interpreter_binds",
@@ -114,7 +129,12 @@ __all__ = [
     "scan",
 ]
 
+if TYPE_CHECKING:  # the egress proxy needs pydantic; a launch without one must not
+    from evalrig.egress import Session
+    from evalrig.models.run import NetworkConnection
+
 Level = Literal["bwrap", "process"]
+T = TypeVar("T")
 
 BASE_UID = 61000
 """Under bwrap as root, slot N runs as uid/gid BASE_UID + N."""
@@ -170,7 +190,7 @@ class Launch:
     level: Level
     rw_paths: Sequence[Path]  # bound read-write under bwrap (the attempt root)
     ro_paths: Sequence[Path]  # extra read-only binds (verifier dir, evidence, interpreter)
-    network: bool  # False: own network namespace under bwrap; True: the recorded hole
+    network: bool  # True: the host's network (a command verifier's setting); never an agent's
     timeout_s: float  # wall-clock limit
     max_output_bytes: int  # cap on stdout and on stderr each; the excess is dropped
     stdout_path: Path
@@ -191,6 +211,9 @@ class Launch:
     # names handed to the program alone (after the uid drop), never to the helpers before
     # it that run as root: the checkpoint's env (docs/attempts.md "The agent's environment")
     agent_only: frozenset[str] = frozenset()
+    # The operator's grant (--allow-host values): an egress proxy reached at
+    # evalrig.egress.PROXY_ADDRESS inside the sandbox's own network namespace. None: no proxy.
+    egress: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -230,6 +253,9 @@ class Finished:
     network: bool
     error: str | None = None
     error_kind: Literal["agent", "infra"] | None = None
+    # The egress proxy's records (spec.egress given and enforced); None: no proxy ran.
+    egress: tuple[NetworkConnection, ...] | None = None
+    egress_hosts: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- levels
@@ -356,6 +382,42 @@ def _unshare_argv() -> list[str] | None:
                     break
         _unshare_cache.append(found)
         return found
+
+
+_unshare_net_cache: list[bool] = []
+
+
+def _unshare_net() -> list[str]:
+    """["--net"] where the `unshare` of _unshare_argv() can also make a network namespace.
+
+    Under `process` an agent without a grant gets a network namespace of its own (its
+    loopback down: nothing to reach, not even the host's loopback listeners); an agent
+    with one joins the namespace the rig made for its proxy instead (_egress_netns).
+    """
+    unshare = _unshare_argv()
+    if unshare is None:
+        return []
+    with _probe_lock:
+        if not _unshare_net_cache:
+            argv = [*unshare[:-2], "--net", *unshare[-2:], "/bin/true"]
+            try:
+                ok = subprocess.run(argv, capture_output=True, env={}, timeout=10).returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                ok = False
+            _unshare_net_cache.append(ok)
+        return ["--net"] if _unshare_net_cache[0] else []
+
+
+def egress_enforced(level: Level) -> bool:
+    """Whether a network grant at this level goes through the egress proxy (else: unenforced).
+
+    bwrap: always (the proxy's socket is bound inside the sandbox's namespace). process:
+    when the rig is root and util-linux `nsenter` is there, so the rig can make the
+    agent's network namespace itself and the agent can be put into it.
+    """
+    if level == "bwrap":
+        return True
+    return _is_root() and _tool("nsenter") is not None
 
 
 def containment_for(level: Level) -> Literal["namespace", "subreaper"]:
@@ -631,6 +693,7 @@ class _Plan:
     handshake: bool = False  # bwrap: --info-fd (its init's host pid) and --block-fd
     rlimits: tuple[tuple[int, int], ...] = ()  # set on bwrap's init while it is held
     env: Mapping[str, str] | None = None  # the helpers' environment; None: spec.env
+    netns_at: int | None = None  # process + egress: where `nsenter --net=...` goes in argv
 
 
 # Variables that make the dynamic loader or libc load code or data: the agent may set
@@ -690,10 +753,18 @@ def _plan(spec: Launch) -> _Plan:
         held = _held(spec)
         drop = _setpriv(uid) + _final_env(spec.env, held)
         helpers_env = {k: v for k, v in spec.env.items() if k not in held}
+    top = _pdeathsig()
+    # A grant the rig can enforce: the agent joins the namespace the rig made for its proxy
+    # (nsenter goes right after the top helper, while it is still root). Unenforced
+    # (egress_enforced): the host's.
+    proxied = spec.egress is not None and egress_enforced("process")
+    netns_at = len(top) if proxied else None
     tail = limits_argv + drop + list(spec.argv)
     if unshare is None:
-        return _Plan(_pdeathsig() + tail, spec.cwd, "subreaper", uid, env=helpers_env)
-    return _Plan(_pdeathsig() + unshare + tail, spec.cwd, "namespace", uid, env=helpers_env)
+        return _Plan(top + tail, spec.cwd, "subreaper", uid, env=helpers_env, netns_at=netns_at)
+    net = [] if spec.network or spec.egress is not None else _unshare_net()
+    argv = top + unshare[:-2] + net + unshare[-2:] + tail
+    return _Plan(argv, spec.cwd, "namespace", uid, env=helpers_env, netns_at=netns_at)
 
 
 _size_cache: dict[str, bool] = {}
@@ -894,12 +965,20 @@ class _Run:
             "stderr": CappedSink(spec.stderr_path, spec.max_output_bytes, secrets),
         }
         scanners = {name: StreamScanner(spec.scan_for) for name in sinks}
-        shake = _Handshake(self.plan.rlimits) if self.plan.handshake else None
+        egress = _Egress(spec.egress) if spec.egress is not None and (
+            self.plan.handshake or self.plan.netns_at is not None) else None
+        shake = _Handshake(self.plan.rlimits, egress) if self.plan.handshake else None
         argv = self.plan.argv
         if shake is not None:
             argv = [argv[0], *shake.args(), *argv[1:]]
         start = time.monotonic()
         try:
+            pass_fds = shake.child_fds() if shake else ()
+            if egress is not None and self.plan.netns_at is not None:
+                netns = egress.own_namespace()
+                at = self.plan.netns_at
+                argv = [*argv[:at], *_nsenter(netns), *argv[at:]]
+                pass_fds = (netns,)
             try:
                 proc = subprocess.Popen(
                     argv,
@@ -909,11 +988,13 @@ class _Run:
                     env=dict(self.plan.env if self.plan.env is not None else spec.env),
                     cwd=self.plan.popen_cwd,
                     start_new_session=True,
-                    pass_fds=shake.child_fds() if shake else (),
+                    pass_fds=pass_fds,
                 )
             finally:
                 if shake is not None:
                     shake.spawned()
+                if egress is not None:
+                    egress.spawned()
             self.proc = proc
             status, usages = self._supervise(proc, sinks, scanners, start, shake)
         finally:
@@ -923,6 +1004,8 @@ class _Run:
                 os.close(fd)
             if shake is not None:
                 shake.close()
+            if egress is not None:
+                egress.close()  # every connection ends with the attempt
         if shake is not None and shake.pid is None and self.killed_for is None:
             # bwrap ended before it made the sandbox: the agent never ran.
             text = spec.stderr_path.read_bytes()[-2000:].decode(errors="replace").strip()
@@ -950,6 +1033,8 @@ class _Run:
             containment=self.plan.containment,
             level=spec.level,
             network=spec.network,
+            egress=egress.records() if egress is not None else None,
+            egress_hosts=tuple(egress.hosts()) if egress is not None else (),
         )
 
     def _decode(self, status: int) -> tuple[int | None, int | None]:
@@ -1120,13 +1205,15 @@ class _Handshake:
     bwrap writes the host pid of its init to the info pipe and closes it; the init then
     waits on the block pipe before it forks the agent. The rig sets the rlimits on the
     init in that pause (the agent inherits them), which spares a `prlimit` exec per
-    attempt, then releases it.
+    attempt, and binds the egress proxy's listener inside the sandbox's network namespace
+    when the launch has a grant (`_listener_in`), then releases it.
     """
 
-    def __init__(self, rlimits: tuple[tuple[int, int], ...]) -> None:
+    def __init__(self, rlimits: tuple[tuple[int, int], ...], egress: _Egress | None = None) -> None:
         self.rlimits = rlimits
+        self.egress = egress
         self.info_r, self._info_w = os.pipe()
-        self._block_r, self._block_w = os.pipe() if rlimits else (-1, -1)
+        self._block_r, self._block_w = os.pipe() if rlimits or egress else (-1, -1)
         self._text = b""
         self._read_all = False
         self.pid: int | None = None
@@ -1160,6 +1247,8 @@ class _Handshake:
             try:
                 for which, value in self.rlimits:
                     resource.prlimit(self.pid, which, (value, value))
+                if self.egress is not None:
+                    self.egress.serve(_listener_in(self.pid))
             except ProcessLookupError:
                 return False  # it died already
             # Any other failure propagates: launch() kills the held sandbox, an infra error.
@@ -1191,6 +1280,187 @@ class _Handshake:
             if fd >= 0:
                 os.close(fd)
                 setattr(self, name, -1)
+
+
+# --------------------------------------------------------------------------- egress
+
+_CLONE_NEWNET = 0x40000000
+_CLONE_NEWUSER = 0x10000000
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+_IFREQ = "16sh14x"
+_FD_WAIT_S = 10.0
+_PROXY_ADDRESS = ("127.0.0.1", 3128)  # evalrig.egress.PROXY_ADDRESS (tests check they agree)
+
+
+class _Egress:
+    """One launch's proxy: the listening socket inside the agent's network namespace, and
+    the session (evalrig.egress) serving it from the rig's side."""
+
+    def __init__(self, allow: tuple[str, ...]) -> None:
+        self.allow = allow
+        self.session: Session | None = None
+        self._netns = -1
+
+    def own_namespace(self) -> int:
+        """process: a new network namespace with the proxy's listener; its fd for nsenter."""
+        self._netns, listener = _new_netns_listener()
+        self.serve(listener)
+        return self._netns
+
+    def spawned(self) -> None:
+        """After the spawn: nsenter holds the namespace now (and the agent, after it)."""
+        if self._netns >= 0:
+            os.close(self._netns)
+            self._netns = -1
+
+    def serve(self, listener: socket.socket) -> None:
+        from evalrig.egress import open_session
+
+        try:
+            self.session = open_session(listener, self.allow)
+        except BaseException:
+            listener.close()
+            raise
+
+    def records(self) -> tuple[NetworkConnection, ...]:
+        return tuple(self.session.records) if self.session is not None else ()
+
+    def hosts(self) -> list[str]:
+        return self.session.hosts() if self.session is not None else []
+
+    def close(self) -> None:
+        self.spawned()
+        if self.session is not None:
+            self.session.close()
+
+
+def _nsenter(netns_fd: int) -> list[str]:
+    """util-linux nsenter into the namespace the rig holds open as `netns_fd` (inherited)."""
+    nsenter = _tool("nsenter")
+    assert nsenter is not None  # egress_enforced("process") checked it
+    return [nsenter, f"--net=/proc/self/fd/{netns_fd}", "--"]
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _loopback_up() -> None:
+    """Bring `lo` up in the calling thread's network namespace (a new one has it down)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        got = fcntl.ioctl(s.fileno(), _SIOCGIFFLAGS, struct.pack(_IFREQ, b"lo", 0))
+        flags = struct.unpack(_IFREQ, got)[1]
+        if not flags & _IFF_UP:
+            fcntl.ioctl(s.fileno(), _SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | _IFF_UP))
+
+
+def _proxy_listener() -> socket.socket:
+    """The proxy's listening socket, made in the calling thread's network namespace."""
+    _loopback_up()
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.bind(_PROXY_ADDRESS)
+        listener.listen(64)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
+
+
+def _on_thread(work: Callable[[], T]) -> T:
+    """Run `work` on a fresh thread and return its value. Network namespaces belong to a
+    thread: the one that entered another dies with it, and the rig's stay where they were."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as e:  # handed to the caller
+            box["error"] = e
+
+    thread = threading.Thread(target=run, name="evalrig-netns")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+def _new_netns_listener() -> tuple[int, socket.socket]:
+    """A new network namespace (loopback up) and the proxy's listener in it (root only)."""
+
+    def make() -> tuple[int, socket.socket]:
+        _check(_libc().unshare(_CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+        fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return fd, _proxy_listener()
+        except BaseException:
+            os.close(fd)
+            raise
+
+    return _on_thread(make)
+
+
+def _listener_in(pid: int) -> socket.socket:
+    """The proxy's listener bound inside the network namespace of bwrap's init `pid`.
+
+    The init is held on --block-fd, so nothing of the agent's runs there yet. Where the
+    namespace belongs to the rig's own user namespace (bwrap as root), a thread enters it;
+    else (bwrap in a user namespace) only a single-threaded process may enter that user
+    namespace first, so a forked child does, and sends the socket back (SCM_RIGHTS).
+    """
+    net = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if os.stat(f"/proc/{pid}/ns/user").st_ino == os.stat("/proc/self/ns/user").st_ino:
+            def enter() -> socket.socket:
+                _check(_libc().setns(net, _CLONE_NEWNET), "setns(network namespace)")
+                return _proxy_listener()
+
+            return _on_thread(enter)
+        return _listener_by_fork(pid, net)
+    finally:
+        os.close(net)
+
+
+def _listener_by_fork(pid: int, net: int) -> socket.socket:
+    user = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    libc = _libc()  # loaded before the fork: the child only calls into it
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        child = os.fork()
+        if child == 0:  # pragma: no cover - runs in the forked child
+            code = 1
+            try:
+                ours.close()
+                if os.stat("/proc/self/ns/user").st_ino != os.fstat(user).st_ino:
+                    _check(libc.setns(user, _CLONE_NEWUSER), "setns(user namespace)")
+                _check(libc.setns(net, _CLONE_NEWNET), "setns(network namespace)")
+                listener = _proxy_listener()
+                socket.send_fds(theirs, [b"L"], [listener.fileno()])
+                code = 0
+            finally:
+                os._exit(code)
+        theirs.close()
+        ours.settimeout(_FD_WAIT_S)
+        try:
+            _, fds, _, _ = socket.recv_fds(ours, 1, 1)
+        finally:
+            os.waitpid(child, 0)
+        if not fds:
+            raise OSError(f"could not bind the egress proxy inside the sandbox of pid {pid}")
+        return socket.socket(fileno=fds[0])
+    finally:
+        ours.close()
+        theirs.close()
+        os.close(user)
 
 
 def _child_pid(info: bytes) -> int | None:

@@ -43,9 +43,10 @@ from typing import Any, Literal
 
 import orjson
 
-from evalrig import sandbox
+from evalrig import egress, sandbox
 from evalrig.canary import CANARY_ENV, CANARY_FILE, new_canary, plant_file
 from evalrig.checkpoint import Checkpoint
+from evalrig.digest import canonical_line
 from evalrig.evidence import collect
 from evalrig.models.run import (
     Actual,
@@ -95,6 +96,8 @@ class AttemptSpec:
     # --interpreter-prefix: the only host directories beyond the system ones the agent sees
     # (docs/attempts.md "What runs"); never one the checkpoint chose.
     interpreter_prefixes: tuple[Path, ...] = ()
+    allow_network: bool = False  # run --allow-network (docs/security-network.md)
+    allow_hosts: tuple[str, ...] = ()  # run --allow-host, normalised
 
     @property
     def deadline_s(self) -> float:
@@ -299,11 +302,17 @@ def agent_env(spec: AttemptSpec, ws: Workspace, canary: str | None) -> dict[str,
     )
     if canary is not None:
         env[CANARY_ENV] = canary
+        if network_of(spec):  # the agent's own run, not its estimate: the proxy's address
+            env.update(egress.proxy_env())
     return env
 
 
 def network_of(spec: AttemptSpec) -> bool:
-    return spec.checkpoint.spec.agent.network or spec.task.spec.network
+    """The attempt "had network": the operator granted it and the checkpoint or task asks.
+
+    The runner refuses a checkpoint or task that asks without the grant before the first
+    attempt; whether the agent then used it is in network.jsonl."""
+    return spec.allow_network and (spec.checkpoint.spec.agent.network or spec.task.spec.network)
 
 
 def _secret_bytes(spec: AttemptSpec) -> dict[str, bytes]:
@@ -316,7 +325,7 @@ def _disk_allowance(spec: AttemptSpec) -> int:
 
 def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, str],
             timeout_s: float, max_output: int, stdout: Path, stderr: Path,
-            scan_for: list[bytes]) -> Any:
+            scan_for: list[bytes], networked: bool = False) -> Any:
     allowance = _disk_allowance(spec)
     return sandbox.launch(
         sandbox.Launch(
@@ -326,7 +335,8 @@ def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, st
             level=spec.level,
             rw_paths=[ws.root],
             ro_paths=list(spec.interpreter_prefixes),
-            network=network_of(spec),
+            network=False,  # an agent never shares the host's network (docs/security-network.md)
+            egress=spec.allow_hosts if networked else None,
             timeout_s=timeout_s,
             max_output_bytes=max_output,
             stdout_path=stdout,
@@ -345,6 +355,27 @@ def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, st
                                  if env.get(k) == spec.checkpoint.spec.agent.env[k]),
         )
     )
+
+
+NETWORK_LOG = "network.jsonl"
+
+
+def write_network_log(evidence_dir: Path, records: Any) -> None:
+    """network.jsonl at the evidence root: one line per connection to the egress proxy.
+
+    Written whenever the proxy ran (an empty file: it had network and used none); the
+    evidence walk refuses an agent's own file of that name (evidence.RESERVED_TOP)."""
+    if records is None:
+        return
+    data = b"".join(canonical_line(r) for r in records)
+    fd = os.open(evidence_dir / NETWORK_LOG,
+                 os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 # -- the estimate ------------------------------------------------------------------------
@@ -553,7 +584,9 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record) -> None:
     argv = list(spec.checkpoint.spec.agent.command)
     rec.fin = _launch(spec, ws, argv, agent_env(spec, ws, canary), spec.deadline_s,
                       spec.task.spec.max_output_bytes, spec.evidence_dir / "stdout.txt",
-                      spec.evidence_dir / "stderr.txt", [canary.encode()])
+                      spec.evidence_dir / "stderr.txt", [canary.encode()],
+                      networked=network_of(spec))
+    write_network_log(spec.evidence_dir, rec.fin.egress)
     rec.status, rec.error = _status_of(rec.fin, spec.cancel)
     rec.canary_where = tuple(rec.fin.canary_found_in or ())
     if rec.fin.error:  # nothing ran: no evidence to take
@@ -643,6 +676,7 @@ def _outcome(spec: AttemptSpec, canary: str, rec: _Record) -> AttemptOutcome:
         # never launched (the workspace failed): claim no more than best effort
         containment=fin.containment if fin else "subreaper",
         network=network_of(spec),
+        network_hosts=list(fin.egress_hosts) if fin else [],
         canary=Canary(value=canary, found=bool(rec.canary_where), where=list(rec.canary_where)),
         evidence_digest=tree.digest,
         evidence_bytes=tree.bytes,

@@ -103,3 +103,15 @@ def test_a_task_filter_naming_no_task_or_selecting_nothing_is_refused() -> None:
 def test_an_empty_task_set_says_so_not_that_filters_selected_nothing() -> None:
     with pytest.raises(EvalrigError, match="the task set has no tasks"):
         build_plan([], CK, 1, 0, S)
+
+
+def test_network_settings_enter_the_inputs_id_only_when_given() -> None:
+    """A run without a network grant keeps the inputs ids it had before the grant existed."""
+    assert S.as_dict() == {"timeout_scale": 1.0, "max_retries": 2, "sandbox": "auto", "secrets": []}
+    assert OutcomeSettings(1.0, 2, "auto", (), allow_network=False, allow_hosts=()).as_dict() == S.as_dict()
+    base = inputs_id(CK, "sha256:" + "d" * 64, V, 0, 5, S)
+    granted = OutcomeSettings(1.0, 2, "auto", (), allow_network=True, allow_hosts=())
+    hosts = OutcomeSettings(1.0, 2, "auto", (), allow_network=True, allow_hosts=("b.com", "a.com:443", "b.com"))
+    ids = [inputs_id(CK, "sha256:" + "d" * 64, V, 0, 5, s) for s in (granted, hosts)]
+    assert len({base, *ids}) == 3
+    assert hosts.as_dict()["allow_hosts"] == ["a.com:443", "b.com"]

@@ -86,13 +86,15 @@ def make_task(tmp_path: Path, verifier: Mapping[str, Any], *, timeout_s: float =
 def spec_for(tmp_path: Path, task: LoadedTask, ckpt: Any, *, level: str = "process",
              secrets: Mapping[str, str] | None = None, keep: bool = False, retries: int = 2,
              cancel: threading.Event | None = None, attempt_id: str = "a1",
-             timeout_scale: float = 1.0) -> AttemptSpec:
+             timeout_scale: float = 1.0, allow_network: bool = False,
+             allow_hosts: tuple[str, ...] = ()) -> AttemptSpec:
     return AttemptSpec(
         trial_id="t1#0", attempt_id=attempt_id, attempt=1, rep=0, seed=12345,
         inputs_id=INPUTS_ID, task=task, checkpoint=ckpt, level=level,  # type: ignore[arg-type]
         slot=0, timeout_scale=timeout_scale, secrets=dict(secrets or {}),
         scratch_root=tmp_path / "scratch", evidence_dir=tmp_path / "bundle" / "attempts" / attempt_id,
         keep_workspace=keep, verifier_retries=retries, cancel=cancel,
+        allow_network=allow_network, allow_hosts=allow_hosts,
     )
 
 
@@ -250,10 +252,17 @@ def test_verifier_env_and_cwd(tmp_path: Path) -> None:
 
 
 def test_network_hole_recorded(tmp_path: Path) -> None:
-    _, got = attempt(tmp_path, EXACT_OK, {"MODE": "answer", "ANSWER": "ok"}, network=True)
-    assert got.result.network is True
+    """Had network: the operator granted it and the checkpoint asks (docs/security-network.md)."""
+    spec, got = attempt(tmp_path, EXACT_OK, {"MODE": "answer", "ANSWER": "ok"}, network=True,
+                        allow_network=True)
+    assert got.result.network is True and got.result.network_hosts == []
+    assert (spec.evidence_dir / "network.jsonl").read_bytes() == b""  # had it, used none
     (tmp_path / "b").mkdir()
-    _, got = attempt(tmp_path / "b", EXACT_OK, {"MODE": "answer", "ANSWER": "ok"})
+    spec, got = attempt(tmp_path / "b", EXACT_OK, {"MODE": "answer", "ANSWER": "ok"})
+    assert got.result.network is False
+    assert not (spec.evidence_dir / "network.jsonl").exists()
+    (tmp_path / "c").mkdir()  # the grant alone, with nothing asking for it: no network
+    _, got = attempt(tmp_path / "c", EXACT_OK, {"MODE": "answer", "ANSWER": "ok"}, allow_network=True)
     assert got.result.network is False
 
 

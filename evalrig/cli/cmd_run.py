@@ -137,6 +137,8 @@ def run(
     secret: Annotated[list[str] | None, typer.Option("--secret", metavar="<name>", help="Pass this environment variable to the agent (repeatable).")] = None,
     interpreter_prefix: Annotated[list[Path] | None, typer.Option("--interpreter-prefix", metavar="<dir>", help="An interpreter installation the agent's command may run from, shown to it read-only (repeatable; a pyenv or conda directory).")] = None,
     keep_workspaces: Annotated[bool, typer.Option("--keep-workspaces", help="Keep attempt workspaces.")] = False,
+    allow_network: Annotated[bool, typer.Option("--allow-network", help="Grant the network to a checkpoint or task that says network = true (through the egress proxy; else refused, exit 4).")] = False,
+    allow_host: Annotated[list[str] | None, typer.Option("--allow-host", metavar="<host[:port]>", help="With --allow-network: a host the agent may reach through the egress proxy, any port unless one is named (repeatable; none: no host).")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue --out, taking every setting from its manifest.")] = False,
     suite: Annotated[list[str] | None, typer.Option("--suite", metavar="<suite>", help="Only this suite (repeatable; marks the run subset).")] = None,
     task: Annotated[list[str] | None, typer.Option("--task", metavar="<id>", help="Only this task id (repeatable; marks the run subset).")] = None,
@@ -165,6 +167,9 @@ def run(
         tags=tuple(tag) if tag else None,
         interpreter_prefixes=tuple(map(str, interpreter_prefix)) if interpreter_prefix else None,
         resume=resume, argv=tuple(["evalrig", *sys.argv[1:]]),
+        # None when not given: with --resume the manifest's value stands
+        allow_network=True if allow_network else None,
+        allow_hosts=tuple(allow_host) if allow_host else None,
     )
     reporter: Any = BarReporter() if sys.stderr.isatty() and not json_out else PlainReporter()
     try:

@@ -84,6 +84,12 @@ class RunSettings(Strict):
     interpreters: list[InterpreterPin] = Field(
         default_factory=list, description="Commands that resolved under an interpreter prefix, "
         "with the program's digest.")
+    allow_network: bool = Field(
+        default=False, description="--allow-network: a checkpoint or task that says network = true may run."
+    )
+    allow_hosts: list[str] = Field(
+        default_factory=list, description="--allow-host HOST[:PORT] values, normalised and sorted."
+    )
 
 
 MAY_CHANGE_ON_RESUME = frozenset({"jobs", "executor", "ray_address", "keep_workspaces"})
@@ -237,6 +243,22 @@ class Diagnostic(Strict):
     reward: float | None
 
 
+class NetworkConnection(Record):
+    """network.jsonl in an attempt's evidence: one line per connection the agent made to the
+    egress proxy (docs/security-network.md). Written only for an attempt that had network."""
+
+    host: str = Field(max_length=255, description="The host asked for, normalised; empty when the request was malformed.")
+    port: int | None = Field(default=None, ge=1, le=65535)
+    method: str | None = Field(default=None, max_length=16, description="CONNECT, or the plain-HTTP method.")
+    allowed: bool = Field(description="The allow-list (--allow-host) let it through.")
+    status: int = Field(ge=0, le=599, description="The proxy's answer: 200 opened, 400 malformed, 403 refused, 502 unreachable, 503 too many; 0 none.")
+    bytes_up: int = Field(ge=0, description="Bytes from the agent to the host.")
+    bytes_down: int = Field(ge=0, description="Bytes from the host to the agent.")
+    started_at: Timestamp
+    duration_ms: float = Field(ge=0)
+    error: str | None = None
+
+
 class Result(Record):
     """results.jsonl: one line per finished attempt."""
 
@@ -258,6 +280,7 @@ class Result(Record):
     sandbox: SandboxLevel
     containment: Literal["namespace", "subreaper"]
     network: bool = Field(description="The attempt could reach the network (a recorded hole).")
+    network_hosts: list[str] = Field(default_factory=list, description="host:port of every connection the egress proxy allowed in this attempt, distinct and sorted.")
     canary: Canary
     evidence_digest: Digest
     evidence_bytes: int = Field(ge=0)

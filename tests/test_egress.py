@@ -1,0 +1,195 @@
+"""The egress proxy on its own (evalrig/egress.py), and the namespace helpers of evalrig/sandbox.py."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from evalrig import egress, sandbox
+from evalrig.egress import AllowList, open_session, parse_allow_host
+
+
+@pytest.mark.parametrize(("value", "normal"), [
+    ("Example.COM", "example.com"),
+    ("api.example.com:443", "api.example.com:443"),
+    ("127.0.0.1:8080", "127.0.0.1:8080"),
+    ("[::1]:443", "[::1]:443"),
+    ("[0:0::1]", "[::1]"),
+    ("localhost", "localhost"),
+])
+def test_allow_host_is_normalised(value: str, normal: str) -> None:
+    assert parse_allow_host(value) == normal
+
+
+@pytest.mark.parametrize("value", ["", "a b", "x.com:0", "x.com:65536", "x.com:+1", "[::1",
+                                   "::1", "-a.com", "a_b.com", "1.2.3", "x" * 64 + ".com"])
+def test_malformed_allow_host_is_refused(value: str) -> None:
+    with pytest.raises(ValueError):
+        parse_allow_host(value)
+
+
+def test_allow_list_port_or_any_port() -> None:
+    allow = AllowList(("example.com", "10.0.0.1:443", "[::1]:80"))
+    assert allow.allows("example.com", 1) and allow.allows("example.com", 443)
+    assert allow.allows("10.0.0.1", 443) and not allow.allows("10.0.0.1", 80)
+    assert allow.allows("::1", 80) and not allow.allows("::1", 81)
+    assert not allow.allows("sub.example.com", 443) and not AllowList().allows("example.com", 443)
+
+
+def test_sandbox_binds_the_address_the_agent_is_told() -> None:
+    assert sandbox._PROXY_ADDRESS == egress.PROXY_ADDRESS
+    assert set(egress.proxy_env().values()) == {"http://127.0.0.1:3128"}
+
+
+class Upstream:
+    """A host-side server: answers each connection with what it received, prefixed."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.2)
+        self.port = self.server.getsockname()[1]
+        self.got: list[bytes] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(3)
+                try:
+                    data = conn.recv(65536)
+                    self.got.append(data)
+                    conn.sendall(b"echo:" + data)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.server.close()
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    up = Upstream()
+    yield up
+    up.close()
+
+
+def _proxy(allow: tuple[str, ...]) -> tuple[egress.Session, int]:
+    listener = socket.create_server(("127.0.0.1", 0))  # the rig's own namespace, for the unit test
+    port = listener.getsockname()[1]
+    return open_session(listener, allow), port
+
+
+def _ask(port: int, request: bytes, then: bytes = b"") -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(request)
+        if then:
+            time.sleep(0.05)
+            s.sendall(then)
+        s.shutdown(socket.SHUT_WR)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        return out
+
+
+def test_connect_allowed_refused_and_malformed(upstream: Upstream) -> None:
+    session, port = _proxy((f"127.0.0.1:{upstream.port}",))
+    try:
+        ok = _ask(port, b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % upstream.port, b"hello")
+        refused = _ask(port, b"CONNECT 127.0.0.2:%d HTTP/1.1\r\n\r\n" % upstream.port)
+        bad = _ask(port, b"nonsense\r\n\r\n")
+        https = _ask(port, b"GET https://x/ HTTP/1.1\r\n\r\n")
+    finally:
+        session.close()
+    assert ok == b"HTTP/1.1 200 Connection established\r\n\r\necho:hello"
+    assert refused.startswith(b"HTTP/1.1 403 ") and bad.startswith(b"HTTP/1.1 400 ")
+    assert https.startswith(b"HTTP/1.1 400 ")
+    assert upstream.got == [b"hello"]
+    rows = [(r.host, r.port, r.allowed, r.status, r.bytes_up, r.bytes_down) for r in session.records]
+    assert sorted(rows, key=str) == sorted([
+        ("127.0.0.1", upstream.port, True, 200, 5, 10),
+        ("127.0.0.2", upstream.port, False, 403, 0, 0),
+        ("", None, False, 400, 0, 0),
+        ("", None, False, 400, 0, 0),
+    ], key=str)
+    assert session.hosts() == [f"127.0.0.1:{upstream.port}"]
+
+
+def test_plain_http_is_forwarded_in_origin_form(upstream: Upstream) -> None:
+    session, port = _proxy(("127.0.0.1",))  # any port of the host
+    try:
+        got = _ask(port, b"GET http://127.0.0.1:%d/a?b=1 HTTP/1.1\r\nHost: x\r\n"
+                         b"Proxy-Authorization: secret\r\n\r\n" % upstream.port)
+    finally:
+        session.close()
+    assert upstream.got == [b"GET /a?b=1 HTTP/1.1\r\nHost: x\r\n\r\n"]
+    assert got == b"echo:" + upstream.got[0]
+    [rec] = session.records
+    assert (rec.method, rec.allowed, rec.status, rec.bytes_up) == ("GET", True, 200, len(upstream.got[0]))
+
+
+def test_a_refused_name_is_never_resolved(monkeypatch: pytest.MonkeyPatch) -> None:
+    looked: list[object] = []
+    real = socket.getaddrinfo
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: looked.append(a) or real(*a, **k))
+    session, port = _proxy(("example.org:443",))
+    try:
+        assert _ask(port, b"CONNECT leak-this.example.com:443 HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 403")
+    finally:
+        session.close()
+    assert not [a for a in looked if "leak-this" in str(a)]
+
+
+def test_connections_end_with_the_attempt(upstream: Upstream) -> None:
+    session, port = _proxy((f"127.0.0.1:{upstream.port}",))
+    client = socket.create_connection(("127.0.0.1", port), timeout=5)
+    client.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % upstream.port)
+    assert client.recv(100).startswith(b"HTTP/1.1 200")
+    began = time.monotonic()
+    session.close()  # the tunnel is still open
+    assert time.monotonic() - began < 3
+    assert client.recv(100) == b""  # closed by the proxy
+    client.close()
+    [rec] = session.records
+    assert rec.allowed and rec.status == 200
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
+def test_listener_passed_back_from_a_forked_child() -> None:
+    """The path a non-root bwrap takes (setns in a forked child, SCM_RIGHTS), here as root."""
+    held = subprocess.Popen(["unshare", "--net", "sleep", "30"])
+    try:
+        time.sleep(0.2)
+        net = os.open(f"/proc/{held.pid}/ns/net", os.O_RDONLY)
+        try:
+            listener = sandbox._listener_by_fork(held.pid, net)
+        finally:
+            os.close(net)
+        session = open_session(listener, ())
+        try:
+            probe = ("import socket; s = socket.create_connection(('127.0.0.1', 3128), 5); "
+                     "s.sendall(b'CONNECT a.b:1 HTTP/1.1\\r\\n\\r\\n'); print(s.recv(12).decode())")
+            got = subprocess.run(["nsenter", f"--net=/proc/{held.pid}/ns/net", "python3", "-c", probe],
+                                 capture_output=True, text=True, timeout=20)
+        finally:
+            session.close()
+        assert got.stdout.strip() == "HTTP/1.1 403", got.stderr
+        assert [(r.host, r.status) for r in session.records] == [("a.b", 403)]
+    finally:
+        held.kill()
+        held.wait()
