@@ -265,7 +265,7 @@ def cut_torn_tail(path: Path) -> bool:
 
 def _read_fd(fd: int) -> bytes:
     """Every byte of an open file, from its start."""
-    chunks = []
+    chunks: list[bytes] = []
     offset = 0
     while True:
         chunk = os.pread(fd, 1 << 20, offset)
