@@ -95,9 +95,17 @@ def issued_of(decisions_dir: Path, decision_digest: str) -> list[Issued]:
 
 
 def record_signoff(decisions_dir: Path, home: Path, signoff: SignOff) -> None:
-    """The home's record first (the one `check-release` believes), then the bundle's copy."""
-    _append_home(home_signoffs_path(home), signoff)
-    _append(decisions_dir / SIGNOFFS, signoff)
+    """The bundle's copy, then the home's record (the one `check-release` believes), under the
+    home file's lock: a refusal of either (a symlinked copy, a broken chain) records nothing
+    that releases."""
+    path = home_signoffs_path(home)
+    ensure_dir(path.parent)
+    try:
+        with chained_append(path, SignOff) as chain:
+            _append(decisions_dir / SIGNOFFS, signoff)
+            chain.append(signoff)
+    except OSError as e:
+        raise _unwritable(path, e) from e
 
 
 def signoffs_of(decisions_dir: Path, decision_digest: str) -> list[SignOff]:

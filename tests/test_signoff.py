@@ -157,3 +157,28 @@ def test_approving_after_tampering_then_restoring(tmp_path: Path, evalrig_home: 
     assert not check_release(decision, ckpt, evalrig_home).approved
     decision.write_bytes(original)
     assert check_release(decision, ckpt, evalrig_home).approved
+
+
+def test_a_signoff_refused_in_the_bundle_is_not_recorded_in_the_home(tmp_path: Path, evalrig_home: Path) -> None:
+    decision, ckpt = gated(tmp_path, evalrig_home, BETTER)
+    target = tmp_path / "elsewhere.jsonl"
+    target.write_bytes(b"")
+    (decision.parent / "signoffs.jsonl").symlink_to(target)
+    with pytest.raises(EvalrigError) as e:
+        sign(decision, True, "alice", None, NOW, evalrig_home)
+    assert e.value.code == ExitCode.INVALID and "symbolic link" in e.value.message
+    assert target.read_bytes() == b""
+    assert not (evalrig_home / "signoffs.jsonl").exists() or (evalrig_home / "signoffs.jsonl").read_bytes() == b""
+    assert not check_release(decision, ckpt, evalrig_home).approved
+
+
+def test_the_home_signoff_is_the_bundle_line_with_its_prev(tmp_path: Path, evalrig_home: Path) -> None:
+    decision, ckpt = gated(tmp_path, evalrig_home, BETTER)
+    sign(decision, True, "alice", None, NOW, evalrig_home)
+    home = [json.loads(x) for x in (evalrig_home / "signoffs.jsonl").read_text().splitlines()]
+    assert len(home) == 1 and "prev" in home[0] and "prev" not in signoffs(decision)[0]
+    assert {k: v for k, v in home[0].items() if k != "prev"} == signoffs(decision)[0]
+    # the bundle's copy alone releases nothing: with the home's line gone, not approved
+    (evalrig_home / "signoffs.jsonl").unlink()
+    r = check_release(decision, ckpt, evalrig_home)
+    assert not r.approved and "no sign-off" in r.reason
