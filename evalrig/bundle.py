@@ -1,25 +1,36 @@
-"""Bundle files on disk: whole-line synced appends, atomic replaces, torn-line detection.
+"""Bundle and home files on disk: whole-line synced appends, atomic replaces, torn-line
+detection, and the hash-chained JSONL files of the rig's home.
 
 The rig process is the only writer of a bundle. A JSONL record is one canonical line
 written with a single write and fsync'd; a crash can leave at most one torn (unterminated)
 last line, which readers report and ignore, and which `cut_torn_tail` removes before a
 resumed run appends again.
+
+Every file the rig appends to or replaces is opened with O_NOFOLLOW: a symbolic link in
+its place is refused (exit 4, naming it), never written through (docs/security-hometrust.md).
+The home's record files (seals, gates, runs, sign-offs) are hash-chained: `read_chained`
+verifies the chain before a record is believed, `chained_append` verifies it and appends
+under an exclusive lock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
+import hashlib
 import operator
 import os
-from collections.abc import Sequence
+import stat
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from evalrig.digest import canonical_line, loads, pretty_json, sha256_json
-from evalrig.errors import Problem, invalid
+from evalrig.digest import canonical_json, canonical_line, loads, pretty_json, sha256_json, to_plain
+from evalrig.errors import EvalrigError, Problem, invalid
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -30,6 +41,36 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def is_symlink(path: Path) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def symlink_refused(path: Path) -> EvalrigError:
+    return invalid("is a symbolic link; the rig never writes through a link (it could point "
+                   "at any file)", file=path,
+                   hint="remove the link (the rig writes this file itself) and run the command "
+                   "again; if the file it points to is the rig's, move that file here instead")
+
+
+def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
+    """`os.open` that never follows a symbolic link in the last component: a link there is
+    refused (exit 4, naming it). Other OSErrors pass through for the caller to word."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP and is_symlink(path):
+            raise symlink_refused(path) from None
+        raise
+
+
+def refuse_symlink(path: Path) -> None:
+    if is_symlink(path):
+        raise symlink_refused(path)
 
 
 def append_line(path: Path, record: Any) -> None:
@@ -45,7 +86,7 @@ def append_lines(path: Path, records: list[Any]) -> None:
     if not records:
         return
     data = b"".join(canonical_line(r) for r in records)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         _write_all(fd, data)
         os.fsync(fd)
@@ -70,8 +111,14 @@ class Journal:
     """
 
     def __init__(self, dir: Path, names: tuple[str, ...]) -> None:
-        self._fds = {n: os.open(Path(dir) / n, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                     for n in names}
+        self._fds: dict[str, int] = {}
+        try:
+            for n in names:
+                self._fds[n] = open_nofollow(Path(dir) / n, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        except BaseException:
+            for fd in self._fds.values():
+                os.close(fd)
+            raise
         self._dirty: set[str] = set()
         self._pool: Any = None
 
@@ -110,8 +157,19 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` by `data`: a new temp file (O_EXCL, never a link), synced, renamed over.
+
+    A symbolic link at `path` is refused rather than replaced (the rename would replace the
+    link, but a link where the rig's file belongs is a sign of tampering, named to a person).
+    """
+    refuse_symlink(path)
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        fd = open_nofollow(tmp, flags)
+    except FileExistsError:  # left by a crashed process that had our pid; unlink removes a link itself
+        os.unlink(tmp)
+        fd = open_nofollow(tmp, flags)
     try:
         try:
             _write_all(fd, data)  # one os.write may be short (over 2 GiB, a signal)
@@ -189,22 +247,188 @@ def invalid_from_validation(e: ValidationError, path: Path, line_no: int | None)
 
 def cut_torn_tail(path: Path) -> bool:
     """Remove an unterminated last line before appending again. True if one was cut."""
-    if not path.exists():
+    try:
+        fd = open_nofollow(path, os.O_RDWR)
+    except FileNotFoundError:
         return False
-    size = path.stat().st_size
-    if size == 0:
-        return False
-    with open(path, "rb+") as f:
-        f.seek(-1, os.SEEK_END)
-        if f.read(1) == b"\n":
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
             return False
-        f.seek(0)
-        content = f.read()
-        keep = content.rfind(b"\n") + 1
-        f.truncate(keep)
-        f.flush()
-        os.fsync(f.fileno())
+        content = _read_fd(fd)
+        os.ftruncate(fd, content.rfind(b"\n") + 1)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     return True
+
+
+def _read_fd(fd: int) -> bytes:
+    """Every byte of an open file, from its start."""
+    chunks: list[bytes] = []
+    offset = 0
+    while True:
+        chunk = os.pread(fd, 1 << 20, offset)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        offset += len(chunk)
+
+
+# -- the hash-chained files of the rig's home (docs/security-hometrust.md) ---------------
+#
+# Each chained line carries `prev`: the bare hex sha256 of the previous line's bytes without
+# its newline; the first chained line's `prev` is the sha256 of every byte before it (of b""
+# in a file that starts chained). Lines at the start of a file without a `prev` key were
+# written before chaining and are accepted as legacy. A last line without its newline is
+# torn: ignored on read, cut before the next append. Any complete line that does not parse,
+# or whose `prev` does not match, or that lacks `prev` after a chained line, breaks the chain:
+# the file is refused (exit 4) at that line. A chain detects edits and insertions, not the
+# removal of its last lines, and not a rewrite by someone who recomputes every hash.
+
+
+def chain_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Chain:
+    objs: list[Any]
+    """The parsed complete lines, in order."""
+    end: int
+    """Bytes up to and including the last complete line's newline."""
+    torn_line: int | None
+    next_prev: str
+    """The `prev` of a line appended now."""
+
+
+def _broken(path: Path, line: int, why: str) -> EvalrigError:
+    return invalid(
+        f"the file's hash chain breaks at this line: {why}", file=path, line=line,
+        hint="this record file is the rig's own, and something other than the rig edited it, "
+        "inserted a line or appended one by hand; nothing was read from it or written to it. "
+        "Restore the file from a backup; if there is none, move it aside (the rig starts a new "
+        "chain) and seal, run and gate again what its records covered",
+    )
+
+
+def _verify_chain(path: Path, data: bytes) -> _Chain:
+    end = data.rfind(b"\n") + 1
+    body = data[:end]
+    lines = body.split(b"\n")[:-1]
+    torn = len(lines) + 1 if end < len(data) else None
+    chained = False
+    last = ""
+    offset = 0
+    objs: list[Any] = []
+    for i, raw in enumerate(lines, start=1):
+        try:
+            obj = loads(raw)
+        except ValueError as e:
+            raise _broken(path, i, f"it does not parse ({e})") from None
+        if not isinstance(obj, dict):
+            raise _broken(path, i, "it is not a JSON object")
+        if "prev" in obj:
+            want = last if chained else chain_hash(body[:offset])
+            if obj["prev"] != want:
+                what = "the previous line" if chained else "every byte before it"
+                raise _broken(path, i, f"its prev {obj['prev']!r} is not the sha256 of {what} ({want})")
+            chained = True
+        elif chained:
+            raise _broken(path, i, "it has no prev, after chained lines")
+        last = chain_hash(raw)
+        offset += len(raw) + 1
+        objs.append(obj)
+    return _Chain(objs, end, torn, last if chained else chain_hash(body))
+
+
+def _chain_records(path: Path, chain: _Chain, model: type[M]) -> list[M]:
+    out = []
+    for i, obj in enumerate(chain.objs, start=1):
+        try:
+            out.append(model.model_validate(obj))
+        except ValidationError as e:
+            raise invalid_from_validation(e, path, i) from None
+    return out
+
+
+def read_chained(path: Path, model: type[M]) -> Records[M]:
+    """Every record of a hash-chained file, after verifying the whole chain (exit 4 naming
+    the first line that breaks it); a torn last line is reported, not read. A missing file
+    has no records."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return Records([], None)
+    except OSError as e:
+        raise invalid(f"cannot be read ({e.strerror})", file=path,
+                      hint="the rig keeps this file in its home ($EVALRIG_HOME); check that it is a "
+                      "file you may read") from None
+    chain = _verify_chain(Path(path), data)
+    return Records(_chain_records(Path(path), chain, model), chain.torn_line)
+
+
+class ChainWriter(Generic[M]):
+    """What `chained_append` yields: the file's records as verified, and `append`."""
+
+    def __init__(self, path: Path, fd: int, model: type[M], records: list[M], next_prev: str) -> None:
+        self.path = path
+        self.records = records
+        self._fd = fd
+        self._model = model
+        self._next = next_prev
+
+    def append(self, record: M) -> M:
+        """Append `record` with its `prev` set, synced before returning; returns it as written."""
+        plain = to_plain(record)
+        plain["prev"] = self._next
+        raw = canonical_json(plain)
+        _write_all(self._fd, raw + b"\n")
+        os.fsync(self._fd)
+        self._next = chain_hash(raw)
+        written = self._model.model_validate(plain)
+        self.records.append(written)
+        return written
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file beside a chained file: `.NAME.lock`."""
+    return Path(path).with_name(f".{Path(path).name}.lock")
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, wait: bool = True) -> Iterator[int]:
+    """An exclusive flock on `path` (created, never through a link), held for the block.
+
+    Raises BlockingIOError when `wait` is false and another process holds it. The kernel
+    drops the lock when its holder dies, so a crash never leaves it held.
+    """
+    fd = open_nofollow(path, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        yield fd
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextlib.contextmanager
+def chained_append(path: Path, model: type[M]) -> Iterator[ChainWriter[M]]:
+    """Hold the file's exclusive lock from the chain's verification to the sync of every line
+    appended in the block. A torn last line is cut first; a broken chain is refused (exit 4)
+    before anything is written."""
+    path = Path(path)
+    with exclusive_lock(lock_path(path)):
+        fd = open_nofollow(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        try:
+            data = _read_fd(fd)
+            chain = _verify_chain(path, data)
+            records = _chain_records(path, chain, model)
+            if chain.end < len(data):
+                os.ftruncate(fd, chain.end)
+                os.fsync(fd)
+            yield ChainWriter(path, fd, model, records, chain.next_prev)
+        finally:
+            os.close(fd)
 
 
 def read_json(path: Path, model: type[M]) -> M:
@@ -272,13 +496,11 @@ class BundleLock:
     def acquire(self) -> BundleLock:
         import socket
 
-        from filelock import FileLock, Timeout
-
         self.bundle.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.bundle / LOCK), timeout=0)
+        lock = exclusive_lock(self.bundle / LOCK, wait=False)
         try:
-            lock.acquire()
-        except Timeout:
+            lock.__enter__()
+        except BlockingIOError:
             raise invalid(
                 f"the bundle is in use by {self._holder()}",
                 file=self.bundle,
@@ -301,7 +523,7 @@ class BundleLock:
             try:
                 (self.bundle / LOCK_HOLDER).unlink(missing_ok=True)
             finally:
-                self._lock.release()
+                self._lock.__exit__(None, None, None)
                 self._lock = None
 
     def __enter__(self) -> BundleLock:

@@ -98,9 +98,10 @@ def registry_path(home: Path) -> Path:
 
 
 def _read_registry(home: Path) -> list[SealEntry]:
-    from evalrig.bundle import read_records
+    """The registry's records, its hash chain verified first (exit 4 naming a broken line)."""
+    from evalrig.bundle import read_chained
 
-    return read_records(registry_path(home), SealEntry).records
+    return read_chained(registry_path(home), SealEntry).records
 
 
 def registered_seal(home: Path, checkpoint_id: str) -> SealEntry | None:
@@ -123,9 +124,7 @@ def _make_home(home: Path) -> None:
 
 def seal(dir: Path, home: Path, now: datetime) -> SealFile:
     """Hash the checkpoint, register it if it is new, and write `dir/SEAL.json`."""
-    from filelock import FileLock
-
-    from evalrig.bundle import append_line, cut_torn_tail, write_json_atomic
+    from evalrig.bundle import chained_append, write_json_atomic
 
     dir = Path(dir)
     ckpt = load_checkpoint(dir)
@@ -133,13 +132,12 @@ def seal(dir: Path, home: Path, now: datetime) -> SealFile:
     tree = checkpoint_id(dir)
     home = Path(home)
     _make_home(home)
-    # Two seals at once must not both append the same id: look up and append under a lock.
-    with FileLock(str(home / ".seals.lock")):
-        entry = registered_seal(home, tree.digest)
+    # Two seals at once must not both append the same id: look up and append under the
+    # registry's lock (the chained store holds it from verification to the sync).
+    with chained_append(registry_path(home), SealEntry) as registry:
+        entry = next((e for e in registry.records if e.checkpoint_id == tree.digest), None)
         if entry is None:
-            entry = SealEntry(checkpoint_id=tree.digest, name=ckpt.spec.name, sealed_at=now)
-            cut_torn_tail(registry_path(home))
-            append_line(registry_path(home), entry)
+            entry = registry.append(SealEntry(checkpoint_id=tree.digest, name=ckpt.spec.name, sealed_at=now))
     sealed = SealFile(
         checkpoint_id=entry.checkpoint_id,
         name=entry.name,

@@ -717,6 +717,7 @@ def load_side(dir: Path, home: Path, allow_incomplete: bool) -> LoadedRun:
             "(the gate never promotes on an incomplete comparison)",
         )
     integrity = _integrity(dir, manifest, allow_incomplete)
+    refuse_unregistered(dir, manifest, home)
     lines = read_run_lines(dir)
     integrity = integrity.model_copy(update={"torn": [f"{n}:{t}" for n, t in sorted(lines.torn.items())]})
     final = final_results(lines.results)
@@ -733,6 +734,22 @@ def load_side(dir: Path, home: Path, allow_incomplete: bool) -> LoadedRun:
         calibration=_calibration_inputs(lines, final),
     )
     return LoadedRun(view=view, manifest=manifest, history=history)
+
+
+def refuse_unregistered(dir: Path, manifest: RunManifest, home: Path) -> None:
+    """A run bundle counts only when the rig's home registered its digest (docs/security-hometrust.md):
+    a bundle anyone edited and re-digested is not one a run of this home finished."""
+    from evalrig.ledger import registered_run, runs_path
+
+    digest = bundle.bundle_digest(dict(manifest.files))
+    if registered_run(home, digest) is None:
+        raise invalid(
+            f"not registered: no run of this rig's home finished with the bundle digest {digest} "
+            f"({runs_path(home)})",
+            file=dir,
+            hint=f"a bundle made on another machine or with another EVALRIG_HOME is brought in by "
+            f"`evalrig verify --register {dir}`, which re-derives every result from its evidence first",
+        )
 
 
 def check_pairable(champion: LoadedRun, candidate: LoadedRun, champ_dir: Path, cand_dir: Path) -> None:

@@ -1,27 +1,41 @@
-"""Where gates leave their traces: `issued.jsonl` beside the decisions and the gate ledger.
+"""Where gates, sign-offs and runs leave their traces: beside the decisions, and in the home.
 
 `decisions/issued.jsonl` records each time a decision was issued (its digest and the
 time), so that `sign` can tell how long a verdict sat open and refuse a decision whose
-bytes no longer match any issued one. `$EVALRIG_HOME/gates.jsonl` records every gate the
-rig ran, across comparison bundles, so that re-rolling a train until it passes shows up
-in the verdict file of the next gate of the same candidate.
+bytes no longer match any issued one; `decisions/signoffs.jsonl` is the bundle's copy of
+its sign-offs, for people. Trust lives in the rig's home (docs/security-hometrust.md):
+`$EVALRIG_HOME/gates.jsonl` records every gate the rig ran (so that re-rolling a train
+until it passes shows up in the next verdict file of the same candidate, and so that
+`check-release` can tell a decision a gate issued from a hand-written one),
+`$EVALRIG_HOME/signoffs.jsonl` every sign-off, and `$EVALRIG_HOME/runs.jsonl` every run
+that finished here. The home's files are hash-chained (`evalrig.bundle.chained_append`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from evalrig.bundle import append_line, cut_torn_tail, read_records
+from evalrig.bundle import append_line, chained_append, cut_torn_tail, read_chained, read_records
 from evalrig.errors import EvalrigError, invalid
 from evalrig.models.comparison import GateLedgerEntry, Issued, SignOff
+from evalrig.models.run import RunEntry
 
 ISSUED = "issued.jsonl"
 SIGNOFFS = "signoffs.jsonl"
 GATES = "gates.jsonl"
+RUNS = "runs.jsonl"
 
 
 def ledger_path(home: Path) -> Path:
     return Path(home) / GATES
+
+
+def runs_path(home: Path) -> Path:
+    return Path(home) / RUNS
+
+
+def home_signoffs_path(home: Path) -> Path:
+    return Path(home) / SIGNOFFS
 
 
 def _unwritable(path: Path, e: OSError) -> EvalrigError:
@@ -39,6 +53,7 @@ def ensure_dir(dir: Path) -> None:
 
 
 def _append(path: Path, record: object) -> None:
+    """Append to a bundle's record file (not chained)."""
     ensure_dir(path.parent)
     try:
         cut_torn_tail(path)  # a crash mid-append must not glue two records together
@@ -47,13 +62,28 @@ def _append(path: Path, record: object) -> None:
         raise _unwritable(path, e) from e
 
 
+def _append_home(path: Path, record: GateLedgerEntry | SignOff) -> None:
+    ensure_dir(path.parent)
+    try:
+        with chained_append(path, type(record)) as chain:
+            chain.append(record)
+    except OSError as e:
+        raise _unwritable(path, e) from e
+
+
 def record_gate(home: Path, entry: GateLedgerEntry) -> None:
-    _append(ledger_path(home), entry)
+    _append_home(ledger_path(home), entry)
 
 
 def gates_of(home: Path, candidate_id: str) -> list[GateLedgerEntry]:
     """Every ledger line of this candidate checkpoint, oldest first."""
-    return [e for e in read_records(ledger_path(home), GateLedgerEntry).records if e.candidate_id == candidate_id]
+    return [e for e in read_chained(ledger_path(home), GateLedgerEntry).records if e.candidate_id == candidate_id]
+
+
+def gates_issuing(home: Path, decision_digest: str) -> list[GateLedgerEntry]:
+    """Every ledger line of a gate that issued the decision with this digest, oldest first."""
+    return [e for e in read_chained(ledger_path(home), GateLedgerEntry).records
+            if e.decision_digest == decision_digest]
 
 
 def record_issued(decisions_dir: Path, issued: Issued) -> None:
@@ -64,10 +94,49 @@ def issued_of(decisions_dir: Path, decision_digest: str) -> list[Issued]:
     return [i for i in read_records(decisions_dir / ISSUED, Issued).records if i.decision_digest == decision_digest]
 
 
-def record_signoff(decisions_dir: Path, signoff: SignOff) -> None:
-    _append(decisions_dir / SIGNOFFS, signoff)
+def record_signoff(decisions_dir: Path, home: Path, signoff: SignOff) -> None:
+    """The bundle's copy, then the home's record (the one `check-release` believes), under the
+    home file's lock: a refusal of either (a symlinked copy, a broken chain) records nothing
+    that releases."""
+    path = home_signoffs_path(home)
+    ensure_dir(path.parent)
+    try:
+        with chained_append(path, SignOff) as chain:
+            _append(decisions_dir / SIGNOFFS, signoff)
+            chain.append(signoff)
+    except OSError as e:
+        raise _unwritable(path, e) from e
 
 
 def signoffs_of(decisions_dir: Path, decision_digest: str) -> list[SignOff]:
+    """The bundle's copy of a decision's sign-offs (for people; never trusted)."""
     return [s for s in read_records(decisions_dir / SIGNOFFS, SignOff).records
             if s.decision_digest == decision_digest]
+
+
+def home_signoffs_of(home: Path, decision_digest: str) -> list[SignOff]:
+    """A decision's sign-offs as the home recorded them, oldest first."""
+    return [s for s in read_chained(home_signoffs_path(home), SignOff).records
+            if s.decision_digest == decision_digest]
+
+
+def registered_run(home: Path, bundle_digest: str) -> RunEntry | None:
+    """The first registration of a run bundle with this digest, if any."""
+    for e in read_chained(runs_path(home), RunEntry).records:
+        if e.bundle_digest == bundle_digest:
+            return e
+    return None
+
+
+def register_run(home: Path, entry: RunEntry) -> bool:
+    """Record a finished run bundle in the home; False when its digest was already there."""
+    path = runs_path(home)
+    ensure_dir(path.parent)
+    try:
+        with chained_append(path, RunEntry) as chain:
+            if any(e.bundle_digest == entry.bundle_digest for e in chain.records):
+                return False
+            chain.append(entry)
+            return True
+    except OSError as e:
+        raise _unwritable(path, e) from e

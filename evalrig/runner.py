@@ -1194,6 +1194,7 @@ def _finish(out: Path, manifest: RunManifest, inputs: Inputs, book: TrialBook,
         "status": status, "counts": counts, "seal_checks": checks, "finished_at": utcnow(),
         "files": file_digests(out)})
     write_json_atomic(out / MANIFEST, final)
+    register_finished(inputs.home, final)
     if error is not None:
         raise invalid(f"the checkpoint changed during the run: {error.message}",
                       file=manifest.settings.checkpoint_dir,
@@ -1201,6 +1202,19 @@ def _finish(out: Path, manifest: RunManifest, inputs: Inputs, book: TrialBook,
                       "and run again into a new --out")
     interrupted = stopped and status != "complete"
     return RunSummary(final.run_id, status, counts, out, interrupted, kept, ran)
+
+
+def register_finished(home: Path, m: RunManifest) -> bool:
+    """Record a finished run in the home's `runs.jsonl` (docs/security-hometrust.md): compare
+    takes only bundles registered there. False when its digest already was."""
+    from evalrig.bundle import bundle_digest
+    from evalrig.ledger import register_run
+    from evalrig.models.run import RunEntry
+
+    assert m.status != "running" and m.finished_at is not None, "only a finished run is registered"
+    return register_run(home, RunEntry(run_id=m.run_id, bundle_digest=bundle_digest(dict(m.files)),
+                                       checkpoint_id=m.checkpoint.id, status=m.status,  # type: ignore[arg-type]
+                                       finished_at=m.finished_at))
 
 
 # -- verify: re-derive a bundle from its evidence ---------------------------------------
@@ -1211,6 +1225,17 @@ class VerifyReport:
     results: int
     rederived: int
     files: int
+    manifest: RunManifest | None = None
+    """The manifest as verified (what `verify --register` records)."""
+
+
+def verify_and_register(dir: Path, home: Path) -> tuple[VerifyReport, bool]:
+    """`verify --register`: re-derive every result from evidence (exit 4 on any mismatch,
+    nothing registered), then record the bundle in the home's `runs.jsonl` so that compare
+    takes it. Idempotent: the bool says whether it was new."""
+    report = verify_run(dir)
+    assert report.manifest is not None
+    return report, register_finished(home, report.manifest)
 
 
 def verify_run(dir: Path) -> VerifyReport:
@@ -1232,7 +1257,8 @@ def verify_run(dir: Path) -> VerifyReport:
                       problems=problems,
                       hint="the bundle was changed after the run, or a verifier is not "
                       "deterministic; rerun into a new --out to get a trustworthy bundle")
-    return VerifyReport(results=len(b.results), rederived=rederived, files=len(b.manifest.files))
+    return VerifyReport(results=len(b.results), rederived=rederived, files=len(b.manifest.files),
+                        manifest=b.manifest)
 
 
 def evidence_problems(dir: Path, b: RunBundle) -> list[Problem]:

@@ -1,8 +1,11 @@
-"""A person's sign-off on a decision, and the release check that enforces it (DESIGN §11).
+"""A person's sign-off on a decision, and the release check that enforces it (docs/gate.md).
 
-`sign` appends to `decisions/signoffs.jsonl`; the last sign-off of a decision is the one
+`sign` appends to `$EVALRIG_HOME/signoffs.jsonl` and to the bundle's
+`decisions/signoffs.jsonl` (a copy for people); the last sign-off of a decision is the one
 that counts. `check_release` is what the release flow runs right before shipping: it
-says yes only for an approved decision whose candidate is the sealed directory given.
+believes only the home (docs/security-hometrust.md) and says yes only for a decision a
+gate issued (the gate ledger), whose comparison still verifies, whose last sign-off in the
+home approves it, and whose candidate is the sealed directory given.
 """
 
 from __future__ import annotations
@@ -88,7 +91,8 @@ def agrees_with_gate(verdict: str, approve: bool) -> bool:
     return approve == (verdict in PROMOTIONS)
 
 
-def sign(decision_path: Path, approve: bool, by: str, reason: str | None, now: datetime) -> SignOff:
+def sign(decision_path: Path, approve: bool, by: str, reason: str | None, now: datetime,
+         home: Path) -> SignOff:
     if not by.strip():
         raise UsageError("--by: give the name of the person signing")
     d = _verified(Path(decision_path))
@@ -106,8 +110,21 @@ def sign(decision_path: Path, approve: bool, by: str, reason: str | None, now: d
         action="approve" if approve else "reject", verdict=verdict, agrees_with_gate=agrees,
         reason=reason or None, open_s=max(0.0, (now - first).total_seconds()), at=now,
     )
-    ledger.record_signoff(d.decisions_dir, signoff)
+    ledger.record_signoff(d.decisions_dir, home, signoff)
     return signoff
+
+
+def _comparison_problem(d: OpenDecision, gated: str) -> str | None:
+    """Why the decision's comparison no longer verifies, or None: comparison.json against
+    its bundle's manifest, the decision's comparison digest, and the one the gate recorded."""
+    try:
+        _, now = read_comparison(d.comparison_dir)
+    except EvalrigError as e:
+        return f"its comparison does not verify ({e.message}: {e.file})"
+    if now != d.decision.comparison_digest or now != gated:
+        return (f"its comparison does not verify: {d.comparison_dir / 'comparison.json'} has the digest "
+                f"{now}, the decision and the gate ledger name {gated}")
+    return None
 
 
 @dataclass(frozen=True)
@@ -119,7 +136,11 @@ class ReleaseCheck:
 
 
 def check_release(decision_path: Path, checkpoint_dir: Path, home: Path) -> ReleaseCheck:
-    """Approved only for the last sign-off approving this decision, of this sealed checkpoint."""
+    """Approved only for a decision a gate issued (the home's gate ledger), whose comparison
+    still verifies, whose last sign-off in the home approves it, of this sealed checkpoint.
+
+    The bundle's own `issued.jsonl` and `signoffs.jsonl` are never believed: anyone who can
+    write a bundle can write them. A broken hash chain in the home raises (exit 4)."""
     try:
         d = read_decision(Path(decision_path))
     except EvalrigError as e:
@@ -128,7 +149,20 @@ def check_release(decision_path: Path, checkpoint_dir: Path, home: Path) -> Rele
     if d.decision.advisory:
         return ReleaseCheck(False, "not approved: an advisory decision cannot be signed",
                             hint="gate with the policy the runs pinned, without --advisory")
-    signoffs = ledger.signoffs_of(d.decisions_dir, d.digest)
+    gates = [g for g in ledger.gates_issuing(home, d.digest) if not g.advisory]
+    if not gates:
+        return ReleaseCheck(
+            False, f"not approved: no gate issued this decision (as it now reads): its digest {d.digest} "
+            f"is not in the gate ledger {ledger.ledger_path(home)}",
+            hint="only a decision `evalrig gate` wrote with this EVALRIG_HOME can ship: gate the "
+            "comparison with the policy the runs pinned, have a person sign that decision, and "
+            "run check-release with the same EVALRIG_HOME")
+    problem = _comparison_problem(d, gates[-1].comparison_digest)
+    if problem is not None:
+        return ReleaseCheck(False, f"not approved: {problem}",
+                            hint="the comparison changed after the gate: compare the two runs "
+                            "again into a new --out, gate, and sign the new decision")
+    signoffs = ledger.home_signoffs_of(home, d.digest)
     if not signoffs:
         return ReleaseCheck(False, f"not approved: {decision_path}: no sign-off of this decision (as it now reads)",
                             hint=f"a person signs it: `evalrig sign {decision_path} --approve --by NAME`")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from evalrig.bundle import append_line, file_digests, write_json_atomic
+from evalrig.bundle import chained_append, file_digests, write_json_atomic
 from evalrig.digest import canonical_line, sha256_bytes
 from evalrig.models.run import (
     Actual,
@@ -30,6 +30,7 @@ from evalrig.models.run import (
     TasksetRef,
     VerifierIdentity,
 )
+from evalrig.runner import register_finished
 
 T0 = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
 POLICY_DIGEST = sha256_bytes(b"policy")
@@ -92,8 +93,16 @@ def chain(lines: list[dict]) -> bytes:
 
 def register(home: Path, side: Side) -> None:
     home.mkdir(parents=True, exist_ok=True)
-    append_line(home / "seals.jsonl", SealEntry(checkpoint_id=side.checkpoint_id, name=side.name,
-                                                sealed_at=side.sealed_at))
+    with chained_append(home / "seals.jsonl", SealEntry) as seals:
+        seals.append(SealEntry(checkpoint_id=side.checkpoint_id, name=side.name, sealed_at=side.sealed_at))
+
+
+def register_run(home: Path, manifest: RunManifest) -> None:
+    """Record the built bundle in the home's runs.jsonl, as `run` does when a run finishes
+    (compare takes only registered bundles)."""
+    if manifest.status != "running":
+        home.mkdir(parents=True, exist_ok=True)
+        register_finished(home, manifest)
 
 
 def _result(side: Side, task_id: str, t: Task, rep: int, attempt: int, status: str) -> Result:
@@ -130,6 +139,16 @@ def _attempt_lines(results: list[Result]) -> tuple[bytes, bytes]:
             estimate_id="e-" + r.attempt_id, attempt_id=r.attempt_id, trial_id=r.trial_id, task_id=r.task_id,
             rep=r.rep, state="valid", p_success=0.5, time_s=(0.5, 2.0), cost_usd=(0.005, 0.05), at=T0)))
     return b"".join(attempts), b"".join(estimates)
+
+
+def redigest(dir: Path, home: Path) -> None:
+    """After a test edits a bundle's files on purpose: recompute the manifest's digests and
+    register the result in the home, as a forger with the home's trust would (to reach the
+    checks that come after registration)."""
+    manifest = RunManifest.model_validate_json((dir / "manifest.json").read_bytes())
+    manifest = manifest.model_copy(update={"files": file_digests(dir)})
+    write_json_atomic(dir / "manifest.json", manifest)
+    register_run(home, manifest)
 
 
 def write_run(dir: Path, side: Side, home: Path | None = None, full: bool = False) -> Path:
@@ -183,6 +202,8 @@ def write_run(dir: Path, side: Side, home: Path | None = None, full: bool = Fals
         files=file_digests(dir),
     )
     write_json_atomic(dir / "manifest.json", manifest)
+    if home is not None:
+        register_run(home, manifest)
     return dir
 
 

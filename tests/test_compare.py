@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from gate_bundles import Side, Task, chain, counts_tasks, write_run
+from gate_bundles import Side, Task, chain, counts_tasks, redigest, write_run
 
 from evalrig.compare import build_comparison, compare_bundles, history_check, load_side
 from evalrig.digest import sha256_bytes
@@ -266,17 +266,13 @@ def test_history_read_from_the_bundles(tmp_path: Path, evalrig_home: Path) -> No
 
 
 def test_a_malformed_line_names_file_line_and_field(tmp_path: Path, evalrig_home: Path) -> None:
-    from evalrig.bundle import file_digests
-
     a = write_run(tmp_path / "a", Side("champ", counts_tasks([3] * 4)), evalrig_home)
     b = write_run(tmp_path / "b", Side("cand", counts_tasks([3] * 4)), evalrig_home)
     results = b / "results.jsonl"
     lines = results.read_bytes().split(b"\n")
     lines[2] = lines[2].replace(b'"sandbox":"bwrap"', b'"sandbox":"docker"')
     results.write_bytes(b"\n".join(lines))
-    man = json.loads((b / "manifest.json").read_text())
-    man["files"] = file_digests(b)  # digests that match: the schema check must still catch it
-    (b / "manifest.json").write_text(json.dumps(man))
+    redigest(b, evalrig_home)  # digests that match, registered: the schema check must still catch it
     with pytest.raises(EvalrigError) as e:
         compare_bundles(a, b, tmp_path / "cmp", evalrig_home)
     assert (e.value.file, e.value.line, e.value.field) == (str(results), 3, "sandbox")

@@ -53,7 +53,7 @@ def signoffs(decision: Path) -> list[dict]:
 def test_approve_a_promotion_and_release(tmp_path: Path, evalrig_home: Path) -> None:
     decision, ckpt = gated(tmp_path, evalrig_home, BETTER)
     assert json.loads(decision.read_text())["verdict"] == "promote"
-    s = sign(decision, True, "alice", None, NOW + timedelta(minutes=30))
+    s = sign(decision, True, "alice", None, NOW + timedelta(minutes=30), evalrig_home)
     assert s.agrees_with_gate and s.open_s == 1800 and s.action == "approve"
     line = signoffs(decision)[0]
     assert line["decision_digest"] == sha256_bytes(decision.read_bytes())
@@ -70,8 +70,8 @@ def test_no_signoff_is_not_approved(tmp_path: Path, evalrig_home: Path) -> None:
 
 def test_a_later_rejection_counts(tmp_path: Path, evalrig_home: Path) -> None:
     decision, ckpt = gated(tmp_path, evalrig_home, BETTER)
-    sign(decision, True, "alice", None, NOW)
-    sign(decision, False, "bob", "the fresh set leaked into training", NOW + timedelta(hours=1))
+    sign(decision, True, "alice", None, NOW, evalrig_home)
+    sign(decision, False, "bob", "the fresh set leaked into training", NOW + timedelta(hours=1), evalrig_home)
     r = check_release(decision, ckpt, evalrig_home)
     assert not r.approved and "bob" in r.reason
     assert [s["agrees_with_gate"] for s in signoffs(decision)] == [True, False]
@@ -79,7 +79,7 @@ def test_a_later_rejection_counts(tmp_path: Path, evalrig_home: Path) -> None:
 
 def test_another_checkpoint_is_not_released(tmp_path: Path, evalrig_home: Path) -> None:
     decision, _ = gated(tmp_path, evalrig_home, BETTER)
-    sign(decision, True, "alice", None, NOW)
+    sign(decision, True, "alice", None, NOW, evalrig_home)
     other = tmp_path / "other"
     make_checkpoint(other, "other", evalrig_home)
     r = check_release(decision, other, evalrig_home)
@@ -88,14 +88,14 @@ def test_another_checkpoint_is_not_released(tmp_path: Path, evalrig_home: Path) 
 
 def test_a_modified_candidate_is_not_released(tmp_path: Path, evalrig_home: Path) -> None:
     decision, ckpt = gated(tmp_path, evalrig_home, BETTER)
-    sign(decision, True, "alice", None, NOW)
+    sign(decision, True, "alice", None, NOW, evalrig_home)
     (ckpt / "agent.py").write_text("print('changed')\n")
     assert not check_release(decision, ckpt, evalrig_home).approved
 
 
 def test_an_unregistered_candidate_is_not_released(tmp_path: Path, evalrig_home: Path) -> None:
     decision, ckpt = gated(tmp_path, evalrig_home, BETTER)
-    sign(decision, True, "alice", None, NOW)
+    sign(decision, True, "alice", None, NOW, evalrig_home)
     (evalrig_home / "seals.jsonl").unlink()
     r = check_release(decision, ckpt, evalrig_home)
     assert not r.approved and "not registered" in r.reason
@@ -104,20 +104,20 @@ def test_an_unregistered_candidate_is_not_released(tmp_path: Path, evalrig_home:
 def test_override_needs_a_reason(tmp_path: Path, evalrig_home: Path) -> None:
     decision, ckpt = gated(tmp_path, evalrig_home, CHAMP)  # keep-champion (tie)
     with pytest.raises(EvalrigError) as e:
-        sign(decision, True, "alice", None, NOW)
+        sign(decision, True, "alice", None, NOW, evalrig_home)
     assert e.value.code == ExitCode.USAGE and "--reason" in e.value.message
     assert not (decision.parent / "signoffs.jsonl").exists()
-    s = sign(decision, True, "alice", "ships a fix the suite cannot see", NOW)
+    s = sign(decision, True, "alice", "ships a fix the suite cannot see", NOW, evalrig_home)
     assert not s.agrees_with_gate and s.verdict == "keep-champion"
     assert check_release(decision, ckpt, evalrig_home).approved  # a person overrode, on the record
     # rejecting a keep-champion agrees with the gate and needs no reason
-    assert sign(decision, False, "bob", None, NOW).agrees_with_gate
+    assert sign(decision, False, "bob", None, NOW, evalrig_home).agrees_with_gate
 
 
 def test_rejecting_a_promotion_needs_a_reason(tmp_path: Path, evalrig_home: Path) -> None:
     decision, _ = gated(tmp_path, evalrig_home, BETTER)
     with pytest.raises(EvalrigError) as e:
-        sign(decision, False, "alice", "", NOW)
+        sign(decision, False, "alice", "", NOW, evalrig_home)
     assert e.value.code == ExitCode.USAGE
 
 
@@ -125,7 +125,7 @@ def test_advisory_is_refused(tmp_path: Path, evalrig_home: Path) -> None:
     decision, ckpt = gated(tmp_path, evalrig_home, BETTER, advisory=True)
     assert decision.parent.name == "advisory"
     with pytest.raises(EvalrigError) as e:
-        sign(decision, True, "alice", None, NOW)
+        sign(decision, True, "alice", None, NOW, evalrig_home)
     assert e.value.code == ExitCode.INVALID and "advisory" in e.value.message
     assert not check_release(decision, ckpt, evalrig_home).approved
 
@@ -134,7 +134,7 @@ def test_a_tampered_decision_is_refused(tmp_path: Path, evalrig_home: Path) -> N
     decision, ckpt = gated(tmp_path, evalrig_home, CHAMP)
     decision.write_bytes(decision.read_bytes().replace(b'"keep-champion"', b'"promote"', 1))
     with pytest.raises(EvalrigError) as e:
-        sign(decision, True, "mallory", None, NOW)
+        sign(decision, True, "mallory", None, NOW, evalrig_home)
     assert e.value.code == ExitCode.INVALID and "does not verify" in e.value.message
     assert not check_release(decision, ckpt, evalrig_home).approved
 
@@ -144,16 +144,41 @@ def test_a_tampered_comparison_is_refused(tmp_path: Path, evalrig_home: Path) ->
     comparison = decision.parent.parent / "comparison.json"
     comparison.write_bytes(comparison.read_bytes() + b" ")
     with pytest.raises(EvalrigError) as e:
-        sign(decision, True, "alice", None, NOW)
+        sign(decision, True, "alice", None, NOW, evalrig_home)
     assert e.value.code == ExitCode.INVALID and e.value.file == str(comparison)
 
 
 def test_approving_after_tampering_then_restoring(tmp_path: Path, evalrig_home: Path) -> None:
     # A sign-off binds the decision's digest: an edited decision has none of its sign-offs.
     decision, ckpt = gated(tmp_path, evalrig_home, BETTER)
-    sign(decision, True, "alice", None, NOW)
+    sign(decision, True, "alice", None, NOW, evalrig_home)
     original = decision.read_bytes()
     decision.write_bytes(original.replace(b'"quality"', b'"efficiency"', 1))
     assert not check_release(decision, ckpt, evalrig_home).approved
     decision.write_bytes(original)
     assert check_release(decision, ckpt, evalrig_home).approved
+
+
+def test_a_signoff_refused_in_the_bundle_is_not_recorded_in_the_home(tmp_path: Path, evalrig_home: Path) -> None:
+    decision, ckpt = gated(tmp_path, evalrig_home, BETTER)
+    target = tmp_path / "elsewhere.jsonl"
+    target.write_bytes(b"")
+    (decision.parent / "signoffs.jsonl").symlink_to(target)
+    with pytest.raises(EvalrigError) as e:
+        sign(decision, True, "alice", None, NOW, evalrig_home)
+    assert e.value.code == ExitCode.INVALID and "symbolic link" in e.value.message
+    assert target.read_bytes() == b""
+    assert not (evalrig_home / "signoffs.jsonl").exists() or (evalrig_home / "signoffs.jsonl").read_bytes() == b""
+    assert not check_release(decision, ckpt, evalrig_home).approved
+
+
+def test_the_home_signoff_is_the_bundle_line_with_its_prev(tmp_path: Path, evalrig_home: Path) -> None:
+    decision, ckpt = gated(tmp_path, evalrig_home, BETTER)
+    sign(decision, True, "alice", None, NOW, evalrig_home)
+    home = [json.loads(x) for x in (evalrig_home / "signoffs.jsonl").read_text().splitlines()]
+    assert len(home) == 1 and "prev" in home[0] and "prev" not in signoffs(decision)[0]
+    assert {k: v for k, v in home[0].items() if k != "prev"} == signoffs(decision)[0]
+    # the bundle's copy alone releases nothing: with the home's line gone, not approved
+    (evalrig_home / "signoffs.jsonl").unlink()
+    r = check_release(decision, ckpt, evalrig_home)
+    assert not r.approved and "no sign-off" in r.reason

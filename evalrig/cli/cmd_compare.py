@@ -89,13 +89,14 @@ def sign_cmd(
     json_out: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> int:
-    """Record a person's sign-off of a decision in decisions/signoffs.jsonl (the last one counts)."""
+    """Record a person's sign-off of a decision in $EVALRIG_HOME/signoffs.jsonl and decisions/signoffs.jsonl (the last one counts)."""
+    from evalrig.checkpoint import evalrig_home
     from evalrig.clock import utcnow
     from evalrig.signoff import sign
 
     if approve == reject:
         raise UsageError("give exactly one of --approve and --reject")
-    s = sign(decision, approve, by, reason, utcnow())
+    s = sign(decision, approve, by, reason, utcnow(), evalrig_home())
     if json_out:
         emit_json(s)
     else:
@@ -111,7 +112,8 @@ def check_release_cmd(
     json_out: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> int:
-    """Exit 0 only when the last sign-off approves the decision and the directory is its sealed candidate."""
+    """Exit 0 only for a decision a gate issued, whose comparison still verifies, whose last sign-off in
+    $EVALRIG_HOME approves it, and whose sealed candidate is the directory."""
     from evalrig.checkpoint import evalrig_home
     from evalrig.signoff import check_release
 

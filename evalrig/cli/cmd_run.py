@@ -197,26 +197,40 @@ def run(
 # -- verify ------------------------------------------------------------------------------
 
 
-@command("verify", "evalrig verify runs/champion")
+@command("verify", "evalrig verify runs/champion --register")
 def verify(
     bundle: Annotated[Path, typer.Argument(help="The run bundle to re-derive.")],
+    register: Annotated[
+        bool, typer.Option("--register", help="When it verifies, record the bundle in $EVALRIG_HOME/runs.jsonl "
+                           "so that compare takes it (a bundle made on another machine or home).")
+    ] = False,
     json_out: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> int:
     """Re-derive every result of a run bundle from its stored evidence and check every digest.
 
-    Exit 0 when everything agrees, 4 listing each mismatch.
+    Exit 0 when everything agrees, 4 listing each mismatch (nothing is registered then).
     """
-    from evalrig.runner import verify_run
+    from evalrig.checkpoint import evalrig_home
+    from evalrig.runner import verify_and_register, verify_run
 
     refuse_what_is_not_a_run_bundle(bundle)
-    report = verify_run(bundle)
+    new: bool | None = None
+    if register:
+        report, new = verify_and_register(bundle, evalrig_home())
+    else:
+        report = verify_run(bundle)
     if json_out:
         emit_json({"bundle": str(bundle), "ok": True, "results": report.results,
-                   "rederived": report.rederived, "files": report.files})
+                   "rederived": report.rederived, "files": report.files,
+                   **({"registered": True, "newly_registered": new} if register else {})})
     else:
-        say(f"verified {bundle}: {report.files} file digests, {report.results} results "
-            f"({report.rederived} re-derived from evidence) agree")
+        lines = [f"verified {bundle}: {report.files} file digests, {report.results} results "
+                 f"({report.rederived} re-derived from evidence) agree"]
+        if register:
+            lines.append(f"registered in {evalrig_home() / 'runs.jsonl'}" if new
+                         else "already registered in the rig's home")
+        say(lines)
     return 0
 
 

@@ -17,6 +17,7 @@ def formats() -> dict[str, type[BaseModel]]:
         "policy": inputs.PolicyFile,
         "seal": run.SealFile,
         "seal-registry-entry": run.SealEntry,
+        "run-registry-entry": run.RunEntry,
         "run-manifest": run.RunManifest,
         "provenance": run.Provenance,
         "attempt": run.AttemptEvent,

@@ -17,7 +17,9 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    SerializerFunctionWrapHandler,
     field_validator,
+    model_serializer,
 )
 
 from evalrig.clock import format_ts
@@ -43,6 +45,17 @@ Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 """`sha256:<64 hex>`."""
 
 TaskId = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]+$", min_length=1)]
+
+PATH_ID_PATTERN = r"^(?:[A-Za-z0-9_-]|\.[A-Za-z0-9_-]|\.\.[A-Za-z0-9._-])[A-Za-z0-9._-]*$"
+"""One path component of `[A-Za-z0-9._-]`, never `.` or `..` (written without look-ahead,
+which the schema's regex engine lacks): "..." and ".x" are names, "." and ".." are not."""
+
+PathId = Annotated[str, Field(pattern=PATH_ID_PATTERN, min_length=1)]
+"""An id that names a path (attempt, run, estimate ids: docs/security-hometrust.md): a
+bundle holding `../x` fails its schema before the id touches a path."""
+
+ChainHash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+"""A bare hex sha256, the `prev` of a hash-chained line."""
 
 
 class Strict(BaseModel):
@@ -79,6 +92,28 @@ class Record(Strict):
                 "use the rig version that wrote it"
             )
         return v
+
+
+class ChainedRecord(Record):
+    """A line of one of the rig's hash-chained home files (seals, gates, runs, sign-offs).
+
+    The chain's store (`evalrig.bundle.chained_append`) sets `prev`; a record written
+    anywhere else (a bundle's copy of a sign-off) has none, and leaves the key out rather
+    than writing null, so that no unchained line ever looks chained.
+    """
+
+    prev: ChainHash | None = Field(
+        default=None,
+        description="The bare hex sha256 of the previous line's bytes (without its newline); on the "
+        "first chained line, of every byte before it. Absent on legacy lines and outside the home.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _no_null_prev(self, handler: SerializerFunctionWrapHandler) -> Any:
+        out = handler(self)
+        if isinstance(out, dict) and out.get("prev", "") is None:
+            del out["prev"]
+        return out
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

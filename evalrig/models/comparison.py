@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from evalrig.models.base import Digest, Record, Strict, TaskId, Timestamp
+from evalrig.models.base import ChainedRecord, Digest, Record, Strict, TaskId, Timestamp
 from evalrig.models.inputs import Suite
 from evalrig.models.run import PolicyPin, SandboxLevel
 
@@ -340,7 +340,7 @@ class Issued(Record):
     issued_at: Timestamp
 
 
-class GateLedgerEntry(Record):
+class GateLedgerEntry(ChainedRecord):
     """$EVALRIG_HOME/gates.jsonl: every gate the rig ran, so re-rolled trains are visible."""
 
     candidate_id: Digest
@@ -356,8 +356,9 @@ class GateLedgerEntry(Record):
     at: Timestamp
 
 
-class SignOff(Record):
-    """decisions/signoffs.jsonl: a person's sign-off; the last one of a decision counts."""
+class SignOff(ChainedRecord):
+    """decisions/signoffs.jsonl and $EVALRIG_HOME/signoffs.jsonl: a person's sign-off; the last one
+    of a decision counts, and `check-release` believes only the home's copy."""
 
     decision_digest: Digest
     decision_file: str

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from evalrig.models.base import Digest, Record, Strict, TaskId, Timestamp
+from evalrig.models.base import ChainedRecord, Digest, PathId, Record, Strict, TaskId, Timestamp
 from evalrig.models.inputs import Suite
 
 Status = Literal["passed", "failed", "agent_error", "timeout", "infra_error", "interrupted"]
@@ -17,12 +17,24 @@ SandboxLevel = Literal["bwrap", "process"]
 # -- seals -------------------------------------------------------------------------------
 
 
-class SealEntry(Record):
+class SealEntry(ChainedRecord):
     """One line of `$EVALRIG_HOME/seals.jsonl`; the first line of an id is the one that counts."""
 
     checkpoint_id: Digest
     name: str
     sealed_at: Timestamp
+
+
+class RunEntry(ChainedRecord):
+    """One line of `$EVALRIG_HOME/runs.jsonl`: a run that finished with this home (complete or
+    incomplete), or a bundle brought in by `verify --register`. `compare` takes only run
+    bundles whose digest is registered here."""
+
+    run_id: PathId
+    bundle_digest: Digest = Field(description="sha256 of the canonical JSON of the manifest's files table.")
+    checkpoint_id: Digest
+    status: Literal["complete", "incomplete"]
+    finished_at: Timestamp
 
 
 class SealFile(Record):
@@ -124,7 +136,7 @@ class RunCounts(Strict):
 
 class RunManifest(Record):
     kind: Literal["run"] = "run"
-    run_id: str
+    run_id: PathId
     rig_version: str
     checkpoint: CheckpointRef
     taskset: TasksetRef
@@ -172,7 +184,7 @@ class AttemptEvent(Record):
 
     event: Literal["start", "end"]
     trial_id: str
-    attempt_id: str
+    attempt_id: PathId
     attempt: int = Field(ge=1, description="1-based attempt number within the trial.")
     task_id: TaskId
     rep: int = Field(ge=0)
@@ -183,8 +195,8 @@ class AttemptEvent(Record):
 class Estimate(Record):
     """estimates.jsonl: written and synced before the attempt starts."""
 
-    estimate_id: str
-    attempt_id: str
+    estimate_id: PathId
+    attempt_id: PathId
     trial_id: str
     task_id: TaskId
     rep: int = Field(ge=0)
@@ -206,7 +218,7 @@ class Actual(Record):
     """actuals.jsonl: what the rig measured of one finished attempt."""
 
     trial_id: str
-    attempt_id: str
+    attempt_id: PathId
     task_id: TaskId
     rep: int = Field(ge=0)
     wall_s: float = Field(ge=0)
@@ -263,7 +275,7 @@ class Result(Record):
     """results.jsonl: one line per finished attempt."""
 
     trial_id: str
-    attempt_id: str
+    attempt_id: PathId
     attempt: int = Field(ge=1)
     task_id: TaskId
     suite: Suite

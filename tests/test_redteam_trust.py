@@ -1,0 +1,353 @@
+"""Trust lives in the rig's home, not in bundles (issue #10, attacks 5, 6, 11 and 12's chain).
+
+Each attack is taken through `eval.sh` as a release script runs it: a decision no gate
+issued, a comparison edited after sign-off, a forged and re-digested run bundle, an
+attempt id that climbs out of the bundle, a symlinked `issued.jsonl`, a seal appended to
+the home by hand. docs/security-hometrust.md states what each test proves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pytest
+from redteam import Step, Train, bwrap_works, eval_sh, make_checkpoint, results, run_train
+
+WRONG_AGENT = """\
+import os
+with open(os.path.join(os.environ["EVALRIG_OUT"], "answer.txt"), "w") as f:
+    f.write("no\\n")
+"""
+
+
+@dataclass
+class Copy:
+    """A private copy of the shared train: its home and its files, safe to attack."""
+
+    home: Path
+    root: Path
+
+    @property
+    def cmp(self) -> Path:
+        return self.root / "cmp"
+
+    @property
+    def decision(self) -> Path:
+        return self.cmp / "decisions" / "redteam-v1.json"
+
+    def bundle(self, side: str) -> Path:
+        return self.root / "runs" / side
+
+    def sh(self, *args: str | Path) -> Step:
+        return eval_sh(self.home, *args)
+
+
+@pytest.fixture(scope="module")
+def train(tmp_path_factory: pytest.TempPathFactory) -> Train:
+    """One real train, bwrap, that promotes its candidate (the champion answers wrong)."""
+    if not bwrap_works():
+        pytest.skip("bwrap cannot run on this machine")
+    base = tmp_path_factory.mktemp("train")
+    home = base / "home"
+    root = base / "t"
+    root.mkdir()
+    champion = make_checkpoint(root / "champion", WRONG_AGENT, name="champ")
+    candidate = make_checkpoint(root / "candidate", name="cand")
+    t = run_train(home, root, champion, candidate, sandbox="bwrap")
+    assert t.steps["gate"].code == 0, t.steps["gate"]
+    return t
+
+
+@pytest.fixture
+def mine(train: Train, tmp_path: Path) -> Copy:
+    """The train copied (home and files, symlinks kept as links) for one test to attack."""
+    home, root = tmp_path / "home", tmp_path / "t"
+    shutil.copytree(train.home, home, symlinks=True)
+    shutil.copytree(train.root, root, symlinks=True)
+    return Copy(home, root)
+
+
+def redigest_run(bundle: Path) -> None:
+    """What a forger does after editing a run bundle: recompute the manifest's digests."""
+    from evalrig.bundle import file_digests
+
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["files"] = file_digests(bundle)
+    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+
+
+def write_lines(path: Path, rows: list[dict[str, object]]) -> None:
+    path.write_bytes(b"".join(orjson.dumps(r, option=orjson.OPT_SORT_KEYS) + b"\n" for r in rows))
+
+
+# -- attack 5: check-release approves what no gate issued ---------------------------------
+
+
+def test_a_hand_written_decision_and_signoff_are_not_approved(mine: Copy) -> None:
+    """A decision naming another sealed checkpoint (the champion), written by hand with a
+    sign-off line carrying its sha256 in the bundle's signoffs.jsonl: no gate issued it."""
+    real = json.loads(mine.decision.read_text())
+    champ_id = real["champion"]["checkpoint_id"]
+    forged = dict(real, candidate=dict(real["candidate"], checkpoint_id=champ_id))
+    decisions = mine.root / "forged" / "decisions"
+    decisions.mkdir(parents=True)
+    path = decisions / "redteam-v1.json"
+    path.write_bytes(json.dumps(forged, indent=2, sort_keys=True).encode() + b"\n")
+    digest = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    write_lines(decisions / "signoffs.jsonl", [{
+        "schema_version": "1.0", "decision_digest": digest, "decision_file": path.name,
+        "candidate_checkpoint_id": champ_id, "by": "nobody", "action": "approve", "verdict": "promote",
+        "agrees_with_gate": True, "reason": None, "open_s": 1.0, "at": "2026-12-01T10:00:00.000000Z"}])
+    r = mine.sh("check-release", path, "--checkpoint", mine.root / "champion", "--json")
+    assert r.code == 1, r
+    out = r.json
+    assert isinstance(out, dict) and not out["approved"]
+    assert "no gate issued this decision" in out["reason"] and "gates.jsonl" in out["reason"]
+    assert "evalrig gate" in out["hint"]
+
+
+def test_a_bundle_signoff_without_the_homes_is_not_approved(mine: Copy) -> None:
+    """The real decision, approved only in the bundle's copy of the sign-offs."""
+    signoff = {
+        "schema_version": "1.0", "decision_digest": "sha256:" + hashlib.sha256(mine.decision.read_bytes()).hexdigest(),
+        "decision_file": mine.decision.name, "candidate_checkpoint_id": json.loads(
+            mine.decision.read_text())["candidate"]["checkpoint_id"],
+        "by": "mallory", "action": "approve", "verdict": "promote", "agrees_with_gate": True, "reason": None,
+        "open_s": 1.0, "at": "2026-12-01T10:00:00.000000Z"}
+    write_lines(mine.decision.parent / "signoffs.jsonl", [signoff])
+    r = mine.sh("check-release", mine.decision, "--checkpoint", mine.root / "candidate")
+    assert r.code == 1, r
+    assert "no sign-off" in r.stderr and "evalrig sign" in r.stderr
+
+
+def test_an_approved_decision_whose_comparison_was_edited_is_not_approved(mine: Copy) -> None:
+    signed = mine.sh("sign", mine.decision, "--approve", "--by", "alice")
+    assert signed.code == 0, signed
+    home_line = json.loads((mine.home / "signoffs.jsonl").read_text().splitlines()[-1])
+    bundle_line = json.loads((mine.decision.parent / "signoffs.jsonl").read_text().splitlines()[-1])
+    assert {k: v for k, v in home_line.items() if k != "prev"} == bundle_line
+    ok = mine.sh("check-release", mine.decision, "--checkpoint", mine.root / "candidate")
+    assert ok.code == 0, ok
+    # After sign-off: the comparison is edited, and its bundle's manifest re-digested.
+    comparison = mine.cmp / "comparison.json"
+    doc = json.loads(comparison.read_text())
+    doc["facts"]["champion"]["canary_found"] = 0
+    doc["suites"]["fresh"]["tasks"] += 1
+    comparison.write_bytes(json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n")
+    manifest = json.loads((mine.cmp / "manifest.json").read_text())
+    manifest["files"]["comparison.json"] = "sha256:" + hashlib.sha256(comparison.read_bytes()).hexdigest()
+    (mine.cmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    r = mine.sh("check-release", mine.decision, "--checkpoint", mine.root / "candidate")
+    assert r.code == 1, r
+    assert "comparison does not verify" in r.stderr and "compare the two runs again" in r.stderr
+
+
+# -- attack 6: a forged bundle; an attempt id that leaves the bundle ----------------------
+
+
+def test_a_forged_rebundled_champion_is_refused_by_compare_and_by_register(mine: Copy) -> None:
+    """The champion's fresh results flipped (it answers wrong; the forgery says it passed),
+    the manifest's digests recomputed: every digest verifies, the home never saw it."""
+    champ = mine.bundle("champion")
+    rows = results(champ)
+    for r in rows:
+        if r["suite"] == "fresh":
+            assert r["status"] == "failed"
+            r.update(status="passed", passed=True, reward=1.0)
+    write_lines(champ / "results.jsonl", rows)
+    redigest_run(champ)
+    out = mine.root / "cmp-forged"
+    r = mine.sh("compare", champ, mine.bundle("candidate"), "--out", out)
+    assert r.code == 4, r
+    assert "not registered" in r.stderr and f"evalrig verify --register {champ}" in r.stderr
+    assert not out.exists()
+    reg = mine.sh("verify", champ, "--register")
+    assert reg.code == 4, reg
+    assert "re-derived failed" in reg.stderr
+    assert mine.sh("compare", champ, mine.bundle("candidate"), "--out", out).code == 4
+
+
+def test_a_bundle_from_another_home_is_brought_in_by_verify_register(mine: Copy, tmp_path: Path) -> None:
+    other = Copy(tmp_path / "other-home", mine.root)
+    out = mine.root / "cmp-elsewhere"
+    r = other.sh("compare", mine.bundle("champion"), mine.bundle("candidate"), "--out", out)
+    assert r.code == 4 and "verify --register" in r.stderr, r
+    for side in ("champion", "candidate"):
+        reg = other.sh("verify", mine.bundle(side), "--register", "--json")
+        assert reg.code == 0, reg
+        assert isinstance(reg.json, dict) and reg.json["newly_registered"] is True
+    again = other.sh("verify", mine.bundle("champion"), "--register", "--json")
+    assert again.code == 0 and isinstance(again.json, dict) and again.json["newly_registered"] is False
+    lines = (other.home / "runs.jsonl").read_text().splitlines()
+    assert len(lines) == 2
+    assert other.sh("compare", mine.bundle("champion"), mine.bundle("candidate"), "--out", out).code == 0
+
+
+def test_every_finished_run_is_registered_in_the_home(train: Train) -> None:
+    from evalrig.bundle import bundle_digest, read_chained
+    from evalrig.models.run import RunEntry
+
+    entries = read_chained(train.home / "runs.jsonl", RunEntry).records
+    for side in ("champion", "candidate"):
+        m = json.loads((train.bundle(side) / "manifest.json").read_text())
+        mine = [e for e in entries if e.run_id == m["run_id"]]
+        assert [(e.bundle_digest, e.checkpoint_id, e.status) for e in mine] == [
+            (bundle_digest(m["files"]), m["checkpoint"]["id"], "complete")]
+
+
+def test_an_attempt_id_that_climbs_out_of_the_bundle_is_refused_before_any_read(mine: Copy) -> None:
+    """`../../evil` holding a copy of the real evidence: verify would re-derive from outside
+    the bundle and agree. Its schema refuses the id first, naming file, line and field."""
+    champ = mine.bundle("champion")
+    rows = results(champ)
+    real = rows[0]["attempt_id"]
+    outside = champ.parent / "evil"  # attempts/../../evil, beside the bundle
+    shutil.copytree(champ / "attempts" / str(real), outside)
+    rows[0]["attempt_id"] = "../../evil"
+    write_lines(champ / "results.jsonl", rows)
+    redigest_run(champ)
+    r = mine.sh("verify", champ)
+    assert r.code == 4, r
+    assert f"{champ / 'results.jsonl'}:1: attempt_id:" in r.stderr, r
+    assert "evidence of" not in r.stderr  # refused at the schema, before the evidence was looked at
+
+
+# -- attack 11: the gate follows a symlinked issued.jsonl ---------------------------------
+
+
+def test_the_gate_refuses_a_symlinked_issued_jsonl_and_leaves_its_target_alone(mine: Copy) -> None:
+    issued = mine.cmp / "decisions" / "issued.jsonl"
+    target = mine.root / "precious.jsonl"
+    target.write_bytes(b'{"keep": "me"}\n{"and": "this torn tail"')
+    before = target.read_bytes()
+    issued.unlink()
+    issued.symlink_to(target)
+    ledger = (mine.home / "gates.jsonl").read_bytes()
+    r = mine.sh("gate", mine.cmp, "--policy", mine.root / "policies" / "redteam.toml")
+    assert r.code == 4, r
+    assert str(issued) in r.stderr and "symbolic link" in r.stderr
+    assert target.read_bytes() == before
+    assert issued.is_symlink()
+    assert (mine.home / "gates.jsonl").read_bytes() == ledger  # nothing issued, nothing in the ledger
+
+
+def test_a_symlinked_home_ledger_is_refused(mine: Copy) -> None:
+    ledger = mine.home / "gates.jsonl"
+    target = mine.root / "elsewhere.jsonl"
+    ledger.rename(target)
+    ledger.symlink_to(target)
+    before = target.read_bytes()
+    r = mine.sh("gate", mine.cmp, "--policy", mine.root / "policies" / "redteam.toml")
+    assert r.code == 4, r
+    assert str(ledger) in r.stderr and "symbolic link" in r.stderr
+    assert target.read_bytes() == before
+
+
+# -- attack 12 (the chain): a seal appended to the home by hand ----------------------------
+
+
+def forge_seal(home: Path, checkpoint: Path, prev: str | None = None) -> int:
+    """Append a seal line for `checkpoint` the way an agent with write access would; its line number."""
+    from evalrig.checkpoint import checkpoint_id
+
+    registry = home / "seals.jsonl"
+    line: dict[str, object] = {"schema_version": "1.0", "checkpoint_id": checkpoint_id(checkpoint).digest,
+                               "name": "forged", "sealed_at": "2026-01-01T00:00:00.000000Z"}
+    if prev is not None:
+        line["prev"] = prev
+    with open(registry, "ab") as f:
+        f.write(orjson.dumps(line, option=orjson.OPT_SORT_KEYS) + b"\n")
+    return len(registry.read_bytes().splitlines())
+
+
+@pytest.mark.parametrize("prev", [None, "0" * 64])
+def test_a_seal_appended_by_hand_breaks_the_chain(mine: Copy, prev: str | None) -> None:
+    forged = make_checkpoint(mine.root / "forged")
+    n = forge_seal(mine.home, forged, prev)
+    registry = mine.home / "seals.jsonl"
+    r = mine.sh("run", "--checkpoint", forged, "--tasks", mine.root / "tasks", "--out", mine.root / "runs" / "f",
+                "--repeat", "1", "--task", "fx0", "--sandbox", "process")
+    assert r.code == 4, r
+    assert f"{registry}:{n}:" in r.stderr and "hash chain breaks" in r.stderr
+    assert not (mine.root / "runs" / "f" / "results.jsonl").exists()
+    other = make_checkpoint(mine.root / "other", name="other")
+    s = mine.sh("seal", other)
+    assert s.code == 4 and f"{registry}:{n}:" in s.stderr, s
+    assert len(registry.read_bytes().splitlines()) == n  # nothing appended after a break
+
+
+def test_an_edited_seal_line_breaks_the_chain(mine: Copy) -> None:
+    registry = mine.home / "seals.jsonl"
+    lines = registry.read_bytes().splitlines(keepends=True)
+    lines[0] = lines[0].replace(b'"name":"champ"', b'"name":"chimp"')
+    registry.write_bytes(b"".join(lines))
+    r = mine.sh("seal", mine.root / "candidate")
+    assert r.code == 4 and f"{registry}:2:" in r.stderr, r  # line 2's prev no longer matches
+
+
+def test_a_torn_last_seal_line_is_ignored_and_cut_before_the_next_append(mine: Copy) -> None:
+    registry = mine.home / "seals.jsonl"
+    whole = registry.read_bytes()
+    registry.write_bytes(whole + b'{"schema_version":"1.0","checkpoint_id":"sha')
+    assert mine.sh("seal", mine.root / "candidate").code == 0  # a read: the torn line ignored
+    assert registry.read_bytes().startswith(whole)
+    other = make_checkpoint(mine.root / "other", name="other")
+    assert mine.sh("seal", other).code == 0
+    data = registry.read_bytes()
+    assert data.startswith(whole) and b'"sha\n' not in data and data.count(b"\n") == whole.count(b"\n") + 1
+    from evalrig.bundle import read_chained
+    from evalrig.models.run import SealEntry
+
+    assert [e.name for e in read_chained(registry, SealEntry).records][-1] == "other"
+
+
+def test_legacy_seal_lines_are_accepted_and_the_chain_starts_after_them(tmp_path: Path) -> None:
+    from evalrig.checkpoint import checkpoint_id
+
+    home = tmp_path / "home"
+    home.mkdir()
+    old = make_checkpoint(tmp_path / "old", name="old")
+    legacy = orjson.dumps({"schema_version": "1.0", "checkpoint_id": checkpoint_id(old).digest, "name": "old",
+                           "sealed_at": "2026-01-01T00:00:00.000000Z"}, option=orjson.OPT_SORT_KEYS) + b"\n"
+    (home / "seals.jsonl").write_bytes(legacy)
+    new = make_checkpoint(tmp_path / "new", name="new")
+    assert eval_sh(home, "seal", new).code == 0
+    assert eval_sh(home, "seal", old, "--json").code == 0
+    lines = (home / "seals.jsonl").read_bytes().splitlines()
+    assert len(lines) == 2 and lines[0] == legacy.rstrip(b"\n")
+    assert json.loads(lines[1])["prev"] == hashlib.sha256(legacy).hexdigest()  # every byte before it
+
+
+def _append_many(home: str, tag: str, n: int) -> None:
+    from evalrig.bundle import chained_append
+    from evalrig.models.run import SealEntry
+
+    for i in range(n):
+        with chained_append(Path(home) / "seals.jsonl", SealEntry) as registry:
+            registry.append(SealEntry(checkpoint_id="sha256:" + hashlib.sha256(f"{tag}{i}".encode()).hexdigest(),
+                                      name=f"{tag}-{i}", sealed_at="2026-01-01T00:00:00Z"))  # type: ignore[arg-type]
+
+
+def test_two_processes_appending_never_interleave(tmp_path: Path) -> None:
+    from evalrig.bundle import read_chained
+    from evalrig.models.run import SealEntry
+
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_append_many, args=(str(tmp_path), tag, 200)) for tag in ("a", "b")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    names = [e.name for e in read_chained(tmp_path / "seals.jsonl", SealEntry).records]
+    assert len(names) == 400
+    for tag in ("a", "b"):
+        assert [n for n in names if n.startswith(tag)] == [f"{tag}-{i}" for i in range(200)]
+    assert os.path.exists(tmp_path / ".seals.jsonl.lock")
