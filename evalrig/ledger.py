@@ -51,9 +51,14 @@ def record_gate(home: Path, entry: GateLedgerEntry) -> None:
     _append(ledger_path(home), entry)
 
 
+def all_gates(home: Path) -> list[GateLedgerEntry]:
+    """Every ledger line, oldest first."""
+    return list(read_records(ledger_path(home), GateLedgerEntry).records)
+
+
 def gates_of(home: Path, candidate_id: str) -> list[GateLedgerEntry]:
     """Every ledger line of this candidate checkpoint, oldest first."""
-    return [e for e in read_records(ledger_path(home), GateLedgerEntry).records if e.candidate_id == candidate_id]
+    return [e for e in all_gates(home) if e.candidate_id == candidate_id]
 
 
 def record_issued(decisions_dir: Path, issued: Issued) -> None:

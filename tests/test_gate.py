@@ -135,12 +135,46 @@ def test_noisy_suite_is_inconclusive_with_tasks_needed(tmp_path: Path, evalrig_h
 
 
 def test_promote_efficiency(tmp_path: Path, evalrig_home: Path) -> None:
-    champ = Side("champ", counts_tasks(CHAMP, cost=0.03))
-    cand = Side("cand", counts_tasks(CHAMP, cost=0.01))
+    # Cost the rig metered on both sides (DESIGN §10: the only cost that can grant).
+    champ = Side("champ", counts_tasks(CHAMP, cost=0.03, cost_source="metered"))
+    cand = Side("cand", counts_tasks(CHAMP, cost=0.01, cost_source="metered"))
     d = run_gate(tmp_path, evalrig_home, champ, cand)
     assert (d.verdict, d.reason) == ("promote", "efficiency")
     e = rule(d, "fresh.efficiency")
     assert e["ratio"] == pytest.approx(1 / 3) and e["upper_bound"] < 1
+    assert (e["champion_source"], e["candidate_source"], e["metered"], e["why"]) == ("metered", "metered", True, None)
+
+
+@pytest.mark.parametrize(("champ_source", "cand_source", "words"), [
+    ("reported", "reported", "the champion's cost figures are self-reported (the agent's own usage.json) and "
+                             "the candidate's self-reported"),
+    ("metered", "reported", "the champion's cost figures are metered and the candidate's self-reported"),
+    ("reported", "metered", "the champion's cost figures are self-reported (the agent's own usage.json) and "
+                            "the candidate's metered"),
+])
+def test_self_reported_cost_never_grants(tmp_path: Path, evalrig_home: Path, champ_source: str,
+                                         cand_source: str, words: str) -> None:
+    """Issue #10 attack 3: the same figures as test_promote_efficiency, but the agent's own word on
+    either side: the cost route is closed, and the rule says why in one sentence."""
+    champ = Side("champ", counts_tasks(CHAMP, cost=0.03, cost_source=champ_source))
+    cand = Side("cand", counts_tasks(CHAMP, cost=0.01, cost_source=cand_source))
+    d = run_gate(tmp_path, evalrig_home, champ, cand)
+    assert d.verdict == "keep-champion" and d.reason in ("tie", "inconclusive")
+    e = rule(d, "fresh.efficiency")
+    assert not e["held"] and e["ratio"] == pytest.approx(1 / 3) and e["metered"] is False
+    assert e["why"].startswith("The cost route to promotion is closed: a cost win needs cost the rig metered")
+    assert words in e["why"] and e["why"].count(". ") == 0 and e["why"].endswith(".")
+    assert any(e["why"] in w for w in d.what_would_change)
+
+
+def test_metered_time_still_grants(tmp_path: Path, evalrig_home: Path) -> None:
+    """wall_s is the rig's own measurement: an efficiency win on it stands (costs self-reported)."""
+    champ = Side("champ", {k: Task(t.suite, t.passes, wall_s=3.0) for k, t in counts_tasks(CHAMP).items()})
+    cand = Side("cand", {k: Task(t.suite, t.passes, wall_s=1.0) for k, t in counts_tasks(CHAMP).items()})
+    d = run_gate(tmp_path, evalrig_home, champ, cand, policy(fresh={"efficiency_metric": "wall_s"}))
+    assert (d.verdict, d.reason) == ("promote", "efficiency")
+    e = rule(d, "fresh.efficiency")
+    assert (e["champion_source"], e["candidate_source"], e["why"]) == ("metered", "metered", None)
 
 
 def test_cheaper_but_worse_is_not_efficiency(tmp_path: Path, evalrig_home: Path) -> None:
@@ -315,8 +349,8 @@ def test_regression_comes_before_a_win(tmp_path: Path, evalrig_home: Path) -> No
 
 
 def test_quality_comes_before_efficiency(tmp_path: Path, evalrig_home: Path) -> None:
-    d = run_gate(tmp_path, evalrig_home, Side("champ", counts_tasks(CHAMP, cost=0.03)),
-                 Side("cand", counts_tasks(BETTER, cost=0.01)))
+    d = run_gate(tmp_path, evalrig_home, Side("champ", counts_tasks(CHAMP, cost=0.03, cost_source="metered")),
+                 Side("cand", counts_tasks(BETTER, cost=0.01, cost_source="metered")))
     assert rules(d)["fresh.efficiency"] and (d.verdict, d.reason) == ("promote", "quality")
 
 
