@@ -198,7 +198,7 @@ def _links_out(task_dir: Path) -> list[Problem]:
                                            "points to: replace the link with the files themselves"))
                 elif e.is_dir(follow_symlinks=False):
                     stack.append(e.path)
-    return sorted(out, key=lambda p: p.file)
+    return sorted(out, key=lambda p: p.file or "")
 
 
 def load_task(task_dir: Path, suite: str) -> LoadedTask | list[Problem]:
