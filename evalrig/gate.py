@@ -293,7 +293,7 @@ def rule_fixed_aggregate(c: Comparison, p: PolicyFile) -> RuleResult:
 
 
 _SOURCE_WORDS = {
-    "reported": "self-reported (the agent's own usage.json)",
+    "reported": "self-reported (the agents' own usage.json)",
     "missing": "missing",
     "mixed": "partly self-reported or missing",
     None: "not recorded",
@@ -309,10 +309,14 @@ def route_closed(metric: str, champion: str | None, candidate: str | None) -> st
     win by it."""
     if metric != "cost" or (champion == "metered" and candidate == "metered"):
         return None
+    if champion == candidate:
+        figures = f"both sides' cost figures are {_SOURCE_WORDS.get(champion, champion)}"
+    else:
+        figures = (f"the champion's cost figures are {_SOURCE_WORDS.get(champion, champion)} and the "
+                   f"candidate's {_SOURCE_WORDS.get(candidate, candidate)}")
     return ("The cost route to promotion is closed: a cost win needs cost the rig metered on both sides, "
-            f"and the champion's cost figures are {_SOURCE_WORDS.get(champion, champion)} and the candidate's "
-            f"{_SOURCE_WORDS.get(candidate, candidate)}, which never grant, since an agent that under-reports "
-            "its cost must not win by it (the rig does not meter model spend yet).")
+            f"and {figures}, which never grant, since an agent that under-reports its cost must not win by it "
+            "(the rig does not meter model spend yet).")
 
 
 @dataclass(frozen=True)

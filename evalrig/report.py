@@ -183,8 +183,8 @@ def _caveats(d: Decision) -> list[str]:
     rules = {r.name: r.figures() for r in d.rules}
     eff = rules.get("fresh.efficiency", {})
     if eff.get("why"):
-        out += ["", f"**Cost.** {eff['why']} The cost figures shown here are the champion's "
-                f"{cost_label(eff.get('champion_source'))} and the candidate's {cost_label(eff.get('candidate_source'))}."]
+        out += ["", f"**Cost.** {eff['why']} Cost figures below: the champion's "
+                f"{cost_label(eff.get('champion_source'))}, the candidate's {cost_label(eff.get('candidate_source'))}."]
     iso = rules.get("invariant.isolated", {})
     if iso.get("note"):
         hosts = sorted(set(iso.get("champion_hosts_reached", []) + iso.get("candidate_hosts_reached", [])))

@@ -94,10 +94,9 @@ def test_an_under_reported_cost_is_not_an_efficiency_win(tmp_path: Path, evalrig
     assert not eff["held"] and eff["ratio"] == pytest.approx(0.1)  # the figures are shown ...
     assert (eff["champion_source"], eff["candidate_source"], eff["metered"]) == ("reported", "reported", False)
     assert eff["why"] == (  # ... and why they cannot grant, in one sentence
-        "The cost route to promotion is closed: a cost win needs cost the rig metered on both sides, and the "
-        "champion's cost figures are self-reported (the agent's own usage.json) and the candidate's "
-        "self-reported (the agent's own usage.json), which never grant, since an agent that under-reports its "
-        "cost must not win by it (the rig does not meter model spend yet).")
+        "The cost route to promotion is closed: a cost win needs cost the rig metered on both sides, and both "
+        "sides' cost figures are self-reported (the agents' own usage.json), which never grant, since an agent "
+        "that under-reports its cost must not win by it (the rig does not meter model spend yet).")
     verdict = train.decision.with_suffix(".md").read_text()
     assert f"**Cost.** {eff['why']}" in verdict
     assert "reported by the agent itself" in verdict
