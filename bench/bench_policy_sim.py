@@ -69,7 +69,10 @@ def view(name: str, suite: str, passes: np.ndarray, costs: np.ndarray) -> RunVie
     tasks = {}
     for i in range(passes.shape[0]):
         tid = f"{suite}-{i:04d}"
-        outcomes = tuple(TrialOutcome(passed=bool(p), reward=float(p), cost=float(c), wall_s=1.0, cpu_s=0.5)
+        # metered: the simulation studies the efficiency rule's statistics on cost the rig measured
+        # (a self-reported cost never grants, docs/gate.md)
+        outcomes = tuple(TrialOutcome(passed=bool(p), reward=float(p), cost=float(c), wall_s=1.0, cpu_s=0.5,
+                                      cost_source="metered")
                          for p, c in zip(passes[i], costs[i], strict=True))
         tasks[tid] = TaskView(tid, suite, outcomes)  # type: ignore[arg-type]
     n = passes.shape[0]
@@ -77,7 +80,7 @@ def view(name: str, suite: str, passes: np.ndarray, costs: np.ndarray) -> RunVie
     created = {t: CREATED for t in tasks} if suite == "fresh" else {}
     return RunView(ref=RunRef(run_id=name, checkpoint_id="sha256:" + name[0] * 64, bundle_digest=DIGEST),
                    repeat=K, seed=0, taskset_id=DIGEST, tasks=tasks, facts=facts(name, suites, n * K),
-                   fresh_created_at=created)
+                   fresh_created_at=created, fresh_content={t: DIGEST for t in created})
 
 
 def verdict(champ: RunView, cand: RunView) -> tuple[str, str]:

@@ -36,6 +36,7 @@ from evalrig.models.comparison import (
     ComparisonManifest,
     Efficiency,
     Facts,
+    FigureSource,
     HistoryFacts,
     Integrity,
     IntervalCalibration,
@@ -70,6 +71,9 @@ class TrialOutcome(NamedTuple):
     cost: float | None
     wall_s: float | None
     cpu_s: float | None
+    cost_source: str = "reported"
+    """`metered` when the rig measured the cost, `reported` when it is the agent's own word
+    (DESIGN §4 usage.json); the default is the one that never grants."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,7 @@ class RunView:
     facts: SideFacts
     fresh_created_at: dict[str, datetime] = field(default_factory=dict)
     calibration: CalibrationInputs = CalibrationInputs()
+    fresh_content: dict[str, str] = field(default_factory=dict)
 
 
 # -- the history check -------------------------------------------------------------------
@@ -219,6 +224,25 @@ def _side_stats(tasks: Sequence[TaskView], k: int) -> SideStats:
     )
 
 
+def _source(tasks: Sequence[TaskView], metric: Metric) -> FigureSource | None:
+    """Where one side's figures of `metric` came from over these tasks' attempts that count.
+    Wall and CPU time are the rig's own measurements; cost is metered only where the rig
+    measured it, never when the agent wrote it in usage.json (DESIGN §4, §10)."""
+    seen: set[str] = set()
+    for t in tasks:
+        for o in t.outcomes:
+            if metric == "cost":
+                seen.add("missing" if o.cost is None else o.cost_source)
+            else:
+                seen.add("missing" if getattr(o, metric) is None else "metered")
+    if not seen:
+        return None
+    if len(seen) > 1:
+        return "mixed"
+    only = seen.pop()
+    return only if only in ("metered", "reported", "missing") else "mixed"  # type: ignore[return-value]
+
+
 def _efficiency(pairs: Sequence[tuple[TaskView, TaskView]], metric: Metric, alpha: float) -> Efficiency:
     champ = [a.means[metric] for a, _ in pairs]
     cand = [b.means[metric] for _, b in pairs]
@@ -230,7 +254,8 @@ def _efficiency(pairs: Sequence[tuple[TaskView, TaskView]], metric: Metric, alph
         logs = [math.log(y) - math.log(x) for x, y in zip(champ, cand, strict=True)]  # type: ignore[arg-type]
         log_mean, log_sd = math.fsum(logs) / len(logs), statistics.stdev(logs)
     return Efficiency(ratio=e.ratio, upper=e.upper, alpha=alpha, n=len(pairs) - missing, log_mean=log_mean,
-                      log_sd=log_sd, missing=missing)
+                      log_sd=log_sd, missing=missing, champion_source=_source([a for a, _ in pairs], metric),
+                      candidate_source=_source([b for _, b in pairs], metric))
 
 
 def _row(task_id: str, a: TaskView | None, b: TaskView | None) -> TaskRow:
@@ -339,6 +364,7 @@ def build_comparison(champion: RunView, candidate: RunView, history: HistoryFact
         both_complete=champion.facts.status == "complete" and candidate.facts.status == "complete",
         tasks_only_champion=only_a, tasks_only_candidate=only_b,
         fresh_created_at=dict(sorted(candidate.fresh_created_at.items())),
+        fresh_content=dict(sorted(candidate.fresh_content.items())),
         candidate_sealed_at=candidate.facts.sealed_at, history=history,
         policy_pins=PolicyPins(
             champion=champion.facts.policy_pin.digest if champion.facts.policy_pin else None,
@@ -411,6 +437,7 @@ class ResultLine(NamedTuple):
     sandbox: str
     network: bool
     canary_found: bool
+    network_hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -482,17 +509,24 @@ def _result_line(d: dict) -> ResultLine:
     network = d["network"]
     if not isinstance(network, bool):
         raise _Bad("network", f"expected true or false, got {network!r}")
+    hosts = d.get("network_hosts", [])
+    if not (type(hosts) is list and all(type(h) is str for h in hosts)):
+        raise _Bad("network_hosts", f"expected a list of host:port strings, got {hosts!r}")
     return ResultLine(
         trial_id=_text(d, "trial_id"), attempt_id=_text(d, "attempt_id"), inputs_id=_text(d, "inputs_id"),
         task_id=_text(d, "task_id"), suite=_choice(d, "suite", SUITES),  # type: ignore[arg-type]
         rep=rep, status=_choice(d, "status", _STATUSES), passed=passed,
         reward=_num(d, "reward", nullable=True, hi=1.0), sandbox=_choice(d, "sandbox", ("bwrap", "process")),
-        network=network, canary_found=canary["found"],
+        network=network, canary_found=canary["found"], network_hosts=tuple(hosts),
     )
+
+
+_SOURCES = ("metered", "reported", "missing")
 
 
 def _actual_line(d: dict) -> dict:
     _num(d, "cost_usd", nullable=True), _num(d, "wall_s"), _num(d, "cpu_s", nullable=True)
+    _choice(d, "usage_source", _SOURCES)
     return d
 
 
@@ -507,6 +541,9 @@ def _estimate_line(d: dict) -> dict:
 def _fast_result(d: dict) -> ResultLine | None:
     """The common case in one expression; None sends the line to the checker that names the field."""
     passed, reward, rep, canary = d["passed"], d["reward"], d["rep"], d["canary"]
+    hosts = d.get("network_hosts")
+    if hosts is not None and hosts != []:  # rare (networked attempts only): the checker validates it
+        return None
     if (
         (passed is None or passed is True or passed is False)
         and (reward is None or (type(reward) in _NUM and 0 <= reward <= 1))
@@ -525,6 +562,7 @@ def _fast_result(d: dict) -> ResultLine | None:
 def _fast_actual(d: dict) -> dict | None:
     cost, wall, cpu = d.get("cost_usd"), d["wall_s"], d.get("cpu_s")
     if (type(wall) in _NUM and 0 <= wall <= 1e308 and (cost is None or (type(cost) in _NUM and 0 <= cost <= 1e308))
+            and d["usage_source"] in _SOURCES
             and (cpu is None or (type(cpu) in _NUM and 0 <= cpu <= 1e308))):
         return d
     return None
@@ -620,6 +658,11 @@ def _side_facts(m: RunManifest, lines: RunLines, final: dict[str, ResultLine], i
     sandbox = Counter(r.sandbox for r in results)
     found = sorted(r.attempt_id for r in results if r.canary_found)
     infra = sum(r.status == "infra_error" for r in results)
+    hosts = sorted({h for r in results if r.network_hosts for h in r.network_hosts})
+    cost_source: Counter[str] = Counter()
+    for r in final.values():
+        a = lines.actuals.get(r.attempt_id)
+        cost_source["missing" if a is None or a.get("cost_usd") is None else a["usage_source"]] += 1
     return SideFacts(
         run_id=m.run_id, checkpoint_id=m.checkpoint.id, status=m.status, subset=m.subset, repeat=m.repeat,
         taskset_suites=dict(sorted(m.taskset.suites.items())),
@@ -628,7 +671,8 @@ def _side_facts(m: RunManifest, lines: RunLines, final: dict[str, ResultLine], i
         attempts=len(results), infra_errors=infra,
         infra_error_rate=infra / len(results) if results else None,
         sandbox={lvl: sandbox.get(lvl, 0) for lvl in ("bwrap", "process")},
-        network_attempts=sum(r.network for r in results),
+        network_attempts=sum(r.network for r in results), hosts_reached=hosts[:1000],
+        cost_source=dict(sorted(cost_source.items())),
         seal_checks=len(m.seal_checks), seal_checks_matched=sum(c.matched for c in m.seal_checks),
         seal_check_failures=[f"{c.phase}: {c.message or c.checkpoint_id}" for c in m.seal_checks if not c.matched],
         registered=entry is not None, sealed_at=entry.sealed_at if entry else None,
@@ -667,12 +711,13 @@ def _calibration_inputs(lines: RunLines, final: dict[str, ResultLine]) -> Calibr
     return CalibrationInputs(p_success=tuple(p), passed=tuple(passed), time=time, cost=cost, estimates=valid)
 
 
-def _figures(a: dict | None) -> tuple[float | None, float | None, float | None]:
-    """cost, wall_s, cpu_s of an actual line (all null without one)."""
+def _figures(a: dict | None) -> tuple[float | None, float | None, float | None, str]:
+    """cost, wall_s, cpu_s of an actual line (all null without one) and the cost's source."""
     if a is None:
-        return None, None, None
+        return None, None, None, "missing"
     cost, cpu = a.get("cost_usd"), a.get("cpu_s")
-    return (None if cost is None else float(cost)), float(a["wall_s"]), (None if cpu is None else float(cpu))
+    return ((None if cost is None else float(cost)), float(a["wall_s"]), (None if cpu is None else float(cpu)),
+            a["usage_source"])
 
 
 def _task_views(lines: RunLines, final: dict[str, ResultLine]) -> dict[str, TaskView]:
@@ -731,6 +776,7 @@ def load_side(dir: Path, home: Path, allow_incomplete: bool) -> LoadedRun:
         ref=ref, repeat=manifest.repeat, seed=manifest.seed, taskset_id=manifest.taskset.id,
         tasks=_task_views(lines, final), facts=_side_facts(manifest, lines, final, integrity, home),
         fresh_created_at=dict(manifest.taskset.fresh_created_at),
+        fresh_content=dict(manifest.taskset.fresh_content),
         calibration=_calibration_inputs(lines, final),
     )
     return LoadedRun(view=view, manifest=manifest, history=history)

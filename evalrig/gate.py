@@ -14,7 +14,7 @@ Three principles shape every rule:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
@@ -106,18 +106,32 @@ def rule_sealed(c: Comparison, p: PolicyFile) -> RuleResult:
     )
 
 
+NETWORK_NOTE = ("the canary check cannot see what was sent over the network: a secret sent to an allowed "
+                "host leaves no trace in the evidence the rig scans")
+
+
 def rule_isolated(c: Comparison, p: PolicyFile) -> RuleResult:
+    """Every attempt under bwrap and none with network, unless the policy allows network
+    (`[invariants] allow_network = true`); then the hosts reached are listed instead."""
     ch, ca = _sides(c)
+    allow = p.invariants.allow_network
 
     def count(s: SideFacts, level: str) -> int:
         return s.sandbox.get(level, 0)  # type: ignore[call-overload]
 
-    held = all(count(s, "process") == 0 and count(s, "bwrap") > 0 for s in (ch, ca))
+    bwrap = all(count(s, "process") == 0 and count(s, "bwrap") > 0 for s in (ch, ca))
+    networked = ch.network_attempts + ca.network_attempts
+    says = ("every attempt of both runs ran under bwrap; attempts with network are allowed by the policy "
+            "(allow_network = true) and their hosts are listed" if allow
+            else "every attempt of both runs ran under bwrap, and none had network")
     return _rule(
-        "invariant.isolated", held, "every attempt of both runs ran under bwrap",
+        "invariant.isolated", bwrap and (allow or networked == 0), says,
         champion_bwrap=count(ch, "bwrap"), champion_process=count(ch, "process"),
         candidate_bwrap=count(ca, "bwrap"), candidate_process=count(ca, "process"),
         champion_network_attempts=ch.network_attempts, candidate_network_attempts=ca.network_attempts,
+        allow_network=allow,
+        champion_hosts_reached=ch.hosts_reached[:50], candidate_hosts_reached=ca.hosts_reached[:50],
+        note=NETWORK_NOTE if allow and networked else None,
     )
 
 
@@ -138,17 +152,31 @@ def rule_policy_pinned(c: Comparison, p: PolicyFile, digest: str, advisory: bool
     )
 
 
-def rule_fresh_after_seal(c: Comparison, p: PolicyFile) -> RuleResult:
+def rule_fresh_after_seal(c: Comparison, p: PolicyFile, seen: Mapping[str, str] | None = None) -> RuleResult:
+    """`seen` maps the content digest of every fresh task some earlier gate of *another*
+    candidate judged on to that candidate's id (the shell reads it from the gate ledger;
+    docs/gate.md). A task whose content is there was not made for this train: a
+    regenerated copy of an old task (a new created_at, the same prompt, files and
+    verifier) is not fresh. A fresh task whose content was not recorded cannot be shown
+    fresh either."""
+    seen = seen or {}
     sealed = c.facts.candidate_sealed_at
     created = c.facts.fresh_created_at
+    content = c.facts.fresh_content
     early = sorted(t for t, at in created.items() if sealed is None or not at > sealed)
     earliest = min(created.values()) if created else None
-    held = not created or (sealed is not None and not early)
+    reused = sorted(t for t, d in content.items() if d in seen)
+    unrecorded = sorted(t for t in created if t not in content)
+    held = (not created or (sealed is not None and not early)) and not reused and not unrecorded
     return _rule(
         "invariant.fresh-after-seal", held,
-        "every fresh task's created_at is after the candidate's registered sealed_at",
+        "every fresh task's created_at is after the candidate's registered sealed_at, and no fresh task's "
+        "content (its digest without created_at) was in the fresh suite of a gate of another candidate",
         candidate_sealed_at=_ts(sealed), fresh_tasks=len(created),
         earliest_created_at=_ts(earliest), not_after_seal=len(early), not_after_seal_tasks=early[:20],
+        seen_before=len(reused), seen_before_tasks=reused[:20],
+        seen_by_candidates=sorted({seen[content[t]] for t in reused})[:5],
+        content_unrecorded=len(unrecorded), content_unrecorded_tasks=unrecorded[:20],
     )
 
 
@@ -204,7 +232,6 @@ INVARIANT_RULES: dict[str, Callable[[Comparison, PolicyFile], RuleResult]] = {
     "complete": rule_complete,
     "sealed": rule_sealed,
     "isolated": rule_isolated,
-    "fresh-after-seal": rule_fresh_after_seal,
     "no-secret-leak": rule_no_secret_leak,
     "history-preserved": rule_history_preserved,
     "bundle-integrity": rule_bundle_integrity,
@@ -263,6 +290,33 @@ def rule_fixed_aggregate(c: Comparison, p: PolicyFile) -> RuleResult:
 
 
 # -- fresh suite: the only one that can promote ------------------------------------------
+
+
+_SOURCE_WORDS = {
+    "reported": "self-reported (the agents' own usage.json)",
+    "missing": "missing",
+    "mixed": "partly self-reported or missing",
+    None: "not recorded",
+}
+
+
+def route_closed(metric: str, champion: str | None, candidate: str | None) -> str | None:
+    """Why the efficiency route cannot grant on these figures, in one sentence; None when it can.
+
+    DESIGN §10: an efficiency win stands only on figures the rig measured. Wall and CPU time
+    always are; cost is metered only where the rig meters model spend (a later step), never
+    when the agent writes it into usage.json: an agent that under-reports its cost must not
+    win by it."""
+    if metric != "cost" or (champion == "metered" and candidate == "metered"):
+        return None
+    if champion == candidate:
+        figures = f"both sides' cost figures are {_SOURCE_WORDS.get(champion, champion)}"
+    else:
+        figures = (f"the champion's cost figures are {_SOURCE_WORDS.get(champion, champion)} and the "
+                   f"candidate's {_SOURCE_WORDS.get(candidate, candidate)}")
+    return ("The cost route to promotion is closed: a cost win needs cost the rig metered on both sides, "
+            f"and {figures}, which never grant, since an agent that under-reports its cost must not win by it "
+            "(the rig does not meter model spend yet).")
 
 
 @dataclass(frozen=True)
@@ -327,16 +381,20 @@ def fresh_rules(c: Comparison, p: PolicyFile) -> FreshRules:
         b = stats.t_bounds(eff.log_mean, eff.log_sd / math.sqrt(eff.n), eff.n, f.alpha)
         upper = math.exp(b.upper) if b is not None else None
     ratio = eff.ratio if eff is not None else None
+    sources = (eff.champion_source, eff.candidate_source) if eff is not None else (None, None)
+    why = route_closed(f.efficiency_metric, *sources)
     efficiency = _rule(
         "fresh.efficiency",
         enough and noninferior.held and p_worse is not None and p_worse > alpha
         and ratio is not None and upper is not None
-        and exact(ratio) <= exact(f.efficiency_ratio) and upper < 1,
+        and exact(ratio) <= exact(f.efficiency_ratio) and upper < 1 and why is None,
         f"fresh.noninferior holds, p_worse > {f.alpha}, and the {f.efficiency_metric} ratio is <= "
-        f"{f.efficiency_ratio} with its upper {1 - f.alpha:g} bound below 1",
+        f"{f.efficiency_ratio} with its upper {1 - f.alpha:g} bound below 1, from figures the rig measured "
+        "on both sides",
         metric=f.efficiency_metric, ratio=ratio, upper_bound=upper, efficiency_ratio=f.efficiency_ratio,
         noninferior=noninferior.held, p_worse=s.p_worse, alpha=f.alpha,
         tasks_with_values=eff.n if eff else 0, tasks_missing_values=eff.missing if eff else n,
+        champion_source=sources[0], candidate_source=sources[1], metered=why is None, why=why,
     )
 
     loss = _rule(
@@ -434,8 +492,11 @@ def _what_would_change(c: Comparison, p: PolicyFile, out: Outcome, invariants: l
         lines.append(f"A fresh-suite win: mean_d >= {p.fresh.win_margin}, p_one_sided <= {p.fresh.alpha} and "
                      f"at least {p.fresh.min_discordant} discordant tasks (now mean_d {_num(c.suites['fresh'].mean_d)}, "
                      f"p {_num(c.suites['fresh'].p_one_sided)}, discordant {c.suites['fresh'].discordant}).")
-        lines.append(f"Or non-inferiority with a {p.fresh.efficiency_metric} ratio <= {p.fresh.efficiency_ratio} "
-                     f"and an upper bound below 1 (now ratio {_num(fr.efficiency.figures()['ratio'])}).")
+        if fr.efficiency.figures().get("why"):
+            lines.append(f"Not a lower {p.fresh.efficiency_metric}: {fr.efficiency.figures()['why']}")
+        else:
+            lines.append(f"Or non-inferiority with a {p.fresh.efficiency_metric} ratio <= {p.fresh.efficiency_ratio} "
+                         f"and an upper bound below 1 (now ratio {_num(fr.efficiency.figures()['ratio'])}).")
         if p.exceptions:
             lines.append(f"Or an exception of the policy ({', '.join(sorted(p.exceptions))}) with a non-inferior "
                          "candidate.")
@@ -454,8 +515,13 @@ def decide(
     exception: str | None,
     advisory: bool,
     comparison_digest: str,
+    seen_fresh: Mapping[str, str] | None = None,
 ) -> Decision:
-    """Apply the policy to the comparison. Raises exit 4 for an exception the policy lacks."""
+    """Apply the policy to the comparison. Raises exit 4 for an exception the policy lacks.
+
+    `seen_fresh` maps the content digest of every fresh task an earlier gate of another
+    candidate judged on to that candidate's id (`invariant.fresh-after-seal`); the shell
+    reads it from the gate ledger, so that this function stays pure."""
     if exception is not None and exception not in policy.exceptions:
         known = ", ".join(sorted(policy.exceptions)) or "none"
         raise invalid(f"the policy has no exception {exception!r} (it has: {known})",
@@ -467,6 +533,8 @@ def decide(
             continue  # only the invariants the policy lists are applied
         if name == "policy-pinned":
             invariants.append(rule_policy_pinned(comparison, policy, policy_digest, advisory))
+        elif name == "fresh-after-seal":
+            invariants.append(rule_fresh_after_seal(comparison, policy, seen_fresh))
         else:
             invariants.append(INVARIANT_RULES[name](comparison, policy))
     fixed = [rule_fixed_task(comparison, policy), rule_fixed_aggregate(comparison, policy)]
@@ -501,6 +569,21 @@ class GateResult:
     exit_code: int
 
 
+def seen_fresh(home: Path, candidate_id: str) -> dict[str, str]:
+    """content digest -> candidate id, for every fresh task of every earlier gate of another
+    candidate in the gate ledger (the earliest gate's candidate where several share one).
+    Exports of fresh tasks recorded in the home would be added here once `export` exists
+    (docs/gate.md)."""
+    from evalrig import ledger
+
+    out: dict[str, str] = {}
+    for e in ledger.all_gates(home):
+        if e.candidate_id != candidate_id:
+            for d in e.fresh_content:
+                out.setdefault(d, e.candidate_id)
+    return out
+
+
 def decision_name(policy: PolicyFile, exception: str | None) -> str:
     return f"{policy.name}-v{policy.version}" + (f"+{exception}" if exception else "")
 
@@ -527,8 +610,9 @@ def gate_comparison(dir: Path, policy_path: Path, exception: str | None, advisor
             hint="gate with the policy file the runs pinned (run --policy), or pass --advisory to "
             "preview this policy (an advisory decision cannot be signed)",
         )
+    seen = seen_fresh(home, comparison.candidate.checkpoint_id)
     try:
-        decision = decide(comparison, loaded.spec, loaded.digest, exception, advisory, comparison_digest)
+        decision = decide(comparison, loaded.spec, loaded.digest, exception, advisory, comparison_digest, seen)
     except EvalrigError as e:  # decide() is pure and knows no paths: name the policy it refused
         if e.file is None:
             e.file = str(policy_path)
@@ -558,6 +642,6 @@ def gate_comparison(dir: Path, policy_path: Path, exception: str | None, advisor
         candidate_id=decision.candidate.checkpoint_id, champion_id=decision.champion.checkpoint_id,
         comparison_digest=comparison_digest, comparison_dir=str(dir.resolve()), policy=decision.policy,
         exception=exception, advisory=advisory, verdict=decision.verdict, reason=decision.reason,
-        decision_digest=digest, at=now,
+        decision_digest=digest, at=now, fresh_content=sorted(set(comparison.facts.fresh_content.values())),
     ))
     return GateResult(decision, path, md_path, EXIT_OF_VERDICT[decision.verdict])

@@ -75,15 +75,19 @@ def record_gate(home: Path, entry: GateLedgerEntry) -> None:
     _append_home(ledger_path(home), entry)
 
 
+def all_gates(home: Path) -> list[GateLedgerEntry]:
+    """Every ledger line, oldest first."""
+    return list(read_chained(ledger_path(home), GateLedgerEntry).records)
+
+
 def gates_of(home: Path, candidate_id: str) -> list[GateLedgerEntry]:
     """Every ledger line of this candidate checkpoint, oldest first."""
-    return [e for e in read_chained(ledger_path(home), GateLedgerEntry).records if e.candidate_id == candidate_id]
+    return [e for e in all_gates(home) if e.candidate_id == candidate_id]
 
 
 def gates_issuing(home: Path, decision_digest: str) -> list[GateLedgerEntry]:
     """Every ledger line of a gate that issued the decision with this digest, oldest first."""
-    return [e for e in read_chained(ledger_path(home), GateLedgerEntry).records
-            if e.decision_digest == decision_digest]
+    return [e for e in all_gates(home) if e.decision_digest == decision_digest]
 
 
 def record_issued(decisions_dir: Path, issued: Issued) -> None:

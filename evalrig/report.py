@@ -46,8 +46,22 @@ def _rate(passes: int, n: int) -> str:
 # -- comparison.md -----------------------------------------------------------------------
 
 
+_SOURCE_LABEL = {
+    "metered": "metered by the rig",
+    "reported": "reported by the agent itself",
+    "missing": "missing",
+    "mixed": "partly reported by the agent, partly missing or metered",
+}
+
+
+def cost_label(source: str | None) -> str:
+    """Whose word a cost figure is (DESIGN §4: a self-reported figure is shown, labelled, and never grants)."""
+    return _SOURCE_LABEL.get(source or "", "source not recorded")
+
+
 def _suite_section(name: str, s: SuiteStats, k: int) -> list[str]:
     both = f", {s.paired} scored on both sides" if s.paired is not None and s.paired != s.tasks else ""
+    cost = s.efficiency.get("cost")
     lines = [f"## {name} ({s.tasks} tasks{both})", ""]
     if s.tasks == 0:
         return lines + ["No tasks in this suite.", ""]
@@ -60,6 +74,8 @@ def _suite_section(name: str, s: SuiteStats, k: int) -> list[str]:
             [f"pass^{k}", _f(s.champion.pass_hat_k.get(str(k))), _f(s.candidate.pass_hat_k.get(str(k)))],
             [f"pass@{k}", _f(s.champion.pass_at_k.get(str(k))), _f(s.candidate.pass_at_k.get(str(k)))],
             ["cost per task (USD)", _f(s.champion.cost_per_task), _f(s.candidate.cost_per_task)],
+            ["cost source", cost_label(cost.champion_source if cost else None),
+             cost_label(cost.candidate_source if cost else None)],
             ["wall s per task", _f(s.champion.wall_s_per_task), _f(s.candidate.wall_s_per_task)],
         ],
     )
@@ -82,6 +98,9 @@ def _suite_section(name: str, s: SuiteStats, k: int) -> list[str]:
         ],
     )
     lines.append("")
+    if cost is not None and {cost.champion_source, cost.candidate_source} & {"reported", "mixed"}:
+        lines += ["Cost figures reported by an agent itself (its out/usage.json) are its own word: shown here, "
+                  "never used to grant a promotion.", ""]
     improved = [r for r in s.per_task if r.d is not None and r.d > 0]
     regressed = [r for r in s.per_task if r.d is not None and r.d < 0]
     flaky = [r for r in s.per_task if r.champion_n and 0 < r.champion_passes < r.champion_n]
@@ -158,6 +177,22 @@ def _numbers(d: dict[str, Any]) -> str:
     return "; ".join(parts).replace("|", "\\|")
 
 
+def _caveats(d: Decision) -> list[str]:
+    """What the person who signs must know beyond the verdict: a closed cost route, network."""
+    out: list[str] = []
+    rules = {r.name: r.figures() for r in d.rules}
+    eff = rules.get("fresh.efficiency", {})
+    if eff.get("why"):
+        out += ["", f"**Cost.** {eff['why']} Cost figures below: the champion's "
+                f"{cost_label(eff.get('champion_source'))}, the candidate's {cost_label(eff.get('candidate_source'))}."]
+    iso = rules.get("invariant.isolated", {})
+    if iso.get("note"):
+        hosts = sorted(set(iso.get("champion_hosts_reached", []) + iso.get("candidate_hosts_reached", [])))
+        out += ["", f"**Network.** The policy allows network, and attempts of these runs had it "
+                f"(hosts reached: {', '.join(hosts) or 'none'}); {iso['note']}."]
+    return out
+
+
 def verdict_markdown(d: Decision, earlier: Sequence[GateLedgerEntry], decision_file: str) -> str:
     lines = [
         f"# {_HEADLINE[d.verdict]}",
@@ -173,6 +208,7 @@ def verdict_markdown(d: Decision, earlier: Sequence[GateLedgerEntry], decision_f
     ]
     if d.advisory:
         lines.append("- **ADVISORY**: this decision applies a policy the runs did not pin; it cannot be signed.")
+    lines += _caveats(d)
     lines += ["", "## Rules", ""]
     lines += _table(["rule", "held", "requires", "numbers"],
                     [[f"`{r.name}`", "yes" if r.held else "**no**", r.says, _numbers(r.model_dump())]

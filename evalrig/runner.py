@@ -748,7 +748,7 @@ def copy_history(checkpoint: Any, out: Path) -> str:
 
 def taskset_ref(taskset: Any) -> TasksetRef:
     return TasksetRef(id=taskset.id, count=len(taskset.tasks), suites=taskset.suites(),
-                      fresh_created_at=taskset.fresh_created_at())
+                      fresh_created_at=taskset.fresh_created_at(), fresh_content=taskset.fresh_content())
 
 
 # -- the run ----------------------------------------------------------------------------

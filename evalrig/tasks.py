@@ -25,7 +25,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
-from evalrig.digest import sha256_json
+from evalrig.digest import sha256_bytes, sha256_json
 from evalrig.errors import EvalrigError, Problem, invalid
 from evalrig.models.inputs import SUITES, Suite, TaskFile
 from evalrig.models.lock import FixedLock
@@ -93,9 +93,27 @@ class TaskSet:
         return {t.id: t.spec.created_at for t in self.tasks
                 if t.suite == "fresh" and t.spec.created_at is not None}
 
+    def fresh_content(self) -> dict[str, str]:
+        """Every fresh task's content digest (see `content_digest`)."""
+        return {t.id: content_digest(t) for t in self.tasks if t.suite == "fresh"}
+
 
 def taskset_id(digests: dict[str, str]) -> str:
     return sha256_json(digests)
+
+
+def content_digest(task: LoadedTask) -> str:
+    """What makes a task the same task, whenever it was made: the prompt the agent is shown,
+    the files it is given and how it is judged (the verifier's identity: settings and files).
+    Not its id, tags, limits or `created_at`, so that a regenerated copy of an old fresh task
+    (a new folder name, a new date) has the digest the old one had (docs/gate.md,
+    `invariant.fresh-after-seal`)."""
+    files = hash_tree(task.files_dir).digest if task.files_dir.is_dir() else None
+    return sha256_json({
+        "prompt": sha256_bytes(task.prompt_path.read_bytes()),
+        "files": files,
+        "verifier": task.verifier_identity.digest,
+    })
 
 
 class TaskProblems(NamedTuple):
@@ -156,6 +174,33 @@ def _command_file_problems(spec: TaskFile, task_dir: Path, file: str, index: _La
     return out
 
 
+def _links_out(task_dir: Path) -> list[Problem]:
+    """The task folder itself a symbolic link, or a link inside it that leads out of it.
+
+    A task's digest (and so fixed.lock) hashes a link's target string, not what it points
+    to: a locked task whose files/ is a link to a folder elsewhere would change with that
+    folder under an unchanged digest (DESIGN §5). Links that stay inside the task are its
+    own content and are allowed."""
+    if task_dir.is_symlink():
+        return [Problem(str(task_dir), f"the task folder is a symbolic link (to {os.readlink(task_dir)}); "
+                        "a task's content must be its own: copy the task folder here instead")]
+    root = os.path.realpath(task_dir)
+    out: list[Problem] = []
+    stack = [str(task_dir)]
+    while stack:  # iterative: a deep tree must not exhaust the recursion limit
+        with os.scandir(stack.pop()) as it:
+            for e in it:
+                if e.is_symlink():
+                    target = os.path.realpath(e.path)
+                    if os.path.commonpath([root, target]) != root:
+                        out.append(Problem(e.path, f"is a symbolic link leading out of the task folder (to "
+                                           f"{os.readlink(e.path)}); the task's digest would not cover what it "
+                                           "points to: replace the link with the files themselves"))
+                elif e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+    return sorted(out, key=lambda p: p.file or "")
+
+
 def load_task(task_dir: Path, suite: str) -> LoadedTask | list[Problem]:
     """One task folder of `suite`'s folder; its problems instead of raising."""
     toml_path = task_dir / TASK_TOML
@@ -167,6 +212,9 @@ def load_task(task_dir: Path, suite: str) -> LoadedTask | list[Problem]:
              for p in (toml_path, task_dir / PROMPT) if p.is_symlink()]
     if links:
         return links
+    outside = _links_out(task_dir)
+    if outside:
+        return outside
     doc = read_toml(toml_path, "task's task.toml")
     if isinstance(doc, Problem):
         return [doc]

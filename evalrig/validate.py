@@ -85,6 +85,22 @@ def check_policies(path: Path, report: Report) -> None:
             continue
         report.count("policies")
         report.problems += _same_name_and_version(policy, seen)
+        report.warnings += _gives_up(policy)
+
+
+def _gives_up(p: Any) -> list[Problem]:
+    """A policy that validates but waives a protection: a warning naming what it gives up."""
+    out = []
+    if not p.spec.invariants.checks:
+        out.append(Problem(str(p.path), "lists no invariants: nothing blocks a candidate that was not sealed, "
+                           "not isolated, leaked the canary, ran on stale fresh tasks or broke its bundle "
+                           "(list the checks, as policies/default.toml does)", "invariants.checks"))
+    if p.spec.fresh.min_tasks == 0:
+        out.append(Problem(str(p.path), "min_tasks = 0: no floor on the fresh suite's size: the rules that "
+                           "promote apply to a suite of any size, and an exception promotes on no fresh task "
+                           "at all (the default asks for 20)",
+                           "fresh.min_tasks"))
+    return out
 
 
 def _same_name_and_version(p: Any, seen: dict[tuple[str, int], Any]) -> list[Problem]:

@@ -46,6 +46,8 @@ class Task:
     passes: list[bool]
     cost: float | None = 0.01
     wall_s: float = 1.0
+    cost_source: str = "reported"  # "metered": the rig measured the cost (DESIGN §4)
+    content: str | None = None  # the fresh task's content digest; by default one per task id
 
 
 @dataclass
@@ -72,6 +74,8 @@ class Side:
     taskset_id: str = sha256_bytes(b"taskset")
     infra_errors: int = 0
     unscored: set[str] = field(default_factory=set)  # task ids whose last rep is infra_error
+    network: bool = False  # every attempt had network
+    network_hosts: list[str] = field(default_factory=list)  # hosts reached by every attempt
     ckpt: str | None = None  # the id of a real checkpoint directory, else a made-up one
 
     @property
@@ -113,7 +117,7 @@ def _result(side: Side, task_id: str, t: Task, rep: int, attempt: int, status: s
         inputs_id=sha256_bytes(f"{side.name}{task_id}{rep}".encode()), status=status,
         passed=(status == "passed") if scored else None, reward=(1.0 if status == "passed" else 0.0) if scored else None,
         verifier=VerifierIdentity(kind="exact", version="1", digest=sha256_bytes(task_id.encode())),
-        sandbox=side.sandbox, containment="namespace", network=False,
+        sandbox=side.sandbox, containment="namespace", network=side.network, network_hosts=side.network_hosts,
         canary=Canary(value="c4n4ry", found=task_id in side.canary_found and rep == 0),
         evidence_digest=sha256_bytes(aid.encode()), evidence_bytes=10,
     )
@@ -122,7 +126,8 @@ def _result(side: Side, task_id: str, t: Task, rep: int, attempt: int, status: s
 def _actual(r: Result, t: Task) -> Actual:
     return Actual(
         trial_id=r.trial_id, attempt_id=r.attempt_id, task_id=r.task_id, rep=r.rep, wall_s=t.wall_s, cpu_s=t.wall_s / 2,
-        exit_code=0, timed_out=False, cost_usd=t.cost, usage_source="reported" if t.cost is not None else "missing",
+        exit_code=0, timed_out=False, cost_usd=t.cost,
+        usage_source=t.cost_source if t.cost is not None else "missing",  # type: ignore[arg-type]
         stdout_bytes=0, stderr_bytes=0, stdout_truncated=False, stderr_truncated=False,
     )
 
@@ -149,6 +154,11 @@ def redigest(dir: Path, home: Path) -> None:
     manifest = manifest.model_copy(update={"files": file_digests(dir)})
     write_json_atomic(dir / "manifest.json", manifest)
     register_run(home, manifest)
+
+
+def fresh_content(task_id: str, t: Task | None = None) -> str:
+    """A fresh task's content digest: the task's own, or one per task id."""
+    return t.content if t is not None and t.content else sha256_bytes(f"content:{task_id}".encode())
 
 
 def write_run(dir: Path, side: Side, home: Path | None = None, full: bool = False) -> Path:
@@ -185,7 +195,9 @@ def write_run(dir: Path, side: Side, home: Path | None = None, full: bool = Fals
         checkpoint=CheckpointRef(id=side.checkpoint_id, name=side.name, sealed_at=side.sealed_at),
         taskset=TasksetRef(id=side.taskset_id, count=len(side.tasks), suites=suites,
                            fresh_created_at={k: side.fresh_created_at for k, t in side.tasks.items()
-                                             if t.suite == "fresh"}),
+                                             if t.suite == "fresh"},
+                           fresh_content={k: fresh_content(k, t) for k, t in side.tasks.items()
+                                          if t.suite == "fresh"}),
         repeat=side.repeat, seed=side.seed,
         settings=RunSettings(timeout_scale=side.timeout_scale, max_retries=side.max_retries, sandbox="bwrap",
                              tasks_dir="tasks", checkpoint_dir="ckpt", jobs=1),
@@ -208,14 +220,14 @@ def write_run(dir: Path, side: Side, home: Path | None = None, full: bool = Fals
 
 
 def counts_tasks(fresh_counts: list[int], k: int = 5, fixed: int = 3, invariant: int = 1,
-                 cost: float = 0.01) -> dict[str, Task]:
+                 cost: float = 0.01, cost_source: str = "reported") -> dict[str, Task]:
     out: dict[str, Task] = {}
     for i, n in enumerate(fresh_counts):
-        out[f"fresh-{i:03d}"] = Task("fresh", [j < n for j in range(k)], cost=cost)
+        out[f"fresh-{i:03d}"] = Task("fresh", [j < n for j in range(k)], cost=cost, cost_source=cost_source)
     for i in range(fixed):
-        out[f"fixed-{i:03d}"] = Task("fixed", [True] * k, cost=cost)
+        out[f"fixed-{i:03d}"] = Task("fixed", [True] * k, cost=cost, cost_source=cost_source)
     for i in range(invariant):
-        out[f"inv-{i:03d}"] = Task("invariant", [True] * k, cost=cost)
+        out[f"inv-{i:03d}"] = Task("invariant", [True] * k, cost=cost, cost_source=cost_source)
     return out
 
 
@@ -246,4 +258,5 @@ def view_from_counts(name: str, fresh: list[int], k: int = 5, fixed: list[int] |
     )
     return RunView(ref=RunRef(run_id=name, checkpoint_id=cid, bundle_digest=POLICY_DIGEST), repeat=k, seed=0,
                    taskset_id=POLICY_DIGEST, tasks=tasks, facts=facts,
-                   fresh_created_at={t: T0 + timedelta(hours=1) for t in tasks if t.startswith("fresh")})
+                   fresh_created_at={t: T0 + timedelta(hours=1) for t in tasks if t.startswith("fresh")},
+                   fresh_content={t: fresh_content(t) for t in tasks if t.startswith("fresh")})

@@ -129,6 +129,17 @@ def train(tmp_path_factory: pytest.TempPathFactory) -> Train:
     return Train(root, home, make_tasks(root), policy)
 
 
+@pytest.fixture(autouse=True)
+def one_train_per_scenario(request: pytest.FixtureRequest) -> None:
+    """Every scenario gates its candidate as a train of its own. The module shares one fresh
+    task set among all its candidates to save runs; a real train makes a fresh set per
+    candidate, and invariant.fresh-after-seal blocks a candidate gated on the fresh tasks of
+    another's gate (tests/test_redteam_gate.py). So the gate ledger starts empty each time."""
+    if "train" in request.fixturenames:
+        train: Train = request.getfixturevalue("train")
+        (train.home / "gates.jsonl").unlink(missing_ok=True)
+
+
 def held(out: dict, name: str) -> bool:
     return next(r["held"] for r in out["rules"] if r["name"] == name)
 
@@ -171,9 +182,16 @@ def test_leaking_the_canary_blocks(train: Train, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_as_good_at_a_third_of_the_cost_promotes_on_efficiency(train: Train, tmp_path: Path) -> None:
+def test_as_good_at_a_third_of_the_self_reported_cost_keeps_the_champion(train: Train, tmp_path: Path) -> None:
+    # The agents write their cost into out/usage.json: their own word, which never grants
+    # (DESIGN §10 fresh.efficiency); the rule says why, the verdict file too.
     code, out = train.gate(tmp_path, train.run("cheap", mode="same", cost=0.01))
-    assert (code, out["verdict"], out["reason"]) == (0, "promote", "efficiency"), out
+    assert (code, out["verdict"], out["reason"]) == (1, "keep-champion", "tie"), out
+    decision = json.loads((out["cmp"] / "decisions" / "default-v1.json").read_text())
+    eff = next(r for r in decision["rules"] if r["name"] == "fresh.efficiency")
+    assert not eff["held"] and eff["ratio"] < 0.9 and eff["candidate_source"] == "reported"
+    assert eff["why"].startswith("The cost route to promotion is closed")
+    assert eff["why"] in (out["cmp"] / "decisions" / "default-v1.md").read_text()
 
 
 @pytest.mark.slow

@@ -135,12 +135,45 @@ def test_noisy_suite_is_inconclusive_with_tasks_needed(tmp_path: Path, evalrig_h
 
 
 def test_promote_efficiency(tmp_path: Path, evalrig_home: Path) -> None:
-    champ = Side("champ", counts_tasks(CHAMP, cost=0.03))
-    cand = Side("cand", counts_tasks(CHAMP, cost=0.01))
+    # Cost the rig metered on both sides (DESIGN §10: the only cost that can grant).
+    champ = Side("champ", counts_tasks(CHAMP, cost=0.03, cost_source="metered"))
+    cand = Side("cand", counts_tasks(CHAMP, cost=0.01, cost_source="metered"))
     d = run_gate(tmp_path, evalrig_home, champ, cand)
     assert (d.verdict, d.reason) == ("promote", "efficiency")
     e = rule(d, "fresh.efficiency")
     assert e["ratio"] == pytest.approx(1 / 3) and e["upper_bound"] < 1
+    assert (e["champion_source"], e["candidate_source"], e["metered"], e["why"]) == ("metered", "metered", True, None)
+
+
+@pytest.mark.parametrize(("champ_source", "cand_source", "words"), [
+    ("reported", "reported", "both sides' cost figures are self-reported (the agents' own usage.json)"),
+    ("metered", "reported", "the champion's cost figures are metered and the candidate's self-reported"),
+    ("reported", "metered", "the champion's cost figures are self-reported (the agents' own usage.json) and "
+                            "the candidate's metered"),
+])
+def test_self_reported_cost_never_grants(tmp_path: Path, evalrig_home: Path, champ_source: str,
+                                         cand_source: str, words: str) -> None:
+    """Issue #10 attack 3: the same figures as test_promote_efficiency, but the agent's own word on
+    either side: the cost route is closed, and the rule says why in one sentence."""
+    champ = Side("champ", counts_tasks(CHAMP, cost=0.03, cost_source=champ_source))
+    cand = Side("cand", counts_tasks(CHAMP, cost=0.01, cost_source=cand_source))
+    d = run_gate(tmp_path, evalrig_home, champ, cand)
+    assert d.verdict == "keep-champion" and d.reason in ("tie", "inconclusive")
+    e = rule(d, "fresh.efficiency")
+    assert not e["held"] and e["ratio"] == pytest.approx(1 / 3) and e["metered"] is False
+    assert e["why"].startswith("The cost route to promotion is closed: a cost win needs cost the rig metered")
+    assert words in e["why"] and e["why"].count(". ") == 0 and e["why"].endswith(".")
+    assert any(e["why"] in w for w in d.what_would_change)
+
+
+def test_metered_time_still_grants(tmp_path: Path, evalrig_home: Path) -> None:
+    """wall_s is the rig's own measurement: an efficiency win on it stands (costs self-reported)."""
+    champ = Side("champ", {k: Task(t.suite, t.passes, wall_s=3.0) for k, t in counts_tasks(CHAMP).items()})
+    cand = Side("cand", {k: Task(t.suite, t.passes, wall_s=1.0) for k, t in counts_tasks(CHAMP).items()})
+    d = run_gate(tmp_path, evalrig_home, champ, cand, policy(fresh={"efficiency_metric": "wall_s"}))
+    assert (d.verdict, d.reason) == ("promote", "efficiency")
+    e = rule(d, "fresh.efficiency")
+    assert (e["champion_source"], e["candidate_source"], e["why"]) == ("metered", "metered", None)
 
 
 def test_cheaper_but_worse_is_not_efficiency(tmp_path: Path, evalrig_home: Path) -> None:
@@ -315,8 +348,8 @@ def test_regression_comes_before_a_win(tmp_path: Path, evalrig_home: Path) -> No
 
 
 def test_quality_comes_before_efficiency(tmp_path: Path, evalrig_home: Path) -> None:
-    d = run_gate(tmp_path, evalrig_home, Side("champ", counts_tasks(CHAMP, cost=0.03)),
-                 Side("cand", counts_tasks(BETTER, cost=0.01)))
+    d = run_gate(tmp_path, evalrig_home, Side("champ", counts_tasks(CHAMP, cost=0.03, cost_source="metered")),
+                 Side("cand", counts_tasks(BETTER, cost=0.01, cost_source="metered")))
     assert rules(d)["fresh.efficiency"] and (d.verdict, d.reason) == ("promote", "quality")
 
 
@@ -510,3 +543,89 @@ def test_decide_is_deterministic_and_its_json_round_trips(champ: list[int], cand
     d1, d2 = decide_views(champ, cand[: len(champ)]), decide_views(champ, cand[: len(champ)])
     assert d1 == d2
     assert Decision.model_validate_json(d1.model_dump_json()) == d1
+
+
+# -- network (DESIGN §10 invariant.isolated, revised) ------------------------------------
+
+
+def test_an_attempt_with_network_fails_isolated(tmp_path: Path, evalrig_home: Path) -> None:
+    # No host recorded is no excuse: the attempt could reach the network.
+    d = run_gate(tmp_path, evalrig_home, *sides(CHAMP, BETTER, network=True))
+    assert (d.verdict, d.reason) == ("block", "invariant")
+    iso = rule(d, "invariant.isolated")
+    assert not iso["held"] and iso["candidate_network_attempts"] == 5 * 34 and iso["allow_network"] is False
+    assert iso["says"] == "every attempt of both runs ran under bwrap, and none had network"
+    assert iso["note"] is None
+
+
+def test_allow_network_lists_the_hosts_and_says_what_the_canary_cannot_see(tmp_path: Path,
+                                                                            evalrig_home: Path) -> None:
+    hosts = ["a.example:443", "b.example:8443"]
+    pol = policy(invariants={"allow_network": True})
+    d = run_gate(tmp_path, evalrig_home, *sides(CHAMP, BETTER, network=True, network_hosts=hosts), pol)
+    assert (d.verdict, d.reason) == ("promote", "quality")
+    iso = rule(d, "invariant.isolated")
+    assert iso["held"] and iso["candidate_hosts_reached"] == hosts and iso["champion_hosts_reached"] == []
+    assert iso["note"].startswith("the canary check cannot see what was sent over the network")
+    # process attempts still fail it: allow_network opens the network, not the sandbox
+    d = run_gate(tmp_path / "2", evalrig_home, *sides(CHAMP, BETTER, sandbox="process", network=True), pol)
+    assert not rules(d)["invariant.isolated"]
+
+
+def test_allow_network_without_networked_attempts_adds_no_note(tmp_path: Path, evalrig_home: Path) -> None:
+    d = run_gate(tmp_path, evalrig_home, *sides(CHAMP, BETTER), policy(invariants={"allow_network": True}))
+    iso = rule(d, "invariant.isolated")
+    assert iso["held"] and iso["note"] is None
+
+
+# -- fresh content seen by another candidate's gate --------------------------------------
+
+
+def test_fresh_content_seen_by_another_candidate_is_not_fresh(tmp_path: Path, evalrig_home: Path) -> None:
+    from gate_bundles import fresh_content
+
+    a = write_run(tmp_path / "a", Side("champ", counts_tasks(CHAMP)), evalrig_home)
+    b = write_run(tmp_path / "b", Side("cand", counts_tasks(BETTER)), evalrig_home)
+    c = compare_bundles(a, b, tmp_path / "cmp", evalrig_home)
+    assert c.facts.fresh_content["fresh-003"] == fresh_content("fresh-003")
+    seen = {fresh_content("fresh-003"): "sha256:" + "1" * 64, fresh_content("fresh-007"): "sha256:" + "2" * 64}
+    d = decide(c, policy(), POLICY_DIGEST, None, False, sha256_bytes(b"c"), seen)
+    assert (d.verdict, d.reason) == ("block", "invariant")
+    r = rule(d, "invariant.fresh-after-seal")
+    assert (r["held"], r["seen_before"], r["seen_before_tasks"]) == (False, 2, ["fresh-003", "fresh-007"])
+    assert r["seen_by_candidates"] == ["sha256:" + "1" * 64, "sha256:" + "2" * 64]
+    assert rules(decide(c, policy(), POLICY_DIGEST, None, False, sha256_bytes(b"c")))["invariant.fresh-after-seal"]
+
+
+def test_a_fresh_task_without_recorded_content_is_not_shown_fresh(tmp_path: Path, evalrig_home: Path) -> None:
+    a = write_run(tmp_path / "a", Side("champ", counts_tasks(CHAMP)), evalrig_home)
+    b = write_run(tmp_path / "b", Side("cand", counts_tasks(BETTER)), evalrig_home)
+    c = compare_bundles(a, b, tmp_path / "cmp", evalrig_home)
+    c = c.model_copy(update={"facts": c.facts.model_copy(update={"fresh_content": {}})})
+    r = rule(decide(c, policy(), POLICY_DIGEST, None, False, sha256_bytes(b"c")), "invariant.fresh-after-seal")
+    assert not r["held"] and r["content_unrecorded"] == 30
+
+
+def test_the_ledger_keeps_fresh_content_and_only_other_candidates_count(tmp_path: Path, evalrig_home: Path) -> None:
+    from evalrig import ledger
+
+    pol = tmp_path / "policy.toml"
+    pol.write_bytes((ROOT / "policies" / "default.toml").read_bytes())
+    digest = sha256_bytes(pol.read_bytes())
+    champ = Side("champ", counts_tasks(CHAMP), policy_digest=digest)
+    a = write_run(tmp_path / "a", champ, evalrig_home)
+    b = write_run(tmp_path / "b", Side("cand", counts_tasks(BETTER), policy_digest=digest), evalrig_home)
+    compare_bundles(a, b, tmp_path / "cmp", evalrig_home)
+    first = gate_comparison(tmp_path / "cmp", pol, None, False, evalrig_home, NOW)
+    assert first.decision.verdict == "promote"
+    entry = ledger.all_gates(evalrig_home)[-1]
+    assert len(entry.fresh_content) == 30 and entry.fresh_content == sorted(entry.fresh_content)
+    # the same candidate gated again on the same tasks: not another candidate, still fresh
+    again = gate_comparison(tmp_path / "cmp", pol, "security-patch", False, evalrig_home, NOW)
+    assert again.decision.verdict == "promote"
+    # another candidate on the same fresh content: blocked
+    c = write_run(tmp_path / "c", Side("other", counts_tasks(BETTER), policy_digest=digest), evalrig_home)
+    compare_bundles(a, c, tmp_path / "cmp2", evalrig_home)
+    other = gate_comparison(tmp_path / "cmp2", pol, None, False, evalrig_home, NOW)
+    assert (other.decision.verdict, other.exit_code) == ("block", 3)
+    assert rule(other.decision, "invariant.fresh-after-seal")["seen_by_candidates"] == [first.decision.candidate.checkpoint_id]

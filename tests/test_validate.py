@@ -66,7 +66,7 @@ def test_validate_good_inputs(tmp_path: Path, evalrig_home: Path) -> None:
     args = ["validate", "--tasks", tasks, "--policies", ROOT / "policies", "--checkpoint", ckpt]
     r = cli(*args)
     assert r.exit_code == 0, r.output
-    assert r.stdout == "ok: checkpoints: 1, policies: 1, tasks: 3\n"
+    assert r.stdout == "ok: checkpoints: 1, policies: 2, tasks: 3\n"  # default and networked
     assert r.stderr == (f"warning: {tasks}/fixed.lock: fixed tasks not locked yet: one, two; "
                         f"run `evalrig lock --tasks {tasks}` (the fixed suite only grows once locked)\n")
     assert cli("lock", "--tasks", tasks).exit_code == 0

@@ -25,6 +25,10 @@ Verdict = Literal["promote", "promote-maintenance", "keep-champion", "block"]
 Reason = Literal["quality", "efficiency", "maintenance", "tie", "inconclusive", "loss", "invariant", "regression"]
 Metric = Literal["cost", "wall_s", "cpu_s"]
 METRICS: tuple[Metric, ...] = ("cost", "wall_s", "cpu_s")
+FigureSource = Literal["metered", "reported", "missing", "mixed"]
+"""Where a side's figures of one metric came from, over the attempts that count: `metered`
+(the rig measured every one), `reported` (every one is the agent's own word, its usage.json),
+`missing` (none has the figure), `mixed` (any other combination). Only `metered` can grant."""
 Rational = str
 """An exact rational written `p/q` (or an integer), e.g. `"67/4096"`."""
 
@@ -66,6 +70,15 @@ class SideFacts(Strict):
     infra_error_rate: float | None = Field(description="infra_errors / attempts; null with no attempts.")
     sandbox: dict[SandboxLevel, int] = Field(description="Attempts per sandbox level, every attempt counted.")
     network_attempts: int = Field(ge=0, description="Attempts that could reach the network (recorded holes).")
+    hosts_reached: list[str] = Field(
+        default_factory=list,
+        description="host:port the egress proxy allowed, over every attempt of the run: distinct, sorted.",
+    )
+    cost_source: dict[str, int] = Field(
+        default_factory=dict,
+        description="Attempts that count (the final scored attempt of each trial) by the source of their "
+        "cost figure: metered (the rig measured it), reported (the agent's own usage.json), missing.",
+    )
     seal_checks: int = Field(ge=0)
     seal_checks_matched: int = Field(ge=0)
     seal_check_failures: list[str] = Field(default_factory=list)
@@ -105,6 +118,11 @@ class Facts(Strict):
     tasks_only_champion: list[TaskId] = Field(default_factory=list)
     tasks_only_candidate: list[TaskId] = Field(default_factory=list)
     fresh_created_at: dict[TaskId, Timestamp] = Field(description="Every fresh task's created_at (candidate's task set).")
+    fresh_content: dict[TaskId, Digest] = Field(
+        default_factory=dict,
+        description="Every fresh task's content digest (prompt, files, verifier; not created_at), from the "
+        "candidate's manifest; empty for runs made before the rig recorded it.",
+    )
     candidate_sealed_at: Timestamp | None = Field(description="The candidate's registered sealed_at.")
     history: HistoryFacts
     policy_pins: PolicyPins
@@ -157,6 +175,11 @@ class Efficiency(Strict):
     log_mean: float | None = Field(description="Mean of the per-task log ratios (for other alphas).")
     log_sd: float | None = Field(description="Their sample standard deviation (n - 1).")
     missing: int = Field(ge=0, description="Tasks without a finite, positive value on both sides.")
+    champion_source: FigureSource | None = Field(
+        default=None, description="Where the champion's figures came from; only metered figures can grant. "
+        "Null in comparisons written before the rig recorded it (then they never grant).",
+    )
+    candidate_source: FigureSource | None = Field(default=None, description="The same, for the candidate.")
 
 
 class TaskRow(Strict):
@@ -354,6 +377,11 @@ class GateLedgerEntry(ChainedRecord):
     reason: Reason
     decision_digest: Digest
     at: Timestamp
+    fresh_content: list[Digest] = Field(
+        default_factory=list,
+        description="The content digests of the comparison's fresh tasks (distinct, sorted): a later gate of "
+        "another candidate whose fresh suite holds one of them is not fresh (invariant.fresh-after-seal).",
+    )
 
 
 class SignOff(ChainedRecord):

@@ -151,10 +151,22 @@ class JsonVerifier(HandWritten):
         return v
 
 
+# Sane ranges of the limits (docs/attempts.md): a limit outside them validates nowhere,
+# rather than breaking every attempt at run time.
+MAX_SECONDS = 7 * 24 * 3600
+"""One week: no attempt or verifier limit is longer."""
+MAX_BYTES = 1 << 40
+"""1 TiB: no byte cap is larger."""
+MAX_MEMORY_MB = MAX_BYTES >> 20
+"""The memory limit in MiB that is MAX_BYTES; the rig sets it in bytes (RLIMIT_AS)."""
+MAX_PROCESSES = 1 << 22
+"""Linux's largest pid_max (PID_MAX_LIMIT): no process-count limit above it means anything."""
+
+
 class CommandVerifier(HandWritten):
     kind: Literal["command"]
     command: list[str] = Field(min_length=1)
-    timeout_s: float = Field(default=60, gt=0)
+    timeout_s: float = Field(default=60, gt=0, le=MAX_SECONDS)
     network: bool = False
     version: str = "1"
 
@@ -166,14 +178,22 @@ VerifierSpec = Annotated[
 
 class Resources(HandWritten):
     cpus: float = Field(default=1, gt=0, description="CPUs one attempt needs (for schedulers).")
-    memory_mb: int = Field(default=4096, gt=0, description="Address-space limit of the agent.")
-    max_processes: int = Field(default=256, gt=0, description="Process-count limit (bwrap uid).")
+    memory_mb: int = Field(default=4096, gt=0, le=MAX_MEMORY_MB, description="Address-space limit of the agent.")
+    max_processes: int = Field(default=256, gt=0, le=MAX_PROCESSES, description="Process-count limit (bwrap uid).")
 
 
 def _inside_attempt_root(pattern: str) -> str:
+    import re
+
+    from evalrig.evidence import glob_regex
+
     if not pattern or pattern.startswith("/") or ".." in pattern.split("/"):
         raise ValueError("must be a glob relative to the attempt root (like work/**/*.py; "
                          "not absolute, no '..')")
+    try:
+        glob_regex(pattern)
+    except re.error as e:  # "[z-a]": a bracket range the evidence walk could never match with
+        raise ValueError(f"{pattern!r} does not compile as a glob ({e})") from None
     return pattern
 
 
@@ -188,9 +208,9 @@ class TaskFile(HandWritten):
     # lax here alone: TOML gives a datetime, a JSON copy of the model an ISO string
     created_at: Timestamp | None = Field(default=None, strict=False)
     tags: list[str] = Field(default_factory=list)
-    timeout_s: float = Field(default=60, gt=0)
-    max_output_bytes: int = Field(default=1_048_576, ge=0)
-    max_evidence_bytes: int = Field(default=67_108_864, ge=0)
+    timeout_s: float = Field(default=60, gt=0, le=MAX_SECONDS)
+    max_output_bytes: int = Field(default=1_048_576, ge=0, le=MAX_BYTES)
+    max_evidence_bytes: int = Field(default=67_108_864, gt=0, le=MAX_BYTES)
     network: bool = False
     evidence: list[EvidenceGlob] = Field(
         default_factory=list, description="Extra files kept as evidence (globs; out/ is always kept)."
@@ -241,6 +261,11 @@ def _all_checks() -> list[InvariantCheck]:
 class PolicyInvariants(HandWritten):
     checks: list[InvariantCheck] = Field(default_factory=_all_checks)
     max_infra_error_rate: Rate = 0.10
+    allow_network: bool = Field(
+        default=False,
+        description="Whether attempts that had network (the operator's --allow-network) may promote: "
+        "invariant.isolated then lists the hosts reached instead of failing.",
+    )
 
 
 class PolicyFixed(HandWritten):

@@ -61,6 +61,11 @@ class TasksetRef(Strict):
     count: int = Field(ge=0)
     suites: dict[Suite, int] = Field(description="Tasks per suite in the whole task set.")
     fresh_created_at: dict[TaskId, Timestamp] = Field(default_factory=dict)
+    fresh_content: dict[TaskId, Digest] = Field(
+        default_factory=dict,
+        description="Every fresh task's content digest (prompt, files and verifier; not its id, tags, limits or "
+        "created_at), so a gate can tell a regenerated copy of an old task from a fresh one.",
+    )
 
 
 class InterpreterPin(Strict):
@@ -211,7 +216,9 @@ class Estimate(Record):
     at: Timestamp
 
 
-UsageSource = Literal["reported", "missing"]
+UsageSource = Literal["reported", "missing", "metered"]
+"""reported: the agent's own usage.json (shown, never grants); metered: the rig measured the
+spend itself (a later step: a metering proxy holding the model key); missing: no figure."""
 
 
 class Actual(Record):
