@@ -610,6 +610,8 @@ def gate_comparison(dir: Path, policy_path: Path, exception: str | None, advisor
             hint="gate with the policy file the runs pinned (run --policy), or pass --advisory to "
             "preview this policy (an advisory decision cannot be signed)",
         )
+    # The home must be usable before its ledger is read or a decision issued.
+    ledger.ensure_dir(Path(home))
     seen = seen_fresh(home, comparison.candidate.checkpoint_id)
     try:
         decision = decide(comparison, loaded.spec, loaded.digest, exception, advisory, comparison_digest, seen)
@@ -618,8 +620,6 @@ def gate_comparison(dir: Path, policy_path: Path, exception: str | None, advisor
             e.file = str(policy_path)
         raise
     out_dir = dir / DECISIONS / ADVISORY if advisory else dir / DECISIONS
-    # Both places a gate leaves traces must be usable before a decision is issued.
-    ledger.ensure_dir(Path(home))
     ledger.ensure_dir(out_dir)
     name = decision_name(loaded.spec, exception)
     path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
