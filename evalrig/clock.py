@@ -10,5 +10,5 @@ def utcnow() -> datetime:
 
 
 def format_ts(ts: datetime) -> str:
-    """`2026-12-02T10:15:03.123456Z`: UTC, always with microseconds (DESIGN §8)."""
+    """`2026-12-02T10:15:03.123456Z`: UTC, always with microseconds (docs/statistics.md)."""
     return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

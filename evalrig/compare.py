@@ -1,4 +1,4 @@
-"""Two runs in, one Comparison out (DESIGN §6 `compare`, §7, §8).
+"""Two runs in, one Comparison out (docs/statistics.md, docs/gate.md).
 
 The pure core, `build_comparison`, takes two RunViews (the final scored attempts of
 every trial, and the facts about each run) and returns the Comparison; it reads no file
@@ -57,7 +57,7 @@ from evalrig.models.run import RunManifest
 T = TypeVar("T")
 
 REPORT_ALPHA = 0.025
-"""The level comparison.json reports t bounds, MDE and efficiency bounds at (DESIGN §8)."""
+"""The level comparison.json reports t bounds, MDE and efficiency bounds at (docs/statistics.md)."""
 
 
 # -- the values the core works on --------------------------------------------------------
@@ -73,7 +73,7 @@ class TrialOutcome(NamedTuple):
     cpu_s: float | None
     cost_source: str = "reported"
     """`metered` when the rig measured the cost, `reported` when it is the agent's own word
-    (DESIGN §4 usage.json); the default is the one that never grants."""
+    (docs/attempts.md, Usage); the default is the one that never grants."""
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ def _line_count(log: bytes) -> int:
 
 
 def history_check(champion_log: bytes | None, candidate_log: bytes | None) -> HistoryFacts:
-    """DESIGN §10 `history-preserved` from both runs' history.jsonl (None: not declared)."""
+    """The `history-preserved` rule (docs/gate.md) from both runs' history.jsonl (None: not declared)."""
     ch, ca = champion_log is not None, candidate_log is not None
     chain_intact = brk = prefix = None
     if candidate_log is not None:
@@ -227,7 +227,7 @@ def _side_stats(tasks: Sequence[TaskView], k: int) -> SideStats:
 def _source(tasks: Sequence[TaskView], metric: Metric) -> FigureSource | None:
     """Where one side's figures of `metric` came from over these tasks' attempts that count.
     Wall and CPU time are the rig's own measurements; cost is metered only where the rig
-    measured it, never when the agent wrote it in usage.json (DESIGN §4, §10)."""
+    measured it, never when the agent wrote it in usage.json (docs/gate.md)."""
     seen: set[str] = set()
     for t in tasks:
         for o in t.outcomes:
@@ -319,7 +319,7 @@ def suite_stats(champion: Sequence[TaskView], candidate: Sequence[TaskView], k: 
         m = stats.mcnemar(disc.b, disc.c)
         mc = McNemar(better=disc.b, worse=disc.c, p_two_sided=float(m.two_sided),
                      p_one_sided=float(m.one_sided_better), mid_p=float(m.mid_p))
-    # DESIGN §8: mean_d is the mean of the d_i, defined from one task on; "with n < 2 every
+    # docs/statistics.md: mean_d is the mean of the d_i, defined from one task on; "with n < 2 every
     # statistic below is null" covers se_d (n - 1 = 0) and what follows it, not the mean.
     return SuiteStats(
         tasks=len(ids), paired=n, mean_d=ps.mean_d,

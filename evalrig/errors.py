@@ -1,4 +1,4 @@
-"""Errors the rig raises on purpose, each carrying the exit code it maps to (DESIGN §9).
+"""Errors the rig raises on purpose, each carrying the exit code it maps to (the README's exit codes).
 
 Library code raises these; only the CLI turns them into messages and exit codes.
 A message always names the file, the field path where there is one, and what to do.

@@ -3,7 +3,7 @@
 Both are functions of values (the comparison, the decision, the ledger lines given),
 so that the same inputs give the same text. The verdict file reads as an argument:
 the verdict first, the reason in one sentence, the rules as a table, what would change
-the answer, and the candidate's earlier gates (DESIGN §10).
+the answer, and the candidate's earlier gates (docs/gate.md).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ _SOURCE_LABEL = {
 
 
 def cost_label(source: str | None) -> str:
-    """Whose word a cost figure is (DESIGN §4: a self-reported figure is shown, labelled, and never grants)."""
+    """Whose word a cost figure is (docs/gate.md: a self-reported figure is shown, labelled, and never grants)."""
     return _SOURCE_LABEL.get(source or "", "source not recorded")
 
 

@@ -1,7 +1,7 @@
 """Capturing an agent's output streams: canary scanning, redaction and the output cap.
 
 Three jobs, each done incrementally so that a stream of any length passes through the
-rig in bounded memory (DESIGN §4, Limits and The canary):
+rig in bounded memory (docs/attempts.md, Limits and The canary):
 
 - `StreamScanner` looks for canary values in the *complete* stream (before capping), in
   plain, base64 (standard and URL-safe, at all three byte alignments, inside longer
