@@ -15,8 +15,11 @@ dozen attempts, not the default policy's hundreds.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import textwrap
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -137,17 +140,10 @@ def write_policy(dir: Path, text: str = SMALL_POLICY, name: str = "redteam.toml"
     return dir / name
 
 
-@dataclass
-class Train:
-    """Where a train's pieces are, and what each step answered."""
+class TrainPaths:
+    """Where a train's bundles and decision are, below its `root`."""
 
-    home: Path
     root: Path
-    champion: Path
-    candidate: Path
-    tasks: Path
-    policy: Path
-    steps: dict[str, Step]
 
     def bundle(self, side: str) -> Path:
         """The run bundle of "champion" or "candidate"."""
@@ -160,6 +156,19 @@ class Train:
     @property
     def decision(self) -> Path:
         return self.cmp / "decisions" / "redteam-v1.json"
+
+
+@dataclass
+class Train(TrainPaths):
+    """Where a train's pieces are, and what each step answered."""
+
+    home: Path
+    root: Path
+    champion: Path
+    candidate: Path
+    tasks: Path
+    policy: Path
+    steps: dict[str, Step]
 
 
 def run_train(home: Path, root: Path, champion: Path, candidate: Path, *, tasks: Path | None = None,
@@ -204,3 +213,38 @@ def bwrap_works() -> bool:
         return resolve_level("bwrap").level == "bwrap"
     except Exception:
         return False
+
+
+class Listener:
+    """A host-side TCP server on 127.0.0.1: keeps what each connection sent and answers it
+    with `reply(data)`. Bounded: one read per connection, 3 s per connection, loopback only."""
+
+    def __init__(self, reply: Callable[[bytes], bytes] = lambda data: b"ack") -> None:
+        self.reply = reply
+        self.server = socket.create_server(("127.0.0.1", 0), backlog=16)
+        self.server.settimeout(0.2)
+        self.port = self.server.getsockname()[1]
+        self.received: list[bytes] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(3)
+                try:
+                    data = conn.recv(65536)
+                    self.received.append(data)
+                    conn.sendall(self.reply(data))
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.server.close()

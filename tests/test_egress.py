@@ -6,11 +6,11 @@ import os
 import shutil
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+from redteam import Listener
 
 from evalrig import egress, sandbox
 from evalrig.egress import AllowList, open_session, parse_allow_host
@@ -48,42 +48,9 @@ def test_sandbox_binds_the_address_the_agent_is_told() -> None:
     assert set(egress.proxy_env().values()) == {"http://127.0.0.1:3128"}
 
 
-class Upstream:
-    """A host-side server: answers each connection with what it received, prefixed."""
-
-    def __init__(self) -> None:
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.server.settimeout(0.2)
-        self.port = self.server.getsockname()[1]
-        self.got: list[bytes] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                continue
-            with conn:
-                conn.settimeout(3)
-                try:
-                    data = conn.recv(65536)
-                    self.got.append(data)
-                    conn.sendall(b"echo:" + data)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.server.close()
-
-
 @pytest.fixture
-def upstream() -> Iterator[Upstream]:
-    up = Upstream()
+def upstream() -> Iterator[Listener]:
+    up = Listener(lambda data: b"echo:" + data)
     yield up
     up.close()
 
@@ -107,7 +74,7 @@ def _ask(port: int, request: bytes, then: bytes = b"") -> bytes:
         return out
 
 
-def test_connect_allowed_refused_and_malformed(upstream: Upstream) -> None:
+def test_connect_allowed_refused_and_malformed(upstream: Listener) -> None:
     session, port = _proxy((f"127.0.0.1:{upstream.port}",))
     try:
         ok = _ask(port, b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % upstream.port, b"hello")
@@ -119,7 +86,7 @@ def test_connect_allowed_refused_and_malformed(upstream: Upstream) -> None:
     assert ok == b"HTTP/1.1 200 Connection established\r\n\r\necho:hello"
     assert refused.startswith(b"HTTP/1.1 403 ") and bad.startswith(b"HTTP/1.1 400 ")
     assert https.startswith(b"HTTP/1.1 400 ")
-    assert upstream.got == [b"hello"]
+    assert upstream.received == [b"hello"]
     rows = [(r.host, r.port, r.allowed, r.status, r.bytes_up, r.bytes_down) for r in session.records]
     assert sorted(rows, key=str) == sorted([
         ("127.0.0.1", upstream.port, True, 200, 5, 10),
@@ -130,17 +97,17 @@ def test_connect_allowed_refused_and_malformed(upstream: Upstream) -> None:
     assert session.hosts() == [f"127.0.0.1:{upstream.port}"]
 
 
-def test_plain_http_is_forwarded_in_origin_form(upstream: Upstream) -> None:
+def test_plain_http_is_forwarded_in_origin_form(upstream: Listener) -> None:
     session, port = _proxy(("127.0.0.1",))  # any port of the host
     try:
         got = _ask(port, b"GET http://127.0.0.1:%d/a?b=1 HTTP/1.1\r\nHost: x\r\n"
                          b"Proxy-Authorization: secret\r\n\r\n" % upstream.port)
     finally:
         session.close()
-    assert upstream.got == [b"GET /a?b=1 HTTP/1.1\r\nHost: x\r\n\r\n"]
-    assert got == b"echo:" + upstream.got[0]
+    assert upstream.received == [b"GET /a?b=1 HTTP/1.1\r\nHost: x\r\n\r\n"]
+    assert got == b"echo:" + upstream.received[0]
     [rec] = session.records
-    assert (rec.method, rec.allowed, rec.status, rec.bytes_up) == ("GET", True, 200, len(upstream.got[0]))
+    assert (rec.method, rec.allowed, rec.status, rec.bytes_up) == ("GET", True, 200, len(upstream.received[0]))
 
 
 def test_a_refused_name_is_never_resolved(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,7 +122,7 @@ def test_a_refused_name_is_never_resolved(monkeypatch: pytest.MonkeyPatch) -> No
     assert not [a for a in looked if "leak-this" in str(a)]
 
 
-def test_connections_end_with_the_attempt(upstream: Upstream) -> None:
+def test_connections_end_with_the_attempt(upstream: Listener) -> None:
     session, port = _proxy((f"127.0.0.1:{upstream.port}",))
     client = socket.create_connection(("127.0.0.1", port), timeout=5)
     client.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % upstream.port)

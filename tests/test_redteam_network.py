@@ -15,15 +15,12 @@ and through HTTPS_PROXY.
 from __future__ import annotations
 
 import os
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
-
-from tests.redteam import add_task, bwrap_works, eval_sh, make_checkpoint, results
+from redteam import Listener, add_task, bwrap_works, eval_sh, make_checkpoint, results
 
 # Tries the host's listener directly, then through the proxy the rig names; reports what
 # happened in out/report.json (never the canary itself), and answers "ok".
@@ -65,44 +62,9 @@ with open(os.path.join(os.environ["EVALRIG_OUT"], "answer.txt"), "w") as f:
 PROXY_VARS = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"}
 
 
-class Listener:
-    """A host-side TCP listener on 127.0.0.1 that keeps what each connection sent."""
-
-    def __init__(self) -> None:
-        self.server = socket.socket()
-        self.server.bind(("127.0.0.1", 0))
-        self.server.listen(16)
-        self.server.settimeout(0.2)
-        self.port = self.server.getsockname()[1]
-        self.received: list[bytes] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                continue
-            with conn:
-                conn.settimeout(3)
-                try:
-                    data = conn.recv(4096)
-                    self.received.append(data)
-                    conn.sendall(b"ack")
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.server.close()
-
-
 @pytest.fixture
 def listener() -> Iterator[Listener]:
-    got = Listener()
+    got = Listener(lambda data: b"ack")
     yield got
     got.close()
 

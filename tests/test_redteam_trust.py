@@ -18,7 +18,16 @@ from pathlib import Path
 
 import orjson
 import pytest
-from redteam import Step, Train, bwrap_works, eval_sh, make_checkpoint, results, run_train
+from redteam import (
+    Step,
+    Train,
+    TrainPaths,
+    bwrap_works,
+    eval_sh,
+    make_checkpoint,
+    results,
+    run_train,
+)
 
 WRONG_AGENT = """\
 import os
@@ -28,22 +37,11 @@ with open(os.path.join(os.environ["EVALRIG_OUT"], "answer.txt"), "w") as f:
 
 
 @dataclass
-class Copy:
+class Copy(TrainPaths):
     """A private copy of the shared train: its home and its files, safe to attack."""
 
     home: Path
     root: Path
-
-    @property
-    def cmp(self) -> Path:
-        return self.root / "cmp"
-
-    @property
-    def decision(self) -> Path:
-        return self.cmp / "decisions" / "redteam-v1.json"
-
-    def bundle(self, side: str) -> Path:
-        return self.root / "runs" / side
 
     def sh(self, *args: str | Path) -> Step:
         return eval_sh(self.home, *args)
