@@ -23,6 +23,7 @@ def formats() -> dict[str, type[BaseModel]]:
         "estimate": run.Estimate,
         "actual": run.Actual,
         "result": run.Result,
+        "evidence-index": run.EvidenceIndex,
         "fixed-lock": lock.FixedLock,
         **comparison.FORMATS,
     }
