@@ -668,15 +668,15 @@ def collect(
         (evidence_dir / "out").mkdir(parents=True, exist_ok=True)
     try:
         w = walk(attempt_root, any(_reaches_agent(g) for g in globs), look=look)
-    except OSError as e:
-        w = Walk(problems=[(".", f"the attempt root could not be opened: {_why(e)}")])
+    except OSError as err:
+        w = Walk(problems=[(".", f"the attempt root could not be opened: {_why(err)}")])
     for rel, why in w.problems:
         rep.note(rel, why)
     if w.stopped:
         rep.note(f"(after {len(w.entries)} entries)", "walk stopped: too many entries")
-    for e in w.entries:
-        if "/" not in e.rel and e.rel in RESERVED_TOP:
-            rep.note(e.rel, "reserved name")
+    for seen in w.entries:
+        if "/" not in seen.rel and seen.rel in RESERVED_TOP:
+            rep.note(seen.rel, "reserved name")
     kept: set[str] = set()
     try:
         root_fd = os.open(attempt_root, _DIR)
@@ -684,8 +684,8 @@ def collect(
         root_fd = -1
     opener = _Opener(root_fd) if root_fd >= 0 else None
     try:
-        for e in candidates(w.entries, globs):
-            rel = e.rel
+        for c in candidates(w.entries, globs):
+            rel = c.rel
             if rel in exclude:
                 continue
             if rel.split("/", 1)[0] in RESERVED_TOP:
@@ -696,11 +696,11 @@ def collect(
                 # listed in it, and a copy would make the bundle fail its own verification.
                 rep.note(rel, "name is not UTF-8")
                 continue
-            if e.depth > KEEP_DEPTH_MAX or len(rel.encode()) > KEEP_PATH_MAX:
+            if c.depth > KEEP_DEPTH_MAX or len(rel.encode()) > KEEP_PATH_MAX:
                 rep.note(rel, "path too long to keep")
                 continue
-            if not stat.S_ISREG(e.mode):
-                rep.note(rel, _kind(e.mode))
+            if not stat.S_ISREG(c.mode):
+                rep.note(rel, _kind(c.mode))
                 continue
             if rep.truncated or opener is None:
                 continue
@@ -733,7 +733,7 @@ def collect(
 
 
 def _write_index(evidence_dir: Path, w: Walk, kept: set[str], rep: EvidenceReport) -> None:
-    entries = []
+    entries: list[dict[str, object]] = []
     for e in w.entries:
         if e.in_agent:
             continue
@@ -759,3 +759,43 @@ def scan_file(path: Path, needles: Sequence[bytes] | Forms) -> bool:
     except FileNotFoundError:
         return False
     return scanner.found
+
+
+def rederive_canary(evidence_dir: Path, needle: bytes) -> list[str]:
+    """Where the stored evidence of one attempt holds the canary (`evalrig verify`).
+
+    The scan the attempt ran, over what it kept: every file but the verifier's output
+    (`stdout.txt`, `stderr.txt`, the copies, `evidence_index.json`), and the end of
+    `stdout.txt` followed by the start of `stderr.txt`.
+    """
+    forms = needle_forms([needle])
+    if not forms or not evidence_dir.is_dir():
+        return []
+    where: list[str] = []
+    scanners: dict[str, StreamScanner] = {}
+    root = os.fspath(evidence_dir)
+
+    def descend(rel: str) -> bool:
+        return rel != "verifier"
+
+    for v in iter_tree(root, descend):
+        if not isinstance(v, Visit) or not stat.S_ISREG(v.st.st_mode):
+            continue
+        scanner = StreamScanner(forms)
+        try:
+            fd = os.open(v.name, _FILE, dir_fd=v.dir_fd)
+        except OSError:
+            continue
+        try:
+            while not scanner.found and (block := os.read(fd, _CHUNK)):
+                scanner.feed(block)
+        finally:
+            os.close(fd)
+        if v.rel in ("stdout.txt", "stderr.txt"):
+            scanners[v.rel] = scanner
+        if scanner.found:
+            where.append(v.rel)
+    out, err = scanners.get("stdout.txt"), scanners.get("stderr.txt")
+    if not where and out is not None and err is not None and out.seam_found(err):
+        where.append("stdout+stderr")
+    return where

@@ -19,7 +19,16 @@ from pathlib import Path
 
 import orjson
 import pytest
-from redteam import ROOT, add_task, bwrap_works, eval_sh, make_checkpoint, make_taskset, results, run_train
+from redteam import (
+    ROOT,
+    add_task,
+    bwrap_works,
+    eval_sh,
+    make_checkpoint,
+    make_taskset,
+    results,
+    run_train,
+)
 
 SANDBOXES = ["bwrap", "process"]
 
