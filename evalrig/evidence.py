@@ -70,6 +70,9 @@ _CHUNK = 1 << 20
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _NAME_BATCH = 1 << 16
+_HOLD = 16  # folders of the walk's current path kept open (deeper: re-entered through ..)
+LOOK_MAX = 32 << 20
+"""Bytes of names and link targets the canary scan looks at beyond the index, per attempt."""
 
 
 def cut(text: str, limit: int) -> str:
@@ -197,7 +200,7 @@ class _Frame:
     rel: str
     ident: tuple[int, int]
     items: list[tuple[str, os.stat_result]]
-    in_agent: bool
+    fd: int  # open while the walk is in this folder or below it, within _HOLD levels; else -1
     i: int = 0
 
 
@@ -249,35 +252,43 @@ def iter_tree(root: Path | str, descend: Callable[[str], bool] = lambda rel: Tru
     contents right after it), no link followed, a folder entered only when
     `descend(rel)`; `room()` bounds how many entries of the next folder are listed.
 
-    Iterative, one folder open at a time (a folder's listing is read whole, then the
-    folder is left for its subfolders and re-entered through `..`, checked against the
-    identity it had). Raises OSError only when `root` itself cannot be opened.
+    Iterative. A folder's listing is read whole; the folders of the current path stay
+    open up to `_HOLD` levels (the common, shallow case costs no extra open), and deeper
+    a folder is left for its subfolders and re-entered through `..`, checked against
+    the identity it had. So any depth costs a bounded number of descriptors and no path
+    is longer than one name. Raises OSError only when `root` itself cannot be opened.
     """
     fd = os.open(root, _DIR)
+    frames: list[_Frame] = []
     try:
         st = os.fstat(fd)
         items, more = _list(fd, room())
         if more:
             yield Trouble(".", "too many entries", stop=True)
-        frames = [_Frame("", (st.st_dev, st.st_ino), items, False)]
+        frames.append(_Frame("", (st.st_dev, st.st_ino), items, fd))
         while frames:
             f = frames[-1]
             if f.i >= len(f.items):
                 frames.pop()
-                if frames:
-                    fd = _ascend(fd, frames[-1].ident)
-                    if fd < 0:
-                        yield Trouble(frames[-1].rel or ".", "changed while it was walked", stop=True)
+                if not frames:
+                    break
+                parent = frames[-1]
+                if parent.fd >= 0:
+                    os.close(f.fd)
+                else:
+                    parent.fd = _ascend(f.fd, parent.ident)  # closes the child's
+                    if parent.fd < 0:
+                        yield Trouble(parent.rel or ".", "changed while it was walked", stop=True)
                         return
                 continue
             name, est = f.items[f.i]
             f.i += 1
             rel = f"{f.rel}/{name}" if f.rel else name
-            yield Visit(rel, name, est, fd)
+            yield Visit(rel, name, est, f.fd)
             if not stat.S_ISDIR(est.st_mode) or not descend(rel):
                 continue
             try:
-                child = os.open(name, _DIR, dir_fd=fd)
+                child = os.open(name, _DIR, dir_fd=f.fd)
             except OSError as e:
                 yield Trouble(rel, f"unreadable folder: {_why(e)}")
                 continue
@@ -292,12 +303,14 @@ def iter_tree(root: Path | str, descend: Callable[[str], bool] = lambda rel: Tru
                 continue
             if more:
                 yield Trouble(rel, "too many entries", stop=True)
-            os.close(fd)
-            fd = child
-            frames.append(_Frame(rel, (cst.st_dev, cst.st_ino), items, False))
+            if len(frames) >= _HOLD:
+                os.close(f.fd)
+                f.fd = -1
+            frames.append(_Frame(rel, (cst.st_dev, cst.st_ino), items, child))
     finally:
-        if fd >= 0:
-            os.close(fd)
+        for f in frames:
+            if f.fd >= 0:
+                os.close(f.fd)
 
 
 def walk(root: Path, into_agent: bool = False, limit: int = WALK_MAX,
@@ -325,7 +338,7 @@ def walk(root: Path, into_agent: bool = False, limit: int = WALK_MAX,
             break
         w.entries.append(Seen(v.rel, v.st.st_mode, v.st.st_size, in_agent))
         if look is not None:
-            look.name(v.rel)
+            look.name(v.name)
             if stat.S_ISLNK(v.st.st_mode):
                 look.link(v.name, v.dir_fd)
     return w
@@ -348,31 +361,44 @@ def _ascend(fd: int, ident: tuple[int, int]) -> int:
 
 class _Looker:
     """The canary scan of names and link targets, fed in batches (a scan per name would
-    cost more than the walk)."""
+    cost more than the walk).
+
+    Each entry's own name is scanned (its full path is in the index, which is scanned as
+    an evidence file): linear in the tree, where full paths of a deep tree would be
+    quadratic. Identical link targets are scanned once, and at most `LOOK_MAX` bytes of
+    names and targets in all: a scan must not cost an attempt more than its walk.
+    """
 
     def __init__(self, forms: Forms) -> None:
         self.names = StreamScanner(forms)
         self.links = StreamScanner(forms)
         self._names: list[bytes] = []
         self._links: list[bytes] = []
+        self._targets: set[bytes] = set()
         self._size = 0
+        self._room = LOOK_MAX
 
-    def name(self, rel: str) -> None:
-        data = os.fsencode(rel) + b"\n"
+    def name(self, name: str) -> None:
+        data = os.fsencode(name) + b"\n"
         self._names.append(data)
         self._grow(len(data))
 
     def link(self, name: str, dir_fd: int) -> None:
+        if self._room <= 0:
+            return
         try:
-            target = os.readlink(name, dir_fd=dir_fd)
+            target = os.fsencode(os.readlink(name, dir_fd=dir_fd))
         except OSError:
             return
-        data = os.fsencode(target) + b"\n"
-        self._links.append(data)
-        self._grow(len(data))
+        if target in self._targets:
+            return
+        self._targets.add(target)
+        self._links.append(target + b"\n")
+        self._grow(len(target) + 1)
 
     def _grow(self, n: int) -> None:
         self._size += n
+        self._room -= n
         if self._size >= _NAME_BATCH:
             self.flush()
 

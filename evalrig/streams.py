@@ -113,23 +113,26 @@ class Forms:
     def __bool__(self) -> bool:
         return bool(self.raw or self.exact or self.folded)
 
-    @property
-    def longest(self) -> int:
-        return max((len(f) for f in (*self.raw, *self.exact, *self.folded)), default=0)
+    @functools.cached_property
+    def longest(self) -> tuple[int, int, int]:
+        """The longest form of each kind (raw, exact, folded): what a window keeps."""
+        return tuple(max((len(f) for f in forms), default=1)  # type: ignore[return-value]
+                     for forms in (self.raw, self.exact, self.folded))
 
 
 def needle_forms(needles: Sequence[bytes]) -> Forms:
+    """Every form of each needle that counts as a leak (docs/attempts.md, "The canary").
+
+    For a needle T (text) that spells raw bytes R (hex text, as the canary's random part
+    does): T in any case, T reversed, and the base64, base32 and hex forms of T (as
+    written, lower- and upper-cased) and of R, and R itself. Cached: an attempt's
+    scanners (two streams, each evidence file, the names) share one computation.
+    """
     return _needle_forms(tuple(needles))
 
 
 @functools.lru_cache(maxsize=64)
 def _needle_forms(needles: tuple[bytes, ...]) -> Forms:
-    """Every form of each needle that counts as a leak (docs/attempts.md, "The canary").
-
-    For a needle T (text) that spells raw bytes R (hex text, as the canary's random part
-    does): T in any case, T reversed, and the base64, base32 and hex forms of T (as
-    written, lower- and upper-cased) and of R.
-    """
     raw: list[bytes] = []
     exact: list[bytes] = []
     folded: list[bytes] = []
@@ -164,9 +167,9 @@ class _Window:
     so memory stays flat whatever the stream's length.
     """
 
-    def __init__(self, forms: Sequence[bytes]) -> None:
-        self._forms = tuple(forms)
-        self._overlap = max((len(f) for f in forms), default=1) - 1
+    def __init__(self, forms: tuple[bytes, ...], longest: int | None = None) -> None:
+        self._forms = forms
+        self._overlap = (longest if longest is not None else max((len(f) for f in forms), default=1)) - 1
         self._tail = b""
 
     def found_in(self, chunk: bytes) -> bool:
@@ -236,9 +239,10 @@ class StreamScanner:
     def __init__(self, needles: Sequence[bytes] | Forms, *, budget: int = GZIP_BUDGET,
                  _depth: int = 0, _shared: _Budget | None = None) -> None:
         self.forms = needles if isinstance(needles, Forms) else needle_forms(needles)
-        self._raw = _Window(self.forms.raw)
-        self._exact = _Window(self.forms.exact)
-        self._folded = _Window(self.forms.folded)
+        raw, exact, folded = self.forms.longest
+        self._raw = _Window(self.forms.raw, raw)
+        self._exact = _Window(self.forms.exact, exact)
+        self._folded = _Window(self.forms.folded, folded)
         self._active = bool(self.forms)
         self._depth = _depth
         self._budget = _shared or _Budget(budget)
