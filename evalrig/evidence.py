@@ -42,6 +42,7 @@ import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from evalrig.digest import canonical_json
 from evalrig.streams import Forms, Redactor, StreamScanner, needle_forms
@@ -56,6 +57,10 @@ AGENT_DIR = "agent"  # the checkpoint copy: not indexed, walked only when a glob
 
 INDEX_MAX = 100_000
 """Entries listed in evidence_index.json; beyond, `truncated` is true."""
+INDEX_BYTES_MAX = 16 << 20
+"""...and at most about this many bytes of it (100,000 entries of ordinary paths fit in
+10 MiB; long paths reach this bound first): the index travels with the evidence."""
+_INDEX_ENTRY_BYTES = 64  # an entry's JSON beside its path: keys, type, size, kept
 WALK_MAX = 2 * INDEX_MAX
 """Entries one walk looks at (the checkpoint copy's included, when a glob reaches it)."""
 NOTES_MAX = 100
@@ -174,8 +179,7 @@ def _reaches_agent(pattern: str) -> bool:
 # -- the walk ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Seen:
+class Seen(NamedTuple):
     """One entry the walk looked at: its path relative to the root, type and size (lstat)."""
 
     rel: str
@@ -226,8 +230,7 @@ def _list(fd: int, room: int) -> tuple[list[tuple[str, os.stat_result]], bool]:
     return items, more
 
 
-@dataclass(frozen=True)
-class Visit:
+class Visit(NamedTuple):
     """One entry met by `iter_tree`: `dir_fd` is its folder, open while the visit lasts."""
 
     rel: str
@@ -416,9 +419,11 @@ class _Looker:
 def remove_tree(path: Path | str) -> None:
     """Remove `path` and everything under it, whatever its depth or names.
 
-    Iterative, one directory open at a time (by name from its parent, `..` checked on the
-    way back), folders the agent made unreadable opened up first. Raises OSError when
-    something cannot be removed (the rest is removed).
+    Iterative: the folders of the current path stay open up to `_HOLD` levels, deeper
+    ones are re-entered through `..` (checked against the identity they had); a folder
+    is opened by name from its parent, never through a link; a folder the agent made
+    unreadable or read-only is opened up first. Raises OSError when something cannot be
+    removed (all the rest is removed).
     """
     path = os.fspath(path)
     try:
@@ -428,37 +433,48 @@ def remove_tree(path: Path | str) -> None:
     if not stat.S_ISDIR(st.st_mode):
         os.unlink(path)
         return
-    fd = _open_dir(path, None)
     stuck: set[tuple[int, int]] = set()
-    names: list[tuple[str, tuple[int, int]]] = []  # the way down: (name, parent's identity)
+    tries: dict[tuple[int, int], int] = {}
+    # the way down: [name in its parent, open fd or -1, identity]
+    stack: list[list[Any]] = [[path, _open_dir(path, None), (st.st_dev, st.st_ino)]]
     try:
-        while True:
-            sub = _clear_files(fd, stuck)
+        while stack:
+            top = stack[-1]
+            sub = _clear_files(top[1], stuck)
             if sub is not None:
                 try:
-                    child = _open_dir(sub[0], fd)
+                    child = _open_dir(sub[0], top[1])
                 except OSError:
                     stuck.add(sub[1])
                     continue
-                here = os.fstat(fd)
-                names.append((sub[0], (here.st_dev, here.st_ino)))
-                os.close(fd)
-                fd = child
+                if len(stack) >= _HOLD:
+                    os.close(top[1])
+                    top[1] = -1
+                stack.append([sub[0], child, sub[1]])
                 continue
-            if not names:
+            stack.pop()
+            if not stack:
+                os.close(top[1])
                 break
-            name, ident = names.pop()
-            here = os.fstat(fd)
-            fd = _ascend(fd, ident)
-            if fd < 0:
-                raise OSError(errno.ESTALE, "the tree changed while it was removed", path)
+            parent = stack[-1]
+            if parent[1] >= 0:
+                os.close(top[1])
+            else:
+                parent[1] = _ascend(top[1], parent[2])  # closes the child's fd
+                if parent[1] < 0:
+                    raise OSError(errno.ESTALE, "the tree changed while it was removed", path)
             try:
-                os.rmdir(name, dir_fd=fd)
+                os.rmdir(top[0], dir_fd=parent[1])
             except OSError:
-                stuck.add((here.st_dev, here.st_ino))
+                # something appeared in it meanwhile (an escaped process): look again, a
+                # few times, then leave it
+                tries[top[2]] = tries.get(top[2], 0) + 1
+                if tries[top[2]] >= 3:
+                    stuck.add(top[2])
     finally:
-        if fd >= 0:
-            os.close(fd)
+        for frame in stack:
+            if frame[1] >= 0:
+                os.close(frame[1])
     os.rmdir(path)
 
 
@@ -471,30 +487,33 @@ def _open_dir(name: str, dir_fd: int | None) -> int:
 
 
 def _clear_files(fd: int, stuck: set[tuple[int, int]]) -> tuple[str, tuple[int, int]] | None:
-    """Unlink every non-folder in the open folder; the first folder not yet stuck, if any."""
-    try:
-        os.fchmod(fd, 0o700)  # its entries can be unlinked even if the agent said otherwise
-    except OSError:
-        pass
-    while True:
-        unlinked = 0
-        with os.scandir(fd) as it:
-            for e in it:
+    """Unlink every non-folder in the open folder (one listing: entries that are only
+    removed are all listed); the first folder not yet stuck, if any."""
+    opened = False
+    with os.scandir(fd) as it:
+        for e in it:
+            try:
+                st = e.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if (st.st_dev, st.st_ino) not in stuck:
+                    return e.name, (st.st_dev, st.st_ino)
+                continue
+            try:
+                os.unlink(e.name, dir_fd=fd)
+            except PermissionError:
+                if opened:
+                    continue  # not ours to remove: the folder stays (rmdir notices)
+                opened = True
                 try:
-                    st = e.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                if stat.S_ISDIR(st.st_mode):
-                    if (st.st_dev, st.st_ino) not in stuck:
-                        return e.name, (st.st_dev, st.st_ino)
-                    continue
-                try:
+                    os.fchmod(fd, 0o700)  # the agent made its folder read-only
                     os.unlink(e.name, dir_fd=fd)
-                    unlinked += 1
                 except OSError:
-                    pass  # gone already, or not ours to remove: the folder stays, noticed above
-        if not unlinked:  # a listing changed by our own unlinks may skip names: list again
-            return None
+                    continue
+            except OSError:
+                continue  # gone already, or not ours to remove
+    return None
 
 
 # -- copying one file --------------------------------------------------------------------
@@ -746,8 +765,8 @@ def collect(
         if opener is not None:
             opener.close()
             os.close(root_fd)
-    _write_index(evidence_dir, w, kept, rep)
-    if forms and scan_file(evidence_dir / INDEX_NAME, forms):
+    index = _write_index(evidence_dir, w, kept, rep)
+    if forms and StreamScanner(forms).feed_found(index):
         rep.canary_in.append(INDEX_NAME)
     if look is not None:
         look.flush()
@@ -758,21 +777,27 @@ def collect(
     return rep
 
 
-def _write_index(evidence_dir: Path, w: Walk, kept: set[str], rep: EvidenceReport) -> None:
+def _write_index(evidence_dir: Path, w: Walk, kept: set[str], rep: EvidenceReport) -> bytes:
+    """Write evidence_index.json; returns its bytes (scanned for the canary as written)."""
     entries: list[dict[str, object]] = []
+    size = 0
     for e in w.entries:
         if e.in_agent:
             continue
-        if len(entries) >= INDEX_MAX:
+        path = cut(printable(e.rel), INDEX_PATH_MAX)
+        size += len(path) + _INDEX_ENTRY_BYTES
+        if len(entries) >= INDEX_MAX or size > INDEX_BYTES_MAX:
             rep.index_truncated = True
             break
-        entries.append({"path": cut(printable(e.rel), INDEX_PATH_MAX), "type": index_type(e.mode),
-                        "size": max(e.size, 0), "kept": e.rel in kept})
+        entries.append({"path": path, "type": index_type(e.mode), "size": max(e.size, 0),
+                        "kept": e.rel in kept})
     rep.index_truncated |= w.stopped
     rep.index_entries = len(entries)
     doc = {"schema_version": "1.0", "entries": entries, "truncated": rep.index_truncated}
     evidence_dir.mkdir(parents=True, exist_ok=True)
-    (evidence_dir / INDEX_NAME).write_bytes(canonical_json(doc) + b"\n")
+    data = canonical_json(doc) + b"\n"
+    (evidence_dir / INDEX_NAME).write_bytes(data)
+    return data
 
 
 def scan_file(path: Path, needles: Sequence[bytes] | Forms) -> bool:

@@ -760,14 +760,21 @@ def _tree_bytes(root: Path, stop_at: tuple[int, int] | None = None) -> tuple[int
     from evalrig.evidence import Visit, iter_tree
 
     total, count = 0, 0
+
+    def room() -> int:  # a folder's listing need not go past the entry limit
+        return (stop_at[1] - count + 1) if stop_at is not None else 1 << 62
+
     try:
         total, count = entry_bytes(os.lstat(root).st_size), 1
-        for v in iter_tree(root):
+        for v in iter_tree(root, room=room):
             if isinstance(v, Visit):
                 total += entry_bytes(v.st.st_size)
                 count += 1
                 if stop_at is not None and (total > stop_at[0] or count > stop_at[1]):
                     break
+            elif v.stop and v.why == "too many entries":
+                count = max(count, (stop_at[1] if stop_at is not None else count) + 1)
+                break
     except OSError:
         pass  # the root is gone: nothing left to count
     return total, count
@@ -1200,6 +1207,9 @@ def _widen_pipe(fd: int) -> None:
         pass
 
 
+_WATCH_FIRST_S = 0.075
+
+
 class _DiskWatch:
     """Polls the attempt's disk use; the interval grows with the cost of one walk.
 
@@ -1212,7 +1222,8 @@ class _DiskWatch:
     def __init__(self, watch: tuple[Path, int], max_entries: int | None = None) -> None:
         self.root, self.limit = watch
         self.max_entries = max_entries if max_entries is not None else 1 << 62
-        self.next_at = time.monotonic()
+        # The first look one interval in: at the start the tree is the rig's own.
+        self.next_at = time.monotonic() + _WATCH_FIRST_S
         self.mounts: list[str] = []
 
     def see_sandbox(self, init_pid: int) -> None:
