@@ -67,8 +67,8 @@ def _base64_fragments(needle: bytes) -> list[bytes]:
 
 
 def _base32_fragments(needle: bytes) -> list[bytes]:
-    """Base32 of `needle` at its five alignments (upper case, as the encoder writes it)."""
-    return _fragments(needle, 5, base64.b32encode)
+    """Base32 of `needle` at its five alignments, lower-cased (it is looked for folded)."""
+    return [f.translate(_FOLD) for f in _fragments(needle, 5, base64.b32encode)]
 
 
 def encoded_forms(needle: bytes) -> list[bytes]:
@@ -146,8 +146,12 @@ def _needle_forms(needles: tuple[bytes, ...]) -> Forms:
         folded += [needle.translate(_FOLD, _WHITESPACE), needle.translate(_FOLD, _WHITESPACE)[::-1]]
         for s in sources:
             folded.append(s.hex().encode())
-            folded += [f.translate(_FOLD) for f in _base32_fragments(s)]
             exact += _base64_fragments(s)
+            # base32 is pure Python before 3.12 and this runs per attempt: of the text as
+            # written and of the raw bytes (its case-folded search covers both cases of
+            # the encoder's output; an upper-cased text then encoded is not looked for)
+            if s is needle or s is r:
+                folded += _base32_fragments(s)
     folded = [f for f in dict.fromkeys(folded) if f]
     exact = list(dict.fromkeys(exact))
     return Forms(tuple(dict.fromkeys(raw)), tuple(exact), tuple(folded))

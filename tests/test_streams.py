@@ -211,3 +211,12 @@ def test_a_gzip_bomb_costs_no_more_than_the_budget() -> None:
     assert time.monotonic() - began < 5
     assert not scanner.found  # behind the bomb, past the budget: the documented limit
     assert scan(gzip.compress(b"\0" * (1 << 20)) + gzip.compress(HEX), [HEX])  # within it
+
+
+def test_base32_fragments_are_the_encoders_own_lower_cased() -> None:
+    from evalrig.streams import _base32_fragments
+
+    for needle in (HEX, RAW, os.urandom(37)):
+        for k in range(5):
+            encoded = base64.b32encode(b"\x01" * k + needle + b"\x02").lower()
+            assert any(f in encoded for f in _base32_fragments(needle)), k
