@@ -869,6 +869,7 @@ def test_every_entry_counts_against_the_disk_allowance(tmp_path: Path) -> None:
         fd = nfd
     os.close(fd)
     assert _tree_bytes(root)[1] == 34
-    assert not _DiskWatch((root, 1 << 30), 100).exceeded(time.monotonic())
-    assert _DiskWatch((root, 1 << 30), 33).exceeded(time.monotonic())
-    assert _DiskWatch((root, 4096 * 30), None).exceeded(time.monotonic())
+    later = time.monotonic() + 1  # past the first interval (the first look waits one)
+    assert not _DiskWatch((root, 1 << 30), 100).exceeded(later)
+    assert _DiskWatch((root, 1 << 30), 33).exceeded(later)
+    assert _DiskWatch((root, 4096 * 30), None).exceeded(later)
