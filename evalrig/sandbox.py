@@ -43,8 +43,10 @@ Limits: ``RLIMIT_AS`` and ``RLIMIT_FSIZE`` (no Python runs in the child): under
 init while it waits on ``--block-fd`` (the agent, forked after, inherits them).
 ``RLIMIT_NPROC`` counts processes per real uid, so it is set only where the agent has a uid
 of its own (bwrap with a slot uid); elsewhere it would count every process of the rig's
-user and is skipped. The disk watch polls the watched tree and, under bwrap, the use of
-the sandbox's ``/tmp`` and ``/dev/shm`` tmpfs (RAM); where bwrap has ``--size`` (0.9 and
+user and is skipped. The disk watch polls the watched tree (every entry counted, in
+whole 4 KiB blocks, at least one each: `entry_bytes`; and the number of entries) and,
+under bwrap, the use of the sandbox's ``/tmp`` and ``/dev/shm`` tmpfs (RAM, blocks and
+inodes); where bwrap has ``--size`` (0.9 and
 later) those are also capped at the disk-watch size. As root, bwrap gets no user namespace
 (``--unshare-all`` would make one, in which the slot uid does not exist), so the
 namespaces are listed one by one.
