@@ -1155,7 +1155,7 @@ def _execute(out: Path, manifest: RunManifest, r: Resolved, inputs: Inputs, book
         if r.settings.keep_workspaces and r.settings.executor == "local":
             reporter.warning(f"--keep-workspaces: the attempt workspaces are in {scratch}")
         else:
-            shutil.rmtree(scratch, ignore_errors=True)
+            _remove_scratch(scratch)
         if r.settings.keep_workspaces and r.settings.executor == "ray":
             from evalrig.executors.ray import KEPT_WHERE
 
@@ -1170,6 +1170,17 @@ def scratch_dir(prefix: str, keep: bool) -> Path:
     from evalrig.trial import scratch_base
 
     return Path(tempfile.mkdtemp(prefix=prefix, dir=scratch_base(keep)))
+
+
+def _remove_scratch(scratch: Path) -> None:
+    """The run's scratch directory, whatever an agent left in it (evidence.remove_tree:
+    any depth or name length); what cannot be removed stays, and never fails the run."""
+    from evalrig.evidence import remove_tree
+
+    try:
+        remove_tree(scratch)
+    except OSError:
+        pass
 
 
 def _flush_removals() -> None:
@@ -1249,6 +1260,7 @@ def verify_run(dir: Path) -> VerifyReport:
         problems.append(Problem(str(dir / name), "torn last line (a crash mid-write); "
                                 "resume the run to repair it", line=line))
     problems += evidence_problems(dir, b)
+    problems += canary_problems(dir, b)
     problems += manifest_problems(dir, b)
     rederived, verdict_problems = rederive(dir, b)
     problems += verdict_problems
@@ -1269,6 +1281,29 @@ def evidence_problems(dir: Path, b: RunBundle) -> list[Problem]:
             out.append(Problem(str(dir / "results.jsonl"),
                                f"trial {r.trial_id}: evidence of {r.attempt_id} has digest "
                                f"{digest}, the result records {r.evidence_digest}", line=i))
+    return out
+
+
+def canary_problems(dir: Path, b: RunBundle) -> list[Problem]:
+    """A result that says the canary was not found where its stored evidence holds it.
+
+    The scan is re-run over what was kept (evidence.rederive_canary); a finding in what
+    was not kept (a stream's dropped excess, a link's target) cannot be re-derived, and
+    a recorded `found: true` is taken as it is: it can only block a release.
+    """
+    from evalrig.canary import needle
+    from evalrig.evidence import rederive_canary
+
+    out = []
+    for i, r in enumerate(b.results, start=1):
+        if r.canary.found or not r.canary.value:
+            continue
+        where = rederive_canary(dir / ATTEMPTS_DIR / r.attempt_id, needle(r.canary.value))
+        if where:
+            out.append(Problem(str(dir / "results.jsonl"),
+                               f"trial {r.trial_id}: the stored evidence of {r.attempt_id} holds "
+                               f"the canary ({', '.join(where[:5])}); the result records it not "
+                               "found", line=i))
     return out
 
 

@@ -61,8 +61,10 @@ Limits: ``RLIMIT_AS`` and ``RLIMIT_FSIZE`` (no Python runs in the child): under
 init while it waits on ``--block-fd`` (the agent, forked after, inherits them).
 ``RLIMIT_NPROC`` counts processes per real uid, so it is set only where the agent has a uid
 of its own (bwrap with a slot uid); elsewhere it would count every process of the rig's
-user and is skipped. The disk watch polls the watched tree and, under bwrap, the use of
-the sandbox's ``/tmp`` and ``/dev/shm`` tmpfs (RAM); where bwrap has ``--size`` (0.9 and
+user and is skipped. The disk watch polls the watched tree (every entry counted, in
+whole 4 KiB blocks, at least one each: `entry_bytes`; and the number of entries) and,
+under bwrap, the use of the sandbox's ``/tmp`` and ``/dev/shm`` tmpfs (RAM, blocks and
+inodes); where bwrap has ``--size`` (0.9 and
 later) those are also capped at the disk-watch size. As root, bwrap gets no user namespace
 (``--unshare-all`` would make one, in which the slot uid does not exist), so the
 namespaces are listed one by one.
@@ -199,6 +201,7 @@ class Launch:
     max_processes: int | None = None  # RLIMIT_NPROC, only with a slot uid (bwrap as root)
     max_file_bytes: int | None = None  # RLIMIT_FSIZE (a single file)
     disk_watch: tuple[Path, int] | None = None  # kill when this tree exceeds N bytes
+    disk_watch_entries: int | None = None  # ... or holds more than N entries (inodes)
     slot: int = 0  # 0..jobs-1: the uid BASE_UID + slot under bwrap as root
     attempt_tag: str = ""  # the attempt id, also in env as EVALRIG_ATTEMPT_ID
     scan_for: Sequence[bytes] = ()  # canary values looked for in the complete streams
@@ -868,24 +871,44 @@ def _open_way(spec: Launch, uid: int) -> str | None:
     return None
 
 
-def _tree_bytes(root: Path) -> int:
-    """Apparent size of every regular file under root (symlinks not followed)."""
-    total = 0
-    stack = [str(root)]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as entries:
-                for entry in entries:
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(entry.path)
-                        elif entry.is_file(follow_symlinks=False):
-                            total += entry.stat(follow_symlinks=False).st_size
-                    except OSError:
-                        continue  # removed while we looked
-        except OSError:
-            continue
-    return total
+DISK_BLOCK = 4096
+
+
+def entry_bytes(size: int) -> int:
+    """What one entry of any kind counts against the disk allowance (docs/attempts.md,
+    "Limits"): its size rounded up to whole 4 KiB blocks, and at least one block, since
+    every file, folder, link and FIFO takes an inode and (on tmpfs, for a link with a
+    long target too) a page of its own."""
+    return max(1, -(-size // DISK_BLOCK)) * DISK_BLOCK
+
+
+def _tree_bytes(root: Path, stop_at: tuple[int, int] | None = None) -> tuple[int, int]:
+    """(bytes as `entry_bytes` counts them, entries) of root and everything under it.
+
+    No link followed, no recursion, any depth or name length (evidence.iter_tree). With
+    `stop_at` (bytes, entries) the count ends as soon as either is passed.
+    """
+    from evalrig.evidence import Visit, iter_tree
+
+    total, count = 0, 0
+
+    def room() -> int:  # a folder's listing need not go past the entry limit
+        return (stop_at[1] - count + 1) if stop_at is not None else 1 << 62
+
+    try:
+        total, count = entry_bytes(os.lstat(root).st_size), 1
+        for v in iter_tree(root, room=room):
+            if isinstance(v, Visit):
+                total += entry_bytes(v.st.st_size)
+                count += 1
+                if stop_at is not None and (total > stop_at[0] or count > stop_at[1]):
+                    break
+            elif v.stop and v.why == "too many entries":
+                count = max(count, (stop_at[1] if stop_at is not None else count) + 1)
+                break
+    except OSError:
+        pass  # the root is gone: nothing left to count
+    return total, count
 
 
 # --------------------------------------------------------------------------- launch
@@ -1029,7 +1052,7 @@ class _Run:
             stderr_bytes=sinks["stderr"].total,
             stdout_truncated=sinks["stdout"].truncated,
             stderr_truncated=sinks["stderr"].truncated,
-            canary_found_in=tuple(name for name, s in scanners.items() if s.found),
+            canary_found_in=_found_in(scanners),
             containment=self.plan.containment,
             level=spec.level,
             network=spec.network,
@@ -1088,7 +1111,7 @@ class _Run:
         spec = self.spec
         view = memoryview(bytearray(_READ_SIZE))
         deadline = start + spec.timeout_s
-        watch = _DiskWatch(spec.disk_watch) if spec.disk_watch else None
+        watch = _DiskWatch(spec.disk_watch, spec.disk_watch_entries) if spec.disk_watch else None
         with selectors.DefaultSelector() as selector:
             for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
                 _widen_pipe(pipe.fileno())
@@ -1197,6 +1220,15 @@ class _Run:
             _, _, rusage = os.wait4(pid, 0)  # our zombie: the pid is still its own
             usages.append(rusage)
         return usages
+
+
+def _found_in(scanners: dict[str, StreamScanner]) -> tuple[str, ...]:
+    """Where the canary was: each stream, and stdout followed directly by stderr (a value
+    split across the two), as docs/attempts.md "The canary" says."""
+    found = [name for name, s in scanners.items() if s.found]
+    if not found and scanners["stdout"].seam_found(scanners["stderr"]):
+        found.append("stdout+stderr")
+    return tuple(found)
 
 
 class _Handshake:
@@ -1509,6 +1541,9 @@ def _widen_pipe(fd: int) -> None:
         pass
 
 
+_WATCH_FIRST_S = 0.075
+
+
 class _DiskWatch:
     """Polls the attempt's disk use; the interval grows with the cost of one walk.
 
@@ -1518,9 +1553,11 @@ class _DiskWatch:
     the sandbox's init, one statvfs each.
     """
 
-    def __init__(self, watch: tuple[Path, int]) -> None:
+    def __init__(self, watch: tuple[Path, int], max_entries: int | None = None) -> None:
         self.root, self.limit = watch
-        self.next_at = time.monotonic()
+        self.max_entries = max_entries if max_entries is not None else 1 << 62
+        # The first look one interval in: at the start the tree is the rig's own.
+        self.next_at = time.monotonic() + _WATCH_FIRST_S
         self.mounts: list[str] = []
 
     def see_sandbox(self, init_pid: int) -> None:
@@ -1530,18 +1567,25 @@ class _DiskWatch:
         if now < self.next_at:
             return False
         began = time.monotonic()
-        size = _tree_bytes(self.root) + sum(_mount_used(m) for m in self.mounts)
+        size, entries = 0, 0
+        for m in self.mounts:
+            used, inodes = _mount_used(m)
+            size, entries = size + used, entries + inodes
+        tree, count = _tree_bytes(self.root, (self.limit - size, self.max_entries - entries))
+        size, entries = size + tree, entries + count
         cost = time.monotonic() - began
         self.next_at = time.monotonic() + max(0.075, 10 * cost)
-        return size > self.limit
+        return size > self.limit or entries > self.max_entries
 
 
-def _mount_used(path: str) -> int:
+def _mount_used(path: str) -> tuple[int, int]:
+    """(bytes, inodes) in use on a mount; an empty file costs an inode and no block."""
     try:
         st = os.statvfs(path)
     except OSError:
-        return 0  # the sandbox is gone, or not ours to look into
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
+        return 0, 0  # the sandbox is gone, or not ours to look into
+    inodes = max(st.f_files - st.f_ffree, 0) if st.f_files else 0
+    return (st.f_blocks - st.f_bfree) * st.f_frsize, inodes
 
 
 def _sweep_tagged(tag: str, direct_child: int) -> None:

@@ -17,8 +17,10 @@ Choices the contract leaves open, written down here and in docs/:
   variables (PATH, HOME, LANG, TMPDIR, EVALRIG_*, the canary); a checkpoint cannot
   override what the rig sets.
 - Disk: the attempt root may grow by 4 × max_evidence_bytes (at least 64 MiB) past its
-  initial size; beyond that the agent is killed (an `agent_error`). No single file may
-  exceed the same allowance (RLIMIT_FSIZE).
+  initial size, every entry counted (sandbox.entry_bytes: whole 4 KiB blocks, at least
+  one per file, folder, link or FIFO), and by at most 100,000 entries; beyond either the
+  agent is killed (an `agent_error`). No single file may exceed the allowance
+  (RLIMIT_FSIZE).
 - An agent whose argv[0] does not exist is an `agent_error`: its checkpoint names a
   program that is not there, which is the agent's fault, not the rig's.
 - A timed-out or failed agent's evidence is still judged; the verdict goes in
@@ -44,10 +46,11 @@ from typing import Any, Literal
 import orjson
 
 from evalrig import egress, sandbox
-from evalrig.canary import CANARY_ENV, CANARY_FILE, new_canary, plant_file
+from evalrig.canary import CANARY_ENV, CANARY_FILE, WHERE_MAX, needle, new_canary, plant_file
 from evalrig.checkpoint import Checkpoint
 from evalrig.digest import canonical_line
 from evalrig.evidence import collect
+from evalrig.evidence import remove_tree as _remove_tree
 from evalrig.models.run import (
     Actual,
     Canary,
@@ -55,6 +58,7 @@ from evalrig.models.run import (
     Estimate,
     Result,
 )
+from evalrig.streams import scan
 from evalrig.tasks import LoadedTask
 from evalrig.tree import hash_tree
 from evalrig.verifiers import VERIFIER_DIR, Verdict, is_finite_number, read_answer, verify_evidence
@@ -72,6 +76,9 @@ __all__ = [
 ESTIMATE_LIMIT_S = 30.0
 ESTIMATE_OUTPUT_CAP = 64 * 1024
 MIN_DISK_ALLOWANCE = 64 << 20
+MAX_NEW_ENTRIES = 100_000
+"""Entries (files, folders, links, FIFOs...) an attempt may add to its root; beyond, or
+beyond the disk allowance, the agent is killed (an `agent_error`)."""
 
 
 @dataclass(frozen=True)
@@ -133,28 +140,38 @@ def _copy_file(src: str, dst: str, mode: int) -> int:
         os.close(fin)
 
 
-def copy_tree(src: Path | str, dst: Path | str) -> int:
-    """Copy a directory tree (links as links, modes kept); returns the bytes copied.
+def copy_tree(src: Path | str, dst: Path | str) -> tuple[int, int]:
+    """Copy a directory tree (links as links, modes kept); returns its disk use as the
+    disk allowance counts it (sandbox.entry_bytes of every entry, folders included) and
+    its number of entries.
 
-    Never hard links: the agent may write to its copy, and the sealed source must not change.
+    Never hard links: the agent may write to its copy, and the sealed source must not
+    change. Iterative: no depth of the source makes it recurse.
     """
-    src_s, dst_s = os.fspath(src), os.fspath(dst)
-    os.mkdir(dst_s)
-    total = 0
-    with os.scandir(src_s) as it:
-        for e in it:
-            d = os.path.join(dst_s, e.name)
-            st = e.stat(follow_symlinks=False)
-            if stat.S_ISDIR(st.st_mode):
-                total += copy_tree(e.path, d)
-            elif stat.S_ISLNK(st.st_mode):
-                os.symlink(os.readlink(e.path), d)
-            elif stat.S_ISREG(st.st_mode):
-                total += _copy_file(e.path, d, st.st_mode)
-            else:
-                raise OSError(f"{e.path}: not a regular file, directory or link")
-    os.chmod(dst_s, stat.S_IMODE(os.stat(src_s).st_mode) | stat.S_IWUSR)
-    return total
+    total, count = sandbox.entry_bytes(0), 1
+    todo = [(os.fspath(src), os.fspath(dst))]
+    modes: list[tuple[str, int]] = []
+    while todo:
+        src_s, dst_s = todo.pop()
+        os.mkdir(dst_s)
+        modes.append((dst_s, stat.S_IMODE(os.stat(src_s).st_mode) | stat.S_IWUSR))
+        with os.scandir(src_s) as it:
+            for e in it:
+                d = os.path.join(dst_s, e.name)
+                st = e.stat(follow_symlinks=False)
+                total += sandbox.entry_bytes(st.st_size)
+                count += 1
+                if stat.S_ISDIR(st.st_mode):
+                    todo.append((e.path, d))
+                elif stat.S_ISLNK(st.st_mode):
+                    os.symlink(os.readlink(e.path), d)
+                elif stat.S_ISREG(st.st_mode):
+                    _copy_file(e.path, d, st.st_mode)
+                else:
+                    raise OSError(f"{e.path}: not a regular file, directory or link")
+    for path, mode in reversed(modes):  # after the folder's own entries: it may be read-only
+        os.chmod(path, mode)
+    return total, count
 
 
 @dataclass(frozen=True)
@@ -166,26 +183,33 @@ class Workspace:
     prompt: Path
     home: Path
     tmpdir: str
-    bytes: int  # its size when made, for the disk allowance
+    bytes: int  # its size when made, for the disk allowance (sandbox.entry_bytes)
+    entries: int  # its entries when made, for the cap on entries
 
 
 def make_workspace(root: Path, task: LoadedTask, checkpoint_dir: Path, level: str) -> Workspace:
     root.mkdir(parents=True)
-    size = copy_tree(checkpoint_dir, root / "agent")
+    size, entries = copy_tree(checkpoint_dir, root / "agent")
     if task.files_dir.is_dir():
-        size += copy_tree(task.files_dir, root / "work")
+        more, n = copy_tree(task.files_dir, root / "work")
+        size, entries = size + more, entries + n
     else:
         (root / "work").mkdir()
+        size, entries = size + sandbox.entry_bytes(0), entries + 1
     (root / "out").mkdir()
     (root / "home").mkdir()
     shutil.copyfile(task.prompt_path, root / "prompt.md")
+    # the root, out/, home/ and prompt.md (the canary file, planted next, is the agent's)
+    size += 3 * sandbox.entry_bytes(0) + sandbox.entry_bytes(os.lstat(root / "prompt.md").st_size)
+    entries += 4
     if level == "bwrap":
         tmpdir = "/tmp"
     else:
         (root / "tmp").mkdir()
+        size, entries = size + sandbox.entry_bytes(0), entries + 1
         tmpdir = str(root / "tmp")
     return Workspace(root, root / "agent", root / "work", root / "out", root / "prompt.md",
-                     root / "home", tmpdir, size)
+                     root / "home", tmpdir, size, entries)
 
 
 SHM = Path("/dev/shm")
@@ -218,16 +242,9 @@ def _has_room(path: Path) -> bool:
 
 
 def remove_tree(path: Path) -> None:
-    if os.path.lexists(path):
-        # the agent may have left read-only directories behind
-        def unlock(_f: Any, p: str, _e: Any) -> None:
-            os.chmod(os.path.dirname(p), 0o700)
-            if os.path.isdir(p) and not os.path.islink(p):
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                os.unlink(p)
-
-        shutil.rmtree(path, onerror=unlock)
+    """Remove an attempt root, whatever the agent left in it (evidence.remove_tree:
+    iterative, any depth or name length, read-only folders opened up)."""
+    _remove_tree(path)
 
 
 class _Reaper:
@@ -256,7 +273,7 @@ class _Reaper:
             path = self.queue.get()
             try:
                 remove_tree(path)
-            except OSError:
+            except Exception:  # noqa: BLE001 - nothing a tree holds may stop this thread
                 pass  # left for the scratch directory's own cleanup; never fails an attempt
             finally:
                 self.queue.task_done()
@@ -345,6 +362,7 @@ def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, st
             max_processes=spec.task.spec.resources.max_processes,
             max_file_bytes=allowance,
             disk_watch=(ws.root, ws.bytes + allowance),
+            disk_watch_entries=ws.entries + MAX_NEW_ENTRIES,
             slot=spec.slot,
             attempt_tag=spec.attempt_id,
             scan_for=scan_for,
@@ -360,13 +378,15 @@ def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, st
 NETWORK_LOG = "network.jsonl"
 
 
-def write_network_log(evidence_dir: Path, records: Any) -> None:
+def write_network_log(evidence_dir: Path, records: Any, needles: list[bytes]) -> bool:
     """network.jsonl at the evidence root: one line per connection to the egress proxy.
 
     Written whenever the proxy ran (an empty file: it had network and used none); the
-    evidence walk refuses an agent's own file of that name (evidence.RESERVED_TOP)."""
+    evidence walk refuses an agent's own file of that name (evidence.RESERVED_TOP). The
+    hosts in it are the agent's choice (a host named after the canary is a leak), so it is
+    scanned like every evidence file; True when it holds the canary."""
     if records is None:
-        return
+        return False
     data = b"".join(canonical_line(r) for r in records)
     fd = os.open(evidence_dir / NETWORK_LOG,
                  os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -376,6 +396,7 @@ def write_network_log(evidence_dir: Path, records: Any) -> None:
             view = view[os.write(fd, view):]
     finally:
         os.close(fd)
+    return scan(data, needles)
 
 
 # -- the estimate ------------------------------------------------------------------------
@@ -511,7 +532,8 @@ def _status_of(fin: Any, cancel: threading.Event | None) -> tuple[str, str | Non
     if fin.timed_out:
         return "timeout", None
     if fin.killed_for == "disk":
-        return "agent_error", "killed: the attempt root grew past its disk allowance"
+        return "agent_error", ("killed: the attempt root grew past its disk allowance "
+                               "(bytes of every entry, or its number of entries)")
     if fin.killed_for:
         return "agent_error", f"killed: {fin.killed_for}"
     if fin.signal:
@@ -550,6 +572,7 @@ class _Record:
     canary_where: tuple[str, ...] = ()
     evidence_truncated: bool = False
     evidence_skipped: tuple[str, ...] = ()
+    evidence_skipped_count: int = 0
 
 
 def run_attempt(spec: AttemptSpec) -> AttemptOutcome:
@@ -584,26 +607,28 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record) -> None:
     argv = list(spec.checkpoint.spec.agent.command)
     rec.fin = _launch(spec, ws, argv, agent_env(spec, ws, canary), spec.deadline_s,
                       spec.task.spec.max_output_bytes, spec.evidence_dir / "stdout.txt",
-                      spec.evidence_dir / "stderr.txt", [canary.encode()],
+                      spec.evidence_dir / "stderr.txt", [needle(canary)],
                       networked=network_of(spec))
-    write_network_log(spec.evidence_dir, rec.fin.egress)
     rec.status, rec.error = _status_of(rec.fin, spec.cancel)
     rec.canary_where = tuple(rec.fin.canary_found_in or ())
+    if write_network_log(spec.evidence_dir, rec.fin.egress, [needle(canary)]):
+        rec.canary_where += (NETWORK_LOG,)
     if rec.fin.error:  # nothing ran: no evidence to take
         return
     try:
         got = collect(ws.root, spec.evidence_dir, spec.task.spec.evidence,
                       spec.task.spec.max_evidence_bytes,
-                      _secret_bytes(spec), [canary.encode()],
+                      _secret_bytes(spec), [needle(canary)],
                       already=_spent_on_streams(spec.evidence_dir),
                       make_out=spec.task.spec.verifier.kind == "command",
                       # the planted file is the rig's, not a leak (a copy of it elsewhere is)
                       exclude=frozenset({f"home/{CANARY_FILE}"}))
-    except OSError as e:
+    except OSError as e:  # writing the evidence failed (what the agent left is only skipped)
         rec.status, rec.error = "infra_error", f"the rig could not copy the evidence: {e}"
         return
     rec.canary_where += tuple(got.canary_in)
     rec.evidence_truncated, rec.evidence_skipped = got.truncated, tuple(got.skipped)
+    rec.evidence_skipped_count = got.skipped_count
     if rec.status == "interrupted":
         return
     rec.verdict = verify_evidence(
@@ -677,11 +702,13 @@ def _outcome(spec: AttemptSpec, canary: str, rec: _Record) -> AttemptOutcome:
         containment=fin.containment if fin else "subreaper",
         network=network_of(spec),
         network_hosts=list(fin.egress_hosts) if fin else [],
-        canary=Canary(value=canary, found=bool(rec.canary_where), where=list(rec.canary_where)),
+        canary=Canary(value=canary, found=bool(rec.canary_where),
+                      where=list(rec.canary_where[:WHERE_MAX])),
         evidence_digest=tree.digest,
         evidence_bytes=tree.bytes,
         evidence_truncated=rec.evidence_truncated,
         evidence_skipped=list(rec.evidence_skipped),
+        evidence_skipped_count=rec.evidence_skipped_count,
         error=error,
     )
     return AttemptOutcome(actual, result)

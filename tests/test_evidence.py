@@ -8,6 +8,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import orjson
 import pytest
 
 from evalrig.evidence import collect, glob_regex, redact_bytes, scan_file
@@ -200,3 +201,143 @@ def test_exclude_and_duplicate_globs(tmp_path: Path) -> None:
                   exclude=frozenset({"home/.release-token"}))
     assert rep.files.count("out/answer.txt") == 1
     assert "home/.release-token" not in rep.files and "agent/agent.py" in rep.files
+
+
+# -- the walk, the index and removal on trees an agent can make (#10 attacks 7-10) --------
+
+
+def _deep(base: Path, depth: int, width: int) -> None:
+    """`depth` nested folders of `width`-character names under base, made fd-relatively
+    (the full path is far past PATH_MAX), a file and a link at the bottom."""
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for i in range(depth):
+            name = str(i % 10) * width
+            os.mkdir(name, dir_fd=fd)
+            nfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        with open(os.open("deep.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as f:
+            f.write("bottom\n")
+        os.symlink("deep.txt", "link", dir_fd=fd)
+        os.fchmod(fd, 0o500)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize(("depth", "width"), [(20, 250), (1200, 3)])
+def test_deep_and_long_trees_are_walked_noted_and_removed(tmp_path: Path, depth: int, width: int) -> None:
+    from evalrig.evidence import remove_tree
+
+    root = _root(tmp_path)
+    _deep(root / "out", depth, width)
+    ev = tmp_path / "ev"
+    rep = _collect(root, ev)
+    assert rep.files == ["out/answer.txt"]
+    assert rep.skipped_count == 2 and all("path too long to keep" in s for s in rep.skipped)
+    index = orjson.loads((ev / "evidence_index.json").read_bytes())
+    paths = [e["path"] for e in index["entries"]]
+    assert len(paths) == len(set(paths)) or depth == 1200  # cut paths may coincide
+    assert sum(e["type"] == "dir" for e in index["entries"]) == 4 + depth  # out, work, work/src, pkg
+    assert all(len(p.encode()) <= 1024 + 32 for p in paths)
+    remove_tree(root)
+    assert not root.exists()
+
+
+def test_remove_tree_opens_up_read_only_folders_and_leaves_links_alone(tmp_path: Path) -> None:
+    from evalrig.evidence import remove_tree
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep\n")
+    root = tmp_path / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "b" / "f").write_text("x")
+    os.symlink(outside, root / "a" / "to-outside")
+    os.chmod(root / "a" / "b", 0)
+    os.chmod(root / "a", 0o500)
+    remove_tree(root)
+    assert not root.exists() and (outside / "keep.txt").read_text() == "keep\n"
+    remove_tree(root)  # gone already: nothing to do
+
+
+def test_the_index_lists_every_entry_but_agent_kept_or_not(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    os.symlink("/etc/passwd", root / "stray-link")
+    os.mkfifo(root / "stray-fifo")
+    (root / "empty").mkdir()
+    ev = tmp_path / "ev"
+    _collect(root, ev, ["work/**/*.py"])
+    index = orjson.loads((ev / "evidence_index.json").read_bytes())
+    by_path = {e["path"]: (e["type"], e["kept"]) for e in index["entries"]}
+    assert by_path == {
+        "empty": ("dir", False), "out": ("dir", False), "out/answer.txt": ("file", True),
+        "stray-fifo": ("fifo", False), "stray-link": ("link", False), "work": ("dir", False),
+        "work/src": ("dir", False), "work/src/app.py": ("file", True), "work/src/notes.txt": ("file", False),
+        "work/src/pkg": ("dir", False), "work/src/pkg/mod.py": ("file", True),
+    }
+    assert index["truncated"] is False and index["schema_version"] == "1.0"
+    assert next(e for e in index["entries"] if e["path"] == "stray-link")["size"] == len("/etc/passwd")
+    from evalrig.models.run import EvidenceIndex
+
+    EvidenceIndex.model_validate(index)  # the published format
+
+
+def test_reserved_names_at_the_root_are_never_taken_and_always_noted(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    (root / "evidence_index.json").write_text('{"entries": []}')
+    (root / "driver").mkdir()
+    (root / "network.jsonl").write_text("{}\n")
+    ev = tmp_path / "ev"
+    rep = _collect(root, ev, ["*", "driver/**"])
+    assert {"evidence_index.json (reserved name)", "driver (reserved name)",
+            "network.jsonl (reserved name)"} <= set(rep.skipped)
+    assert orjson.loads((ev / "evidence_index.json").read_bytes())["entries"]  # the rig's own
+
+
+def test_notes_are_bounded_with_a_count(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    for i in range(300):
+        os.symlink("answer.txt", root / "out" / (f"{i:04d}" + "n" * 250))
+    rep = _collect(root, tmp_path / "ev")
+    assert len(rep.skipped) == 100 and rep.skipped_count == 300
+    assert all(len(s.encode()) < 256 + 40 for s in rep.skipped)
+    assert rep.skipped[0].endswith("bytes] (symlink)")
+
+
+def test_an_unreadable_folder_is_noted_and_the_walk_goes_on(tmp_path: Path) -> None:
+    from evalrig.evidence import Walk, walk
+
+    root = _root(tmp_path)
+    (root / "out" / "locked").mkdir()
+    (root / "out" / "zz.txt").write_text("after\n")
+    real_open = os.open
+
+    def refuse(path, flags, *a, **k):  # type: ignore[no-untyped-def]
+        if path == "locked":
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, flags, *a, **k)
+
+    os.open = refuse  # type: ignore[assignment]
+    try:
+        w: Walk = walk(root)
+    finally:
+        os.open = real_open  # type: ignore[assignment]
+    assert ("out/locked", "unreadable folder: Permission denied") in w.problems
+    assert "out/zz.txt" in [e.rel for e in w.entries]
+
+
+def test_canary_in_names_links_and_gzip(tmp_path: Path) -> None:
+    import gzip
+
+    needle = b"0123456789abcdef0123456789abcdef"
+    root = _root(tmp_path)
+    (root / "work" / needle.decode().upper()).mkdir()
+    rep = _collect(root, tmp_path / "ev1", canary=[needle])
+    assert rep.canary_in == ["evidence_index.json"]
+    root2 = tmp_path / "two"
+    (root2 / "out").mkdir(parents=True)
+    os.symlink("x/" + needle.decode()[::-1], root2 / "out" / "l")
+    (root2 / "out" / "z.gz").write_bytes(gzip.compress(b"token " + needle))
+    rep = _collect(root2, tmp_path / "ev2", canary=[needle])
+    assert rep.canary_in == ["out/z.gz", "link targets"]

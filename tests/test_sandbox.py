@@ -893,3 +893,32 @@ def test_process_as_root_process_limit_counts_the_slot_uid(pbox: Box) -> None:
     seen = agent_json(pbox, launch(replace(spec, argv=[SYSTEM_PY, "-I", "sandbox_probe.py", ask],
                                            ro_paths=[])))
     assert seen["fork"]["started"] < 8 and seen["fork"]["failed"] > 0
+
+
+def test_every_entry_counts_against_the_disk_allowance(tmp_path: Path) -> None:
+    """Links, folders and FIFOs count (whole 4 KiB blocks, at least one each), at any
+    depth; the watch stops at its byte or entry limit (#10 attack 8)."""
+    from evalrig.sandbox import _DiskWatch, _tree_bytes, entry_bytes
+
+    root = tmp_path / "root"
+    root.mkdir()
+    for i in range(10):
+        os.symlink("t" * 4000, root / f"l{i}")
+    os.mkfifo(root / "fifo")
+    (root / "d").mkdir()
+    (root / "f").write_bytes(b"x" * 5000)
+    assert entry_bytes(0) == entry_bytes(4096) == 4096 and entry_bytes(4097) == 8192
+    assert _tree_bytes(root) == (4096 * (1 + 10 + 1 + 1) + 8192, 14)
+    # deeper than PATH_MAX: still counted
+    fd = os.open(root / "d", os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(20):
+        os.mkdir("n" * 250, dir_fd=fd)
+        nfd = os.open("n" * 250, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = nfd
+    os.close(fd)
+    assert _tree_bytes(root)[1] == 34
+    later = time.monotonic() + 1  # past the first interval (the first look waits one)
+    assert not _DiskWatch((root, 1 << 30), 100).exceeded(later)
+    assert _DiskWatch((root, 1 << 30), 33).exceeded(later)
+    assert _DiskWatch((root, 4096 * 30), None).exceeded(later)

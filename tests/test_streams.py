@@ -150,3 +150,73 @@ def test_capped_sink_redacts_what_it_keeps(tmp_path: Path) -> None:
     sink.close()
     assert (tmp_path / "out.txt").read_bytes() == b"pw: [REDACTED:TOKEN]\n"
     assert sink.total == 19 and not sink.truncated
+
+
+# -- the canary's random part in the forms of DESIGN's scan (#10 attack 4) ---------------
+
+HEX = b"9f86d081884c7d659a2feaa0c55ad015"  # a canary's random part: 16 bytes as hex
+RAW = bytes.fromhex(HEX.decode())
+
+
+def _forms_of_the_random_part(pad: bytes) -> dict[str, bytes]:
+    import gzip
+
+    return {
+        "plain": HEX, "upper": HEX.upper(), "mixed": HEX[:10].upper() + HEX[10:], "reversed": HEX[::-1],
+        "reversed-upper": HEX[::-1].upper(),
+        "b64-text": base64.b64encode(pad + HEX), "b64-upper-text": base64.b64encode(pad + HEX.upper()),
+        "b64-raw": base64.b64encode(pad + RAW), "b64url-raw": base64.urlsafe_b64encode(pad + RAW),
+        "b32-text": base64.b32encode(pad + HEX), "b32-text-lower": base64.b32encode(pad + HEX).lower(),
+        "b32-raw": base64.b32encode(pad + RAW), "hex-text": (pad + HEX).hex().encode(),
+        "hex-text-upper": (pad + HEX).hex().upper().encode(), "hex-raw-upper": RAW.hex().upper().encode(),
+        "raw": pad + RAW, "gzip": gzip.compress(pad + b"token=rst_" + HEX),
+        "gzip-of-b32": gzip.compress(base64.b32encode(HEX)), "gzip-in-gzip": gzip.compress(gzip.compress(HEX)),
+    }
+
+
+@pytest.mark.parametrize("pad", [b"", b"a", b"ab", b"abc", b"abcd"])
+def test_every_form_of_the_random_part_is_found(pad: bytes) -> None:
+    for name, form in _forms_of_the_random_part(pad).items():
+        data = b"noise " + form + b" noise"
+        assert scan(data, [HEX]), name
+        assert feed_all(StreamScanner([HEX]), data, 7), name
+
+
+def test_forms_of_another_value_are_not_findings() -> None:
+    # another random value (edge characters drop a few bits at each end, so two values
+    # alike in all but their first or last digit could match: 16 random bytes never are)
+    other = b"4e07408562bedb8b60ce05c1decfe3ad"
+    for name, form in _forms_of_the_random_part(b"xy").items():
+        assert not scan(b"noise " + form + b" noise", [other]), name
+    assert not scan(os.urandom(1 << 20) + base64.b32encode(os.urandom(1 << 16)), [HEX])
+
+
+def test_a_value_split_between_two_streams_is_found_at_their_seam() -> None:
+    out, err = StreamScanner([HEX]), StreamScanner([HEX])
+    out.feed(b"x" * 10000 + HEX[:11])
+    err.feed(HEX[11:] + b"y" * 10000)
+    assert not out.found and not err.found
+    assert out.seam_found(err)
+    assert not err.seam_found(out)  # stderr then stdout is not the order the rig joins
+
+
+def test_a_gzip_bomb_costs_no_more_than_the_budget() -> None:
+    import gzip
+    import time
+
+    bomb = gzip.compress(b"\0" * (256 << 20), compresslevel=1) + gzip.compress(HEX)
+    began = time.monotonic()
+    scanner = StreamScanner([HEX], budget=8 << 20)
+    scanner.feed(bomb)
+    assert time.monotonic() - began < 5
+    assert not scanner.found  # behind the bomb, past the budget: the documented limit
+    assert scan(gzip.compress(b"\0" * (1 << 20)) + gzip.compress(HEX), [HEX])  # within it
+
+
+def test_base32_fragments_are_the_encoders_own_lower_cased() -> None:
+    from evalrig.streams import _base32_fragments
+
+    for needle in (HEX, RAW, os.urandom(37)):
+        for k in range(5):
+            encoded = base64.b32encode(b"\x01" * k + needle + b"\x02").lower()
+            assert any(f in encoded for f in _base32_fragments(needle)), k

@@ -231,7 +231,7 @@ def test_verifier_sees_exactly_the_evidence(tmp_path: Path) -> None:
                         {"MODE": "answer", "ANSWER": "ok"}, with_verifier_script=True,
                         evidence=["work/**/*.py"], files={"src/app.py": "x = 1\n", "notes.txt": "n"})
     assert got.result.status == "passed"
-    assert sorted(got.result.checks) == ["out/answer.txt", "stderr.txt", "stdout.txt", "work/src/app.py"]
+    assert sorted(got.result.checks) == ["evidence_index.json", "out/answer.txt", "stderr.txt", "stdout.txt", "work/src/app.py"]
 
 
 def test_verifier_timeout_is_a_fault(tmp_path: Path) -> None:
@@ -358,7 +358,8 @@ def test_evidence_digest_covers_what_the_verifier_judged(tmp_path: Path) -> None
     spec, got = attempt(tmp_path, EXACT_OK, {"MODE": "answer", "ANSWER": "ok"})
     tree = hash_tree(spec.evidence_dir, exclude=frozenset({"verifier"}))
     assert got.result.evidence_digest == tree.digest
-    assert got.result.evidence_bytes == tree.bytes == len("agent-ran\n") + len("ok\n")
+    index = (spec.evidence_dir / "evidence_index.json").stat().st_size  # the rig's, in the evidence
+    assert got.result.evidence_bytes == tree.bytes == len("agent-ran\n") + len("ok\n") + index
 
 
 @pytest.mark.parametrize(

@@ -118,3 +118,27 @@ def test_a_manifest_whose_counts_were_edited_is_caught(bundle: Path) -> None:
     (bundle / "manifest.json").write_bytes(orjson.dumps(m))
     r = cli("verify", bundle)
     assert r.exit_code == 4 and "manifest.json: counts.passed: the manifest says" in r.stderr
+
+
+def test_verify_refuses_a_hidden_canary_finding(bundle: Path) -> None:
+    """A result that says `found: false` where the stored evidence holds the canary (here
+    base32 of its random part, planted after the run) is refused by re-derivation."""
+    import base64
+
+    n, rec = _line_of(bundle, "passed")
+    random_part = rec["canary"]["value"].removeprefix("rst_")
+    leak = bundle / "attempts" / rec["attempt_id"] / "out" / "notes.txt"
+    leak.write_bytes(base64.b32encode(random_part.encode()))
+    r = cli("verify", bundle)
+    assert r.exit_code == 4
+    assert (f"results.jsonl:{n}: trial {rec['trial_id']}: the stored evidence of {rec['attempt_id']} "
+            "holds the canary (out/notes.txt); the result records it not found") in r.stderr
+
+
+def test_verify_rederives_a_canary_split_across_the_streams(tmp_path: Path) -> None:
+    from evalrig.evidence import rederive_canary
+
+    (tmp_path / "stdout.txt").write_bytes(b"log " + b"0123456789abcdef")
+    (tmp_path / "stderr.txt").write_bytes(b"fedcba9876543210 end")
+    assert rederive_canary(tmp_path, b"0123456789abcdeffedcba9876543210") == ["stdout+stderr"]
+    assert rederive_canary(tmp_path, b"00000000000000000000000000000000") == []

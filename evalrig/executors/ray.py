@@ -62,6 +62,7 @@ from typing import Any
 
 from evalrig.clock import utcnow
 from evalrig.errors import invalid
+from evalrig.evidence import INDEX_BYTES_MAX
 from evalrig.executors import AttemptWork, Done, Job
 from evalrig.tree import hash_tree
 
@@ -324,7 +325,7 @@ class Returned:
 
 def evidence_cap(spec: Any) -> int:
     t = spec.task.spec
-    return t.max_evidence_bytes + 2 * t.max_output_bytes + EVIDENCE_SLACK
+    return t.max_evidence_bytes + 2 * t.max_output_bytes + EVIDENCE_SLACK + INDEX_BYTES_MAX
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ def formats() -> dict[str, type[BaseModel]]:
         "actual": run.Actual,
         "result": run.Result,
         "network-connection": run.NetworkConnection,
+        "evidence-index": run.EvidenceIndex,
         "fixed-lock": lock.FixedLock,
         **comparison.FORMATS,
     }

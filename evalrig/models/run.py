@@ -252,7 +252,25 @@ class VerifierIdentity(Strict):
 class Canary(Strict):
     value: str
     found: bool
-    where: list[str] = Field(default_factory=list, description="stdout, stderr, evidence paths.")
+    where: list[str] = Field(
+        default_factory=list,
+        description="Where it was found (the first 20): stdout, stderr, stdout+stderr (split "
+        "across the two), evidence paths, evidence_index.json, entry names, link targets.")
+
+
+class EvidenceIndexEntry(Strict):
+    path: str = Field(description="Relative to the attempt root; cut at 1024 bytes (marked).")
+    type: Literal["file", "dir", "link", "fifo", "socket", "device"]
+    size: int = Field(ge=0, description="lstat size: a link's is its target's length.")
+    kept: bool = Field(description="Copied into the evidence (regular files only).")
+
+
+class EvidenceIndex(Record):
+    """`evidence_index.json` at the root of an attempt's evidence: every entry under the
+    attempt root except the checkpoint copy agent/, kept or skipped (the first 100,000)."""
+
+    entries: list[EvidenceIndexEntry]
+    truncated: bool = Field(description="More entries than are listed.")
 
 
 class Diagnostic(Strict):
@@ -304,5 +322,9 @@ class Result(Record):
     evidence_digest: Digest
     evidence_bytes: int = Field(ge=0)
     evidence_truncated: bool = False
-    evidence_skipped: list[str] = Field(default_factory=list, description="FIFOs, devices, links.")
+    evidence_skipped: list[str] = Field(
+        default_factory=list,
+        description="The first 100 entries skipped and noted (links, FIFOs, devices, reserved "
+        "names, unreadable or too deep), each path cut at 256 bytes.")
+    evidence_skipped_count: int = Field(default=0, ge=0, description="Every entry skipped and noted.")
     error: str | None = None
