@@ -264,16 +264,23 @@ def iter_tree(root: Path | str, descend: Callable[[str], bool] = lambda rel: Tru
     fd = os.open(root, _DIR)
     frames: list[_Frame] = []
     try:
-        st = os.fstat(fd)
-        items, more = _list(fd, room())
+        try:
+            st = os.fstat(fd)
+            items, more = _list(fd, room())
+        except BaseException:
+            os.close(fd)
+            raise
+        # Every open folder is in `frames` before the next yield, so closing the generator
+        # early (a caller that stops reading) closes them all in the finally below.
+        frames.append(_Frame("", (st.st_dev, st.st_ino), items, fd))
         if more:
             yield Trouble(".", "too many entries", stop=True)
-        frames.append(_Frame("", (st.st_dev, st.st_ino), items, fd))
         while frames:
             f = frames[-1]
             if f.i >= len(f.items):
                 frames.pop()
                 if not frames:
+                    os.close(f.fd)  # the root's: the finally below sees no frame left
                     break
                 parent = frames[-1]
                 if parent.fd >= 0:
@@ -304,12 +311,12 @@ def iter_tree(root: Path | str, descend: Callable[[str], bool] = lambda rel: Tru
                 os.close(child)
                 yield Trouble(rel, f"unreadable folder: {_why(e)}")
                 continue
-            if more:
-                yield Trouble(rel, "too many entries", stop=True)
             if len(frames) >= _HOLD:
                 os.close(f.fd)
                 f.fd = -1
             frames.append(_Frame(rel, (cst.st_dev, cst.st_ino), items, child))
+            if more:
+                yield Trouble(rel, "too many entries", stop=True)
     finally:
         for f in frames:
             if f.fd >= 0:

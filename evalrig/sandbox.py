@@ -43,7 +43,7 @@ Two levels:
     not isolate: CPU time and memory bandwidth, the kernel's attack surface, ``/usr``
     contents (readable), and with ``network=True`` the network.
 
-Egress (``Launch.egress``, the operator's network grant; docs/security-network.md): the
+Egress (``Launch.egress``, the operator's network grant; docs/security.md): the
 agent keeps its own network namespace, and the rig binds the egress proxy's listening
 socket (evalrig.egress.PROXY_ADDRESS) *inside* it before the agent starts: under bwrap
 while bwrap's init is held on ``--block-fd`` (a thread enters the namespace with setns; where
@@ -1210,7 +1210,9 @@ class _Run:
         """
         usages = []
         for pid, fd in self.inner.items():
-            exited = bool(select.select([fd], [], [], _REAP_WAIT_S)[0])
+            waiter = select.poll()  # not select(): a long-lived rig may hold fds past 1024
+            waiter.register(fd, select.POLLIN)
+            exited = bool(waiter.poll(_REAP_WAIT_S * 1000))
             flags = os.WEXITED | os.WNOWAIT | (0 if exited else os.WNOHANG)
             try:
                 if os.waitid(os.P_PIDFD, fd, flags) is None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from evalrig import evidence
 from evalrig.evidence import collect, glob_regex, redact_bytes, scan_file
 
 
@@ -341,3 +342,28 @@ def test_canary_in_names_links_and_gzip(tmp_path: Path) -> None:
     (root2 / "out" / "z.gz").write_bytes(gzip.compress(b"token " + needle))
     rep = _collect(root2, tmp_path / "ev2", canary=[needle])
     assert rep.canary_in == ["out/z.gz", "link targets"]
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_no_walk_leaves_a_descriptor_open(tmp_path: Path) -> None:
+    """Every walk closes what it opened, also when its caller stops early (a run makes
+    thousands of attempts in one process: one descriptor per attempt adds up)."""
+    from evalrig.sandbox import _tree_bytes
+
+    root = tmp_path / "root"
+    (root / "out" / "deep").mkdir(parents=True)
+    (root / "out" / "a.txt").write_text("a")
+    (root / "b.txt").write_text("b")
+    before = _open_fds()
+    list(evidence.iter_tree(root))
+    for _ in evidence.iter_tree(root):
+        break
+    _tree_bytes(root)
+    _tree_bytes(root, (1 << 30, 1))  # stops at its first folder's listing
+    evidence.walk(root)
+    evidence.collect(root, tmp_path / "evidence", [], 1 << 20, {}, [b"0123456789abcdef" * 2])
+    evidence.remove_tree(root)
+    assert _open_fds() == before
