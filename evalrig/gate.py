@@ -584,6 +584,24 @@ def seen_fresh(home: Path, candidate_id: str) -> dict[str, str]:
     return out
 
 
+def refuse_unregistered_runs(dir: Path, comparison: Comparison, home: Path) -> None:
+    """A comparison counts only for runs this home registered (docs/security.md, "Trust lives
+    in the rig's home"): `compare` takes no other, so a comparison naming a run bundle the
+    home does not know was written by hand or compared in another home."""
+    from evalrig import ledger
+
+    for role, ref in (("champion", comparison.champion), ("candidate", comparison.candidate)):
+        entry = ledger.registered_run(home, ref.bundle_digest)
+        if entry is None or entry.checkpoint_id != ref.checkpoint_id:
+            raise invalid(
+                f"names a {role} run bundle ({ref.run_id}, digest {ref.bundle_digest}) that this rig's home "
+                f"did not register ({ledger.runs_path(home)})",
+                file=Path(dir) / "comparison.json", field=f"{role}.bundle_digest",
+                hint="gate only a comparison `evalrig compare` wrote with this EVALRIG_HOME; a run "
+                "bundle from elsewhere is brought in by `evalrig verify --register BUNDLE`, then compared",
+            )
+
+
 def decision_name(policy: PolicyFile, exception: str | None) -> str:
     return f"{policy.name}-v{policy.version}" + (f"+{exception}" if exception else "")
 
@@ -612,6 +630,7 @@ def gate_comparison(dir: Path, policy_path: Path, exception: str | None, advisor
         )
     # The home must be usable before its ledger is read or a decision issued.
     ledger.ensure_dir(Path(home))
+    refuse_unregistered_runs(dir, comparison, home)
     seen = seen_fresh(home, comparison.candidate.checkpoint_id)
     try:
         decision = decide(comparison, loaded.spec, loaded.digest, exception, advisory, comparison_digest, seen)

@@ -3,7 +3,7 @@
 Each attack is taken through `eval.sh` as a release script runs it: a decision no gate
 issued, a comparison edited after sign-off, a forged and re-digested run bundle, an
 attempt id that climbs out of the bundle, a symlinked `issued.jsonl`, a seal appended to
-the home by hand. docs/security-hometrust.md states what each test proves.
+the home by hand. docs/security.md states what each test proves.
 """
 
 from __future__ import annotations
@@ -170,6 +170,37 @@ def test_a_forged_rebundled_champion_is_refused_by_compare_and_by_register(mine:
     assert reg.code == 4, reg
     assert "re-derived failed" in reg.stderr
     assert mine.sh("compare", champ, mine.bundle("candidate"), "--out", out).code == 4
+
+
+def test_a_hand_written_comparison_of_an_unregistered_run_is_not_gated(mine: Copy) -> None:
+    """compare refuses the forged champion, so the forger writes the comparison by hand:
+    the real one with the champion's reference pointing at the forged bundle (its
+    statistics would follow), its manifest re-digested. The gate issues nothing for it."""
+    from evalrig.bundle import bundle_digest
+
+    champ = mine.bundle("champion")
+    rows = results(champ)
+    rows[0].update(status="passed", passed=True, reward=1.0)
+    write_lines(champ / "results.jsonl", rows)
+    redigest_run(champ)
+    forged_digest = bundle_digest(json.loads((champ / "manifest.json").read_text())["files"])
+    cmp = mine.root / "cmp-by-hand"
+    shutil.copytree(mine.cmp, cmp)
+    shutil.rmtree(cmp / "decisions")
+    doc = json.loads((cmp / "comparison.json").read_text())
+    doc["champion"]["bundle_digest"] = forged_digest
+    (cmp / "comparison.json").write_bytes(json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n")
+    manifest = json.loads((cmp / "manifest.json").read_text())
+    manifest["champion"]["bundle_digest"] = forged_digest
+    manifest["files"]["comparison.json"] = "sha256:" + hashlib.sha256((cmp / "comparison.json").read_bytes()).hexdigest()
+    (cmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    gates_before = (mine.home / "gates.jsonl").read_bytes()
+    r = mine.sh("gate", cmp, "--policy", mine.root / "policies" / "redteam.toml")
+    assert r.code == 4, r
+    assert "champion.bundle_digest" in r.stderr and "did not register" in r.stderr, r
+    assert "verify --register" in r.stderr, r
+    assert not (cmp / "decisions").exists()
+    assert (mine.home / "gates.jsonl").read_bytes() == gates_before
 
 
 def test_a_bundle_from_another_home_is_brought_in_by_verify_register(mine: Copy, tmp_path: Path) -> None:
