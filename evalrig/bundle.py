@@ -7,7 +7,7 @@ last line, which readers report and ignore, and which `cut_torn_tail` removes be
 resumed run appends again.
 
 Every file the rig appends to or replaces is opened with O_NOFOLLOW: a symbolic link in
-its place is refused (exit 4, naming it), never written through (docs/security-hometrust.md).
+its place is refused (exit 4, naming it), never written through (docs/security.md).
 The home's record files (seals, gates, runs, sign-offs) are hash-chained: `read_chained`
 verifies the chain before a record is believed, `chained_append` verifies it and appends
 under an exclusive lock.
@@ -275,7 +275,7 @@ def _read_fd(fd: int) -> bytes:
         offset += len(chunk)
 
 
-# -- the hash-chained files of the rig's home (docs/security-hometrust.md) ---------------
+# -- the hash-chained files of the rig's home (docs/security.md) ---------------
 #
 # Each chained line carries `prev`: the bare hex sha256 of the previous line's bytes without
 # its newline; the first chained line's `prev` is the sha256 of every byte before it (of b""

@@ -783,7 +783,7 @@ def load_side(dir: Path, home: Path, allow_incomplete: bool) -> LoadedRun:
 
 
 def refuse_unregistered(dir: Path, manifest: RunManifest, home: Path) -> None:
-    """A run bundle counts only when the rig's home registered its digest (docs/security-hometrust.md):
+    """A run bundle counts only when the rig's home registered its digest (docs/security.md):
     a bundle anyone edited and re-digested is not one a run of this home finished."""
     from evalrig.ledger import registered_run, runs_path
 

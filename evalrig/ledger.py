@@ -3,7 +3,7 @@
 `decisions/issued.jsonl` records each time a decision was issued (its digest and the
 time), so that `sign` can tell how long a verdict sat open and refuse a decision whose
 bytes no longer match any issued one; `decisions/signoffs.jsonl` is the bundle's copy of
-its sign-offs, for people. Trust lives in the rig's home (docs/security-hometrust.md):
+its sign-offs, for people. Trust lives in the rig's home (docs/security.md):
 `$EVALRIG_HOME/gates.jsonl` records every gate the rig ran (so that re-rolling a train
 until it passes shows up in the next verdict file of the same candidate, and so that
 `check-release` can tell a decision a gate issued from a hand-written one),

@@ -523,7 +523,7 @@ def refuse_ungranted_network(checkpoint: Any, tasks: Sequence[Any], granted: boo
     """Whether the checkpoint or a planned task says network = true; without the operator's
     --allow-network that is refused before the first attempt (exit 4, naming each file).
 
-    The network is the operator's grant, never the checkpoint's (docs/security-network.md)."""
+    The network is the operator's grant, never the checkpoint's (docs/security.md)."""
     from evalrig.checkpoint import CHECKPOINT_TOML
 
     problems = []
@@ -1216,7 +1216,7 @@ def _finish(out: Path, manifest: RunManifest, inputs: Inputs, book: TrialBook,
 
 
 def register_finished(home: Path, m: RunManifest) -> bool:
-    """Record a finished run in the home's `runs.jsonl` (docs/security-hometrust.md): compare
+    """Record a finished run in the home's `runs.jsonl` (docs/security.md): compare
     takes only bundles registered there. False when its digest already was."""
     from evalrig.bundle import bundle_digest
     from evalrig.ledger import register_run

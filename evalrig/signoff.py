@@ -3,7 +3,7 @@
 `sign` appends to `$EVALRIG_HOME/signoffs.jsonl` and to the bundle's
 `decisions/signoffs.jsonl` (a copy for people); the last sign-off of a decision is the one
 that counts. `check_release` is what the release flow runs right before shipping: it
-believes only the home (docs/security-hometrust.md) and says yes only for a decision a
+believes only the home (docs/security.md) and says yes only for a decision a
 gate issued (the gate ledger), whose comparison still verifies, whose last sign-off in the
 home approves it, and whose candidate is the sealed directory given.
 """

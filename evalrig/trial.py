@@ -103,7 +103,7 @@ class AttemptSpec:
     # --interpreter-prefix: the only host directories beyond the system ones the agent sees
     # (docs/attempts.md "What runs"); never one the checkpoint chose.
     interpreter_prefixes: tuple[Path, ...] = ()
-    allow_network: bool = False  # run --allow-network (docs/security-network.md)
+    allow_network: bool = False  # run --allow-network (docs/security.md)
     allow_hosts: tuple[str, ...] = ()  # run --allow-host, normalised
 
     @property
@@ -352,7 +352,7 @@ def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, st
             level=spec.level,
             rw_paths=[ws.root],
             ro_paths=list(spec.interpreter_prefixes),
-            network=False,  # an agent never shares the host's network (docs/security-network.md)
+            network=False,  # an agent never shares the host's network (docs/security.md)
             egress=spec.allow_hosts if networked else None,
             timeout_s=timeout_s,
             max_output_bytes=max_output,

@@ -1,4 +1,4 @@
-"""The home's hash-chained store and the O_NOFOLLOW rule, unit by unit (docs/security-hometrust.md).
+"""The home's hash-chained store and the O_NOFOLLOW rule, unit by unit (docs/security.md).
 
 The attacks themselves go through eval.sh in tests/test_redteam_trust.py; these pin down
 each rule of the store cheaply.

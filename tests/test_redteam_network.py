@@ -1,4 +1,4 @@
-"""Red team, attack 2: the candidate grants itself the network (issue #10, docs/security-network.md).
+"""Red team, attack 2: the candidate grants itself the network (issue #10, docs/security.md).
 
 A checkpoint that says `network = true` in its own checkpoint.toml used to get the host's
 network: its agent sent the planted canary to a listener on the host's loopback on every

@@ -252,7 +252,7 @@ def test_verifier_env_and_cwd(tmp_path: Path) -> None:
 
 
 def test_network_hole_recorded(tmp_path: Path) -> None:
-    """Had network: the operator granted it and the checkpoint asks (docs/security-network.md)."""
+    """Had network: the operator granted it and the checkpoint asks (docs/security.md)."""
     spec, got = attempt(tmp_path, EXACT_OK, {"MODE": "answer", "ANSWER": "ok"}, network=True,
                         allow_network=True)
     assert got.result.network is True and got.result.network_hosts == []

@@ -51,7 +51,7 @@ PATH_ID_PATTERN = r"^(?:[A-Za-z0-9_-]|\.[A-Za-z0-9_-]|\.\.[A-Za-z0-9._-])[A-Za-z
 which the schema's regex engine lacks): "..." and ".x" are names, "." and ".." are not."""
 
 PathId = Annotated[str, Field(pattern=PATH_ID_PATTERN, min_length=1)]
-"""An id that names a path (attempt, run, estimate ids: docs/security-hometrust.md): a
+"""An id that names a path (attempt, run, estimate ids: docs/security.md): a
 bundle holding `../x` fails its schema before the id touches a path."""
 
 ChainHash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]

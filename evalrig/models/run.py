@@ -282,7 +282,7 @@ class Diagnostic(Strict):
 
 class NetworkConnection(Record):
     """network.jsonl in an attempt's evidence: one line per connection the agent made to the
-    egress proxy (docs/security-network.md). Written only for an attempt that had network."""
+    egress proxy (docs/security.md). Written only for an attempt that had network."""
 
     host: str = Field(max_length=255, description="The host asked for, normalised; empty when the request was malformed.")
     port: int | None = Field(default=None, ge=1, le=65535)
