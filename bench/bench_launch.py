@@ -24,7 +24,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from evalrig.sandbox import Launch, launch, minimal_path, resolve_level
+from evalrig.attempt.sandbox import Launch, launch, resolve_level
+from evalrig.core.environment import minimal_path
 
 
 def cpu_s() -> float:

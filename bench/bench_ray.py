@@ -41,8 +41,8 @@ LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABL
                 "RAY_AUTH_MODE": "disabled"}
 os.environ.update(LOOPBACK_ENV)
 
-from evalrig.bundle import load_run  # noqa: E402
-from evalrig.checkpoint import seal  # noqa: E402
+from evalrig.store.bundle import load_run  # noqa: E402
+from evalrig.store.checkpoint import seal  # noqa: E402
 
 GOAL = 1.5
 TASKS = 10
@@ -73,7 +73,7 @@ def run_rig(ck: Path, tasks: Path, out: Path, repeat: int, sandbox: str, home: P
             executor: str, address: str | None = None) -> tuple[float, float]:
     """Seconds from the manifest's created_at to its finished_at, and the machine's busy
     CPU seconds over the run."""
-    from evalrig.runner import RunRequest, run_eval
+    from evalrig.run.runner import RunRequest, run_eval
 
     req = RunRequest(out=out, checkpoint=ck, tasks=tasks, repeat=repeat, jobs=2,
                      sandbox=sandbox, executor=executor, ray_address=address)

@@ -32,8 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from evalrig.bundle import append_line, load_run, write_json_atomic  # noqa: E402
-from evalrig.checkpoint import seal  # noqa: E402
+from evalrig.store.bundle import append_line, load_run, write_json_atomic  # noqa: E402
+from evalrig.store.checkpoint import seal  # noqa: E402
 
 
 def make_inputs(root: Path, home: Path, tasks: int) -> tuple[Path, Path]:
@@ -118,7 +118,7 @@ def peak_rss_mb(ck: Path, tasks: Path, out: Path, repeat: int, env: dict[str, st
 
 def resume_planning_s(root: Path, home: Path, n_results: int) -> float:
     """Build a complete bundle of n_results results on a real task set, then time its resume."""
-    from evalrig.runner import run_eval
+    from evalrig.run.runner import run_eval
 
     req = build_resume_bundle(root, home, n_results)
     t0 = time.monotonic()
@@ -130,9 +130,9 @@ def resume_planning_s(root: Path, home: Path, n_results: int) -> float:
 
 def build_resume_bundle(root: Path, home: Path, n_results: int) -> Any:
     """A complete bundle of n_results trials (100 tasks), each with its four records."""
-    from evalrig.clock import utcnow
     from evalrig.models.run import Actual, AttemptEvent, Canary, Estimate
-    from evalrig.runner import RunRequest, run_eval
+    from evalrig.run.runner import RunRequest, run_eval
+    from evalrig.store.clock import utcnow
 
     tasks_n = 100
     repeat = n_results // tasks_n
@@ -142,8 +142,8 @@ def build_resume_bundle(root: Path, home: Path, n_results: int) -> Any:
     s = run_eval(req, home, {})  # a real small bundle whose manifest we then scale up
     b = load_run(out)
     template = b.results[0]
-    from evalrig.plan import Filters, OutcomeSettings, build_plan
-    from evalrig.tasks import load_taskset
+    from evalrig.core.plan import Filters, OutcomeSettings, build_plan
+    from evalrig.store.tasks import load_taskset
 
     st = b.manifest.settings
     plan = build_plan(load_taskset(tasks).tasks, b.manifest.checkpoint.id, repeat, 0,
@@ -153,7 +153,7 @@ def build_resume_bundle(root: Path, home: Path, n_results: int) -> Any:
         (out / name).unlink()
     with open(out / "attempts.jsonl", "wb") as fa, open(out / "results.jsonl", "wb") as fr, \
             open(out / "estimates.jsonl", "wb") as fe, open(out / "actuals.jsonl", "wb") as fc:
-        from evalrig.digest import canonical_line
+        from evalrig.core.digest import canonical_line
 
         for t in plan.trials:
             aid = f"{t.task_id}-{t.rep}-1-0000"
@@ -191,7 +191,7 @@ def main() -> int:
               "(figures on a shared machine vary; the ratio to the floor measured beside "
               "each run is the steadier one)")
         for level, goal in (("process", 150), ("bwrap", 80)):
-            from evalrig.sandbox import resolve_level
+            from evalrig.attempt.sandbox import resolve_level
 
             if level == "bwrap" and resolve_level("auto").level != "bwrap":
                 print("bwrap: skipped (bubblewrap cannot run here)")

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from evalrig.stats import paired_summary, scale_diffs, sign_flip
+from evalrig.core.stats import paired_summary, scale_diffs, sign_flip
 
 
 def best_of(repeat: int, fn: Callable[[], object]) -> float:

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from evalrig.bundle import chained_append, file_digests, write_json_atomic
-from evalrig.digest import canonical_line, sha256_bytes
+from evalrig.core.digest import canonical_line, sha256_bytes
 from evalrig.models.run import (
     Actual,
     AttemptEvent,
@@ -30,7 +29,8 @@ from evalrig.models.run import (
     TasksetRef,
     VerifierIdentity,
 )
-from evalrig.runner import register_finished
+from evalrig.run.runner import register_finished
+from evalrig.store.bundle import chained_append, file_digests, write_json_atomic
 
 T0 = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
 POLICY_DIGEST = sha256_bytes(b"policy")
@@ -236,8 +236,8 @@ def counts_tasks(fresh_counts: list[int], k: int = 5, fixed: int = 3, invariant:
 
 def view_from_counts(name: str, fresh: list[int], k: int = 5, fixed: list[int] | None = None):
     """A RunView of fresh (and fixed) tasks with the given pass counts, every invariant holding."""
-    from evalrig.compare import RunView, TaskView, TrialOutcome
     from evalrig.models.comparison import Integrity, RunRef, SideFacts
+    from evalrig.store.compare import RunView, TaskView, TrialOutcome
 
     tasks = {}
     for suite, counts in (("fresh", fresh), ("fixed", fixed or [])):

@@ -207,7 +207,7 @@ def results(bundle: Path) -> list[dict[str, object]]:
 
 def bwrap_works() -> bool:
     """Whether this machine can run the bwrap sandbox (the rig's own probe)."""
-    from evalrig.sandbox import resolve_level
+    from evalrig.attempt.sandbox import resolve_level
 
     try:
         return resolve_level("bwrap").level == "bwrap"

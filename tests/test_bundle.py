@@ -1,4 +1,4 @@
-"""The run bundle's lock, reader and digests (evalrig.bundle), on real files and processes."""
+"""The run bundle's lock, reader and digests (evalrig.store.bundle), on real files and processes."""
 
 from __future__ import annotations
 
@@ -10,18 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evalrig.bundle import (
-    BundleLock,
-    append_line,
-    check_run_digests,
-    cut_torn_tail,
-    file_digests,
-    final_results,
-    load_run,
-    read_rows,
-    write_json_atomic,
-)
-from evalrig.errors import EvalrigError
+from evalrig.core.errors import EvalrigError
 from evalrig.models.run import (
     Canary,
     CheckpointRef,
@@ -31,6 +20,17 @@ from evalrig.models.run import (
     RunSettings,
     TasksetRef,
     VerifierIdentity,
+)
+from evalrig.store.bundle import (
+    BundleLock,
+    append_line,
+    check_run_digests,
+    cut_torn_tail,
+    file_digests,
+    final_results,
+    load_run,
+    read_rows,
+    write_json_atomic,
 )
 
 D = "sha256:" + "0" * 64
@@ -148,7 +148,7 @@ def test_a_second_process_is_refused_at_once_and_told_the_holder(tmp_path: Path)
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys
             from pathlib import Path
-            from evalrig.bundle import BundleLock
+            from evalrig.store.bundle import BundleLock
             with BundleLock(Path({str(tmp_path)!r}), ["evalrig", "run", "--holder"]):
                 print("locked", flush=True)
                 sys.stdin.read()
@@ -174,7 +174,7 @@ def test_a_killed_holder_leaves_the_bundle_unlocked(tmp_path: Path) -> None:
         [sys.executable, "-c", textwrap.dedent(f"""
             import time
             from pathlib import Path
-            from evalrig.bundle import BundleLock
+            from evalrig.store.bundle import BundleLock
             BundleLock(Path({str(tmp_path)!r}), ["x"]).acquire()
             print("locked", flush=True)
             time.sleep(60)

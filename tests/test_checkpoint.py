@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from evalrig.checkpoint import (
+from evalrig.core.errors import EvalrigError, ExitCode
+from evalrig.store.checkpoint import (
     check_sealed,
     checkpoint_id,
     evalrig_home,
@@ -18,7 +19,6 @@ from evalrig.checkpoint import (
     registered_seal,
     seal,
 )
-from evalrig.errors import EvalrigError, ExitCode
 
 T0 = datetime(2026, 12, 2, 10, 15, 3, 123456, tzinfo=UTC)
 T1 = datetime(2026, 12, 3, 9, 0, 0, tzinfo=UTC)
@@ -116,7 +116,7 @@ def test_load_checkpoint_missing_dir(tmp_path: Path) -> None:
 
 
 def _reference_hash(root: Path, exclude: set[str]) -> str:
-    """DESIGN §6 framing, written out independently of evalrig.tree."""
+    """DESIGN §6 framing, written out independently of evalrig.store.tree."""
     entries = []
     for dirpath, dirnames, filenames in os.walk(root):
         for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:

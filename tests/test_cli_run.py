@@ -8,9 +8,9 @@ import orjson
 import pytest
 from agents.run_kit import add_task, cli, make_checkpoint, make_tasks, results_by_trial
 
-from evalrig.bundle import file_digests, load_run
-from evalrig.digest import sha256_file
-from evalrig.plan import trial_seed
+from evalrig.core.digest import sha256_file
+from evalrig.core.plan import trial_seed
+from evalrig.store.bundle import file_digests, load_run
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_a_task_set_inside_the_checkpoint_is_refused(tmp_path: Path, evalrig_hom
     # Every workspace gets a copy of the checkpoint: the verifiers would go with it.
     from agents.run_kit import SEALED_AT
 
-    from evalrig.checkpoint import seal
+    from evalrig.store.checkpoint import seal
 
     ck = make_checkpoint(tmp_path, evalrig_home, do_seal=False)
     tasks = make_tasks(ck, 1)

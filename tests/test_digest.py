@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from evalrig.digest import NonFiniteNumber, canonical_json, canonical_line, sha256_json
+from evalrig.core.digest import NonFiniteNumber, canonical_json, canonical_line, sha256_json
 from evalrig.models.run import SealEntry
 
 ID = "sha256:" + "ab" * 32

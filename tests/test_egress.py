@@ -1,4 +1,4 @@
-"""The egress proxy on its own (evalrig/egress.py), and the namespace helpers of evalrig/sandbox.py."""
+"""The egress proxy on its own (evalrig/attempt/egress.py), and the namespace helpers of evalrig/attempt/sandbox.py."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 from redteam import Listener
 
-from evalrig import egress, sandbox
-from evalrig.egress import AllowList, open_session, parse_allow_host
+from evalrig.attempt import egress, sandbox
+from evalrig.attempt.egress import AllowList, open_session, parse_allow_host
 
 
 @pytest.mark.parametrize(("value", "normal"), [

@@ -11,8 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from evalrig import evidence
-from evalrig.evidence import collect, glob_regex, redact_bytes, scan_file
+from evalrig.attempt import evidence
+from evalrig.attempt.evidence import collect, redact_bytes, scan_file
+from evalrig.models.globs import glob_regex
 
 
 def _root(tmp_path: Path) -> Path:
@@ -228,7 +229,7 @@ def _deep(base: Path, depth: int, width: int) -> None:
 
 @pytest.mark.parametrize(("depth", "width"), [(20, 250), (1200, 3)])
 def test_deep_and_long_trees_are_walked_noted_and_removed(tmp_path: Path, depth: int, width: int) -> None:
-    from evalrig.evidence import remove_tree
+    from evalrig.attempt.evidence import remove_tree
 
     root = _root(tmp_path)
     _deep(root / "out", depth, width)
@@ -246,7 +247,7 @@ def test_deep_and_long_trees_are_walked_noted_and_removed(tmp_path: Path, depth:
 
 
 def test_remove_tree_opens_up_read_only_folders_and_leaves_links_alone(tmp_path: Path) -> None:
-    from evalrig.evidence import remove_tree
+    from evalrig.attempt.evidence import remove_tree
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -307,7 +308,7 @@ def test_notes_are_bounded_with_a_count(tmp_path: Path) -> None:
 
 
 def test_an_unreadable_folder_is_noted_and_the_walk_goes_on(tmp_path: Path) -> None:
-    from evalrig.evidence import Walk, walk
+    from evalrig.attempt.evidence import Walk, walk
 
     root = _root(tmp_path)
     (root / "out" / "locked").mkdir()
@@ -351,7 +352,7 @@ def _open_fds() -> int:
 def test_no_walk_leaves_a_descriptor_open(tmp_path: Path) -> None:
     """Every walk closes what it opened, also when its caller stops early (a run makes
     thousands of attempts in one process: one descriptor per attempt adds up)."""
-    from evalrig.sandbox import _tree_bytes
+    from evalrig.attempt.sandbox import _tree_bytes
 
     root = tmp_path / "root"
     (root / "out" / "deep").mkdir(parents=True)

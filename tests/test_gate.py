@@ -22,13 +22,13 @@ from gate_bundles import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evalrig.compare import build_comparison, compare_bundles, history_check
-from evalrig.digest import sha256_bytes
-from evalrig.errors import EvalrigError, ExitCode
-from evalrig.gate import decide, gate_comparison
+from evalrig.core.digest import sha256_bytes
+from evalrig.core.errors import EvalrigError, ExitCode
+from evalrig.core.gate import decide, gate_comparison
 from evalrig.models.comparison import Decision
 from evalrig.models.inputs import PolicyFile
-from evalrig.policy import parse_policy
+from evalrig.store.compare import build_comparison, compare_bundles, history_check
+from evalrig.store.policy import parse_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = tomllib.loads((ROOT / "policies" / "default.toml").read_text())
@@ -607,7 +607,7 @@ def test_a_fresh_task_without_recorded_content_is_not_shown_fresh(tmp_path: Path
 
 
 def test_the_ledger_keeps_fresh_content_and_only_other_candidates_count(tmp_path: Path, evalrig_home: Path) -> None:
-    from evalrig import ledger
+    from evalrig.store import ledger
 
     pol = tmp_path / "policy.toml"
     pol.write_bytes((ROOT / "policies" / "default.toml").read_bytes())

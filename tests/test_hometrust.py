@@ -14,7 +14,9 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from evalrig.bundle import (
+from evalrig.core.errors import EvalrigError, ExitCode
+from evalrig.models.run import Result, SealEntry
+from evalrig.store.bundle import (
     BundleLock,
     Journal,
     append_line,
@@ -24,8 +26,6 @@ from evalrig.bundle import (
     read_records,
     write_bytes_atomic,
 )
-from evalrig.errors import EvalrigError, ExitCode
-from evalrig.models.run import Result, SealEntry
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 

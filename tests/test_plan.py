@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from evalrig.errors import EvalrigError
+from evalrig.core.errors import EvalrigError
+from evalrig.core.plan import Filters, OutcomeSettings, build_plan, inputs_id, trial_seed
 from evalrig.models.run import VerifierIdentity
-from evalrig.plan import Filters, OutcomeSettings, build_plan, inputs_id, trial_seed
 
 V = VerifierIdentity(kind="exact", version="1", digest="sha256:" + "a" * 64)
 S = OutcomeSettings(timeout_scale=1.0, max_retries=2, sandbox="auto", secrets=())

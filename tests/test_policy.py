@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from evalrig.errors import EvalrigError, ExitCode
+from evalrig.core.errors import EvalrigError, ExitCode
 from evalrig.models.inputs import INVARIANT_CHECKS, PolicyFile
-from evalrig.policy import load_policy, parse_policy, policy_problems
+from evalrig.store.policy import load_policy, parse_policy, policy_problems
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "policies" / "default.toml"

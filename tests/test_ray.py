@@ -29,13 +29,13 @@ ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'eval
 
 from typer.testing import CliRunner  # noqa: E402
 
-from evalrig.bundle import final_results, load_run  # noqa: E402
-from evalrig.canary import CANARY_ENV  # noqa: E402
-from evalrig.checkpoint import seal  # noqa: E402
+from evalrig.attempt.canary import CANARY_ENV  # noqa: E402
 from evalrig.cli import app  # noqa: E402
-from evalrig.executors.ray import pack_tree, resolve_address, unpack_tree  # noqa: E402
-from evalrig.plan import trial_seed  # noqa: E402
-from evalrig.tree import hash_tree  # noqa: E402
+from evalrig.core.plan import trial_seed  # noqa: E402
+from evalrig.run.executors.ray import pack_tree, resolve_address, unpack_tree  # noqa: E402
+from evalrig.store.bundle import final_results, load_run  # noqa: E402
+from evalrig.store.checkpoint import seal  # noqa: E402
+from evalrig.store.tree import hash_tree  # noqa: E402
 
 AGENTS = Path(__file__).resolve().parent / "agents"
 ROOT = Path(__file__).resolve().parent.parent
@@ -627,7 +627,7 @@ class TestTwoNodes:
             self, two_nodes: object, tmp_path: Path, evalrig_home: Path,
             monkeypatch: pytest.MonkeyPatch) -> None:
         """A node whose worker cannot construct the runner (evalrig missing there, say)."""
-        from evalrig.executors import ray as ray_executor
+        from evalrig.run.executors import ray as ray_executor
 
         class Broken(ray_executor.AttemptRunner):  # local: Ray ships it by value
             def __init__(self) -> None:

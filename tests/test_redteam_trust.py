@@ -74,7 +74,7 @@ def mine(train: Train, tmp_path: Path) -> Copy:
 
 def redigest_run(bundle: Path) -> None:
     """What a forger does after editing a run bundle: recompute the manifest's digests."""
-    from evalrig.bundle import file_digests
+    from evalrig.store.bundle import file_digests
 
     manifest = json.loads((bundle / "manifest.json").read_text())
     manifest["files"] = file_digests(bundle)
@@ -176,7 +176,7 @@ def test_a_hand_written_comparison_of_an_unregistered_run_is_not_gated(mine: Cop
     """compare refuses the forged champion, so the forger writes the comparison by hand:
     the real one with the champion's reference pointing at the forged bundle (its
     statistics would follow), its manifest re-digested. The gate issues nothing for it."""
-    from evalrig.bundle import bundle_digest
+    from evalrig.store.bundle import bundle_digest
 
     champ = mine.bundle("champion")
     rows = results(champ)
@@ -220,8 +220,8 @@ def test_a_bundle_from_another_home_is_brought_in_by_verify_register(mine: Copy,
 
 
 def test_every_finished_run_is_registered_in_the_home(train: Train) -> None:
-    from evalrig.bundle import bundle_digest, read_chained
     from evalrig.models.run import RunEntry
+    from evalrig.store.bundle import bundle_digest, read_chained
 
     entries = read_chained(train.home / "runs.jsonl", RunEntry).records
     for side in ("champion", "candidate"):
@@ -284,7 +284,7 @@ def test_a_symlinked_home_ledger_is_refused(mine: Copy) -> None:
 
 def forge_seal(home: Path, checkpoint: Path, prev: str | None = None) -> int:
     """Append a seal line for `checkpoint` the way an agent with write access would; its line number."""
-    from evalrig.checkpoint import checkpoint_id
+    from evalrig.store.checkpoint import checkpoint_id
 
     registry = home / "seals.jsonl"
     line: dict[str, object] = {"schema_version": "1.0", "checkpoint_id": checkpoint_id(checkpoint).digest,
@@ -331,14 +331,14 @@ def test_a_torn_last_seal_line_is_ignored_and_cut_before_the_next_append(mine: C
     assert mine.sh("seal", other).code == 0
     data = registry.read_bytes()
     assert data.startswith(whole) and b'"sha\n' not in data and data.count(b"\n") == whole.count(b"\n") + 1
-    from evalrig.bundle import read_chained
     from evalrig.models.run import SealEntry
+    from evalrig.store.bundle import read_chained
 
     assert [e.name for e in read_chained(registry, SealEntry).records][-1] == "other"
 
 
 def test_legacy_seal_lines_are_accepted_and_the_chain_starts_after_them(tmp_path: Path) -> None:
-    from evalrig.checkpoint import checkpoint_id
+    from evalrig.store.checkpoint import checkpoint_id
 
     home = tmp_path / "home"
     home.mkdir()
@@ -355,8 +355,8 @@ def test_legacy_seal_lines_are_accepted_and_the_chain_starts_after_them(tmp_path
 
 
 def _append_many(home: str, tag: str, n: int) -> None:
-    from evalrig.bundle import chained_append
     from evalrig.models.run import SealEntry
+    from evalrig.store.bundle import chained_append
 
     for i in range(n):
         with chained_append(Path(home) / "seals.jsonl", SealEntry) as registry:
@@ -365,8 +365,8 @@ def _append_many(home: str, tag: str, n: int) -> None:
 
 
 def test_two_processes_appending_never_interleave(tmp_path: Path) -> None:
-    from evalrig.bundle import read_chained
     from evalrig.models.run import SealEntry
+    from evalrig.store.bundle import read_chained
 
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_append_many, args=(str(tmp_path), tag, 200)) for tag in ("a", "b")]

@@ -377,8 +377,8 @@ def test_process_warns_when_not_root(tmp_path: Path, monkeypatch: pytest.MonkeyP
     and in the provenance (both from run_warnings)."""
     from types import SimpleNamespace
 
-    from evalrig import runner
-    from evalrig.sandbox import LevelChoice
+    from evalrig.attempt.sandbox import LevelChoice
+    from evalrig.run import runner
 
     inputs = SimpleNamespace(level=LevelChoice("process", None, None), home=tmp_path / "home",
                              network_warning=None)

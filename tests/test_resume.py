@@ -15,8 +15,8 @@ import orjson
 import pytest
 from agents.run_kit import add_task, cli, make_checkpoint, make_tasks, results_by_trial
 
-from evalrig.bundle import load_run, write_json_atomic
 from evalrig.models.run import SCORED
+from evalrig.store.bundle import load_run, write_json_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 

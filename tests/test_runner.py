@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from agents.run_kit import add_task, cli, make_checkpoint, make_tasks
 
-from evalrig import trial
-from evalrig.bundle import load_run
-from evalrig.executors import AttemptWork
-from evalrig.runner import Hooks, Progress, RunRequest, run_eval
+from evalrig.attempt import trial
+from evalrig.run.executors import AttemptWork
+from evalrig.run.runner import Hooks, Progress, RunRequest, run_eval
+from evalrig.store.bundle import load_run
 
 
 def request(ck: Path, tasks: Path, out: Path, **kw: Any) -> RunRequest:
@@ -123,7 +123,7 @@ def test_concurrent_attempts_get_distinct_slots_and_progress_is_reported(
 
 
 def test_auto_sandbox_fallback_or_bwrap_is_recorded(tmp_path: Path, evalrig_home: Path) -> None:
-    from evalrig.sandbox import resolve_level
+    from evalrig.attempt.sandbox import resolve_level
 
     choice = resolve_level("auto")
     ck = make_checkpoint(tmp_path, evalrig_home)

@@ -26,9 +26,10 @@ from typing import Any
 
 import pytest
 
-from evalrig import sandbox
-from evalrig.errors import EvalrigError
-from evalrig.sandbox import Finished, Launch, interpreter_binds, launch, minimal_path, resolve_level
+from evalrig.attempt import sandbox
+from evalrig.attempt.sandbox import Finished, Launch, interpreter_binds, launch, resolve_level
+from evalrig.core.environment import minimal_path
+from evalrig.core.errors import EvalrigError
 
 AGENTS = Path(__file__).parent / "agents"
 REPO = Path(__file__).resolve().parent.parent
@@ -818,7 +819,7 @@ def test_a_rig_that_is_not_root(level: str) -> None:
             *nobody,
             "/usr/bin/python3",
             "-c",
-            "from evalrig import sandbox; print(sandbox.resolve_level('auto').level)",
+            "from evalrig.attempt import sandbox; print(sandbox.resolve_level('auto').level)",
         ]
         env = {"PATH": minimal_path(), "PYTHONPATH": str(REPO)}
         got = subprocess.run(probe, capture_output=True, text=True, env=env, cwd=scratch)
@@ -898,7 +899,7 @@ def test_process_as_root_process_limit_counts_the_slot_uid(pbox: Box) -> None:
 def test_every_entry_counts_against_the_disk_allowance(tmp_path: Path) -> None:
     """Links, folders and FIFOs count (whole 4 KiB blocks, at least one each), at any
     depth; the watch stops at its byte or entry limit (#10 attack 8)."""
-    from evalrig.sandbox import _DiskWatch, _tree_bytes, entry_bytes
+    from evalrig.attempt.sandbox import _DiskWatch, _tree_bytes, entry_bytes
 
     root = tmp_path / "root"
     root.mkdir()

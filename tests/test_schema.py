@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evalrig.cli import app
-from evalrig.schema import breaking_changes, format_names, schema_bytes, schema_of
+from evalrig.store.schema import breaking_changes, format_names, schema_bytes, schema_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = ROOT / "schemas"

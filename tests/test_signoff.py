@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from gate_bundles import Side, counts_tasks, write_run
 
-from evalrig.checkpoint import checkpoint_id, seal
-from evalrig.compare import compare_bundles
-from evalrig.digest import sha256_bytes
-from evalrig.errors import EvalrigError, ExitCode
-from evalrig.gate import gate_comparison
-from evalrig.signoff import check_release, sign
+from evalrig.core.digest import sha256_bytes
+from evalrig.core.errors import EvalrigError, ExitCode
+from evalrig.core.gate import gate_comparison
+from evalrig.store.checkpoint import checkpoint_id, seal
+from evalrig.store.compare import compare_bundles
+from evalrig.store.signoff import check_release, sign
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)

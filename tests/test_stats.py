@@ -1,4 +1,4 @@
-"""evalrig.stats: DESIGN §8 reference values, scipy as the oracle, and properties."""
+"""evalrig.core.stats: DESIGN §8 reference values, scipy as the oracle, and properties."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from evalrig import stats
-from evalrig.stats import (
+from evalrig.core import stats
+from evalrig.core.stats import (
     Bounds,
     Discordant,
     brier,
@@ -473,6 +473,6 @@ def test_interval_coverage_and_score() -> None:
 
 
 def test_importing_stats_does_not_import_scipy() -> None:
-    code = "import sys, evalrig.stats; print('scipy' in sys.modules)"
+    code = "import sys, evalrig.core.stats; print('scipy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evalrig.streams import CappedSink, Redactor, StreamScanner, encoded_forms, scan
+from evalrig.attempt.streams import CappedSink, Redactor, StreamScanner, encoded_forms, scan
 
 CANARY = b"evalrig-canary-7f3a9c0e51d24b68"
 
@@ -214,7 +214,7 @@ def test_a_gzip_bomb_costs_no_more_than_the_budget() -> None:
 
 
 def test_base32_fragments_are_the_encoders_own_lower_cased() -> None:
-    from evalrig.streams import _base32_fragments
+    from evalrig.attempt.streams import _base32_fragments
 
     for needle in (HEX, RAW, os.urandom(37)):
         for k in range(5):

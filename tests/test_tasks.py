@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from evalrig.digest import sha256_json
-from evalrig.errors import EvalrigError, ExitCode
-from evalrig.tasks import collect_task_problems, load_taskset, lock_fixed, write_lock
-from evalrig.tree import hash_tree
+from evalrig.core.digest import sha256_json
+from evalrig.core.errors import EvalrigError, ExitCode
+from evalrig.store.tasks import collect_task_problems, load_taskset, lock_fixed, write_lock
+from evalrig.store.tree import hash_tree
 
 EXACT = '[verifier]\nkind = "exact"\nexpected = "42"\n'
 FRESH = 'created_at = 2026-12-01T10:00:00.000000Z\n'

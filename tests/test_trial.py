@@ -14,10 +14,17 @@ from typing import Any
 import orjson
 import pytest
 
-from evalrig import sandbox
-from evalrig.checkpoint import load_checkpoint
-from evalrig.tasks import LoadedTask, load_task
-from evalrig.trial import AttemptSpec, flush_removals, run_attempt, run_estimate, verify_evidence
+from evalrig.attempt import sandbox
+from evalrig.attempt.trial import (
+    AttemptSpec,
+    flush_removals,
+    run_attempt,
+    run_estimate,
+    verify_evidence,
+)
+from evalrig.core.environment import minimal_path
+from evalrig.store.checkpoint import load_checkpoint
+from evalrig.store.tasks import LoadedTask, load_task
 
 AGENTS = Path(__file__).parent / "agents"
 INPUTS_ID = "sha256:" + "0" * 64
@@ -353,7 +360,7 @@ def test_evidence_cap(tmp_path: Path) -> None:
 
 
 def test_evidence_digest_covers_what_the_verifier_judged(tmp_path: Path) -> None:
-    from evalrig.tree import hash_tree
+    from evalrig.store.tree import hash_tree
 
     spec, got = attempt(tmp_path, EXACT_OK, {"MODE": "answer", "ANSWER": "ok"})
     tree = hash_tree(spec.evidence_dir, exclude=frozenset({"verifier"}))
@@ -460,7 +467,7 @@ def test_env_is_exactly_the_documented_set(tmp_path: Path) -> None:
     env = orjson.loads((spec.evidence_dir / "out" / "env.json").read_bytes())
     root = spec.scratch_root / spec.attempt_id
     assert set(env) == DOCUMENTED_ENV | {"MODE", "MODEL", "MODEL_API_KEY"}
-    assert env["PATH"] == sandbox.minimal_path()
+    assert env["PATH"] == minimal_path()
     assert env["HOME"] == str(root / "home") and env["LANG"] == "C.UTF-8"
     assert env["TMPDIR"] == str(root / "tmp")
     assert env["EVALRIG_PROMPT"] == str(root / "prompt.md")
@@ -477,7 +484,7 @@ def test_env_is_exactly_the_documented_set(tmp_path: Path) -> None:
 
 
 def test_workspace_removed_and_checkpoint_untouched(tmp_path: Path) -> None:
-    from evalrig.tree import hash_tree
+    from evalrig.store.tree import hash_tree
 
     ckpt = make_checkpoint(tmp_path, {"MODE": "answer", "ANSWER": "ok"})
     before = hash_tree(ckpt.dir).digest

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from evalrig.cli import app
-from evalrig.digest import canonical_line, pretty_json, sha256_file
+from evalrig.core.digest import canonical_line, pretty_json, sha256_file
 
 ROOT = Path(__file__).resolve().parent.parent
 EXACT = '[verifier]\nkind = "exact"\nexpected = "42"\n'
@@ -420,11 +420,11 @@ def test_bundles_written_by_compare(tmp_path: Path, evalrig_home: Path) -> None:
     assert f"{c}/comparison.json: digest sha256:" in r.stderr
 
 
-# -- finding the line of a key (evalrig.tomlerr) -----------------------------------------
+# -- finding the line of a key (evalrig.store.tomlerr) -----------------------------------------
 
 
 def test_key_lines() -> None:
-    from evalrig.tomlerr import key_lines, line_of
+    from evalrig.store.tomlerr import key_lines, line_of
 
     text = (
         'id = "x"\n'                       # 1

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evalrig.models.inputs import ExactVerifier, JsonVerifier, RegexVerifier
-from evalrig.verifiers import (
+from evalrig.attempt.verifiers import (
     check_exact,
     check_json,
     check_regex,
@@ -21,6 +20,7 @@ from evalrig.verifiers import (
     parse_reward,
     verify_builtin,
 )
+from evalrig.models.inputs import ExactVerifier, JsonVerifier, RegexVerifier
 
 # -- exact / regex -------------------------------------------------------------------------
 

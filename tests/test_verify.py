@@ -8,7 +8,7 @@ import orjson
 import pytest
 from agents.run_kit import cli, make_checkpoint, make_tasks
 
-from evalrig.bundle import load_run
+from evalrig.store.bundle import load_run
 
 
 @pytest.fixture
@@ -136,7 +136,7 @@ def test_verify_refuses_a_hidden_canary_finding(bundle: Path) -> None:
 
 
 def test_verify_rederives_a_canary_split_across_the_streams(tmp_path: Path) -> None:
-    from evalrig.evidence import rederive_canary
+    from evalrig.attempt.evidence import rederive_canary
 
     (tmp_path / "stdout.txt").write_bytes(b"log " + b"0123456789abcdef")
     (tmp_path / "stderr.txt").write_bytes(b"fedcba9876543210 end")

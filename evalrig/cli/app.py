@@ -24,7 +24,7 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 import typer  # noqa: E402
 
 from evalrig import __version__  # noqa: E402
-from evalrig.errors import EvalrigError, ExitCode  # noqa: E402
+from evalrig.core.errors import EvalrigError, ExitCode  # noqa: E402
 
 
 def _help_markup() -> Any:
@@ -197,7 +197,7 @@ def report_error(e: EvalrigError, json_out: bool, debug: bool) -> None:
 
 
 def emit_json(obj: Any) -> None:
-    from evalrig.digest import pretty_json
+    from evalrig.core.digest import pretty_json
 
     sys.stdout.buffer.write(pretty_json(obj))
     sys.stdout.flush()

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, say
-from evalrig.errors import ExitCode, UsageError
+from evalrig.core.errors import ExitCode, UsageError
 
 
 @command("compare", "evalrig compare runs/champion runs/candidate --out trains/t1")
@@ -23,8 +23,8 @@ def compare_cmd(
     debug: DebugOpt = False,
 ) -> int:
     """Pair two runs task by task and write a comparison bundle (comparison.json, comparison.md)."""
-    from evalrig.checkpoint import evalrig_home
-    from evalrig.compare import compare_bundles
+    from evalrig.store.checkpoint import evalrig_home
+    from evalrig.store.compare import compare_bundles
 
     c = compare_bundles(champion, candidate, out, evalrig_home(), allow_incomplete)
     fresh = c.suites["fresh"]
@@ -62,9 +62,9 @@ def gate_cmd(
     debug: DebugOpt = False,
 ) -> int:
     """Apply the release policy; write the decision and its verdict file. Exit: 0 promote, 1 keep, 3 block."""
-    from evalrig.checkpoint import evalrig_home
-    from evalrig.clock import utcnow
-    from evalrig.gate import gate_comparison
+    from evalrig.core.gate import gate_comparison
+    from evalrig.store.checkpoint import evalrig_home
+    from evalrig.store.clock import utcnow
 
     r = gate_comparison(comparison, policy, exception, advisory, evalrig_home(), utcnow())
     d = r.decision
@@ -90,9 +90,9 @@ def sign_cmd(
     debug: DebugOpt = False,
 ) -> int:
     """Record a person's sign-off of a decision in $EVALRIG_HOME/signoffs.jsonl and decisions/signoffs.jsonl (the last one counts)."""
-    from evalrig.checkpoint import evalrig_home
-    from evalrig.clock import utcnow
-    from evalrig.signoff import sign
+    from evalrig.store.checkpoint import evalrig_home
+    from evalrig.store.clock import utcnow
+    from evalrig.store.signoff import sign
 
     if approve == reject:
         raise UsageError("give exactly one of --approve and --reject")
@@ -114,8 +114,8 @@ def check_release_cmd(
 ) -> int:
     """Exit 0 only for a decision a gate issued, whose comparison still verifies, whose last sign-off in
     $EVALRIG_HOME approves it, and whose sealed candidate is the directory."""
-    from evalrig.checkpoint import evalrig_home
-    from evalrig.signoff import check_release
+    from evalrig.store.checkpoint import evalrig_home
+    from evalrig.store.signoff import check_release
 
     r = check_release(decision, checkpoint, evalrig_home())
     if json_out:

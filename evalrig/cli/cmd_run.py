@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, say
-from evalrig.errors import ExitCode, UsageError
+from evalrig.core.errors import ExitCode, UsageError
 
 
 class SandboxChoice(StrEnum):
@@ -151,8 +151,8 @@ def run(
     Running the same command again on the same --out resumes it (or: --out BUNDLE --resume).
     Exit 0 complete, 5 incomplete (run again to resume), 4 invalid input, 130 interrupted.
     """
-    from evalrig.checkpoint import evalrig_home
-    from evalrig.runner import RunRequest, run_eval
+    from evalrig.run.runner import RunRequest, run_eval
+    from evalrig.store.checkpoint import evalrig_home
 
     if timeout_scale is not None and not (timeout_scale > 0 and math.isfinite(timeout_scale)):
         raise UsageError(f"--timeout-scale {timeout_scale}: must be a finite number greater than 0")
@@ -211,8 +211,8 @@ def verify(
 
     Exit 0 when everything agrees, 4 listing each mismatch (nothing is registered then).
     """
-    from evalrig.checkpoint import evalrig_home
-    from evalrig.runner import verify_and_register, verify_run
+    from evalrig.run.runner import verify_and_register, verify_run
+    from evalrig.store.checkpoint import evalrig_home
 
     refuse_what_is_not_a_run_bundle(bundle)
     new: bool | None = None
@@ -237,8 +237,8 @@ def verify(
 def refuse_what_is_not_a_run_bundle(bundle: Path) -> None:
     """Say "not a run bundle" for a file or a comparison bundle, rather than letting the run
     manifest's schema list every field a comparison manifest lacks."""
-    from evalrig.digest import loads
-    from evalrig.errors import invalid
+    from evalrig.core.digest import loads
+    from evalrig.core.errors import invalid
 
     hint = "give the --out directory of an `evalrig run`"
     if bundle.exists() and not bundle.is_dir():

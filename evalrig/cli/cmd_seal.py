@@ -23,8 +23,9 @@ def seal_cmd(
     checkpoint, is a convenience copy. Exit 4 for a missing directory, a missing or
     malformed checkpoint.toml, or a socket, FIFO or device inside.
     """
-    from evalrig.checkpoint import evalrig_home, seal
-    from evalrig.clock import format_ts, utcnow
+    from evalrig.models.base import format_ts
+    from evalrig.store.checkpoint import evalrig_home, seal
+    from evalrig.store.clock import utcnow
 
     now = utcnow()
     sealed = seal(checkpoint_dir, evalrig_home(), now)
@@ -55,7 +56,7 @@ def lock_cmd(
     set that removed, moved or edited a locked task, or has any other problem: the fixed
     suite only grows (a changed task is a new task, under a new id).
     """
-    from evalrig.tasks import lock_fixed, read_lock, write_lock
+    from evalrig.store.tasks import lock_fixed, read_lock, write_lock
 
     old = read_lock(tasks) if (tasks / "fixed.lock").exists() else None
     lock = lock_fixed(tasks)

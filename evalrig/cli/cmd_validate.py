@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, say
-from evalrig.errors import UsageError
+from evalrig.core.errors import UsageError
 
 
 @command("validate", "evalrig validate --tasks tasks --policies policies")
@@ -40,8 +40,8 @@ def validate_cmd(
     formats (a torn last line is a problem) and, once complete, every file digest of its
     manifest.
     """
-    from evalrig.checkpoint import evalrig_home
-    from evalrig.validate import default_targets, validate
+    from evalrig.store.checkpoint import evalrig_home
+    from evalrig.store.validate import default_targets, validate
 
     checkpoints = list(checkpoint or [])
     bundle_dirs = list(bundles or [])
@@ -85,7 +85,7 @@ def schema_cmd(
     prints one object {name: schema} of every format, or with --out writes one file per
     format.
     """
-    from evalrig.schema import all_schemas, schema_of, write_schemas
+    from evalrig.store.schema import all_schemas, schema_of, write_schemas
 
     if name is not None:
         schema_of(name)  # an unknown name is a usage error, before anything is written

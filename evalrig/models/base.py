@@ -22,7 +22,12 @@ from pydantic import (
     model_serializer,
 )
 
-from evalrig.clock import format_ts
+
+def format_ts(ts: datetime) -> str:
+    """`2026-12-02T10:15:03.123456Z`: UTC, always with microseconds (docs/statistics.md)."""
+    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 
 SCHEMA_MAJOR = 1
 SCHEMA_VERSION = "1.0"
@@ -97,7 +102,7 @@ class Record(Strict):
 class ChainedRecord(Record):
     """A line of one of the rig's hash-chained home files (seals, gates, runs, sign-offs).
 
-    The chain's store (`evalrig.bundle.chained_append`) sets `prev`; a record written
+    The chain's store (`evalrig.store.bundle.chained_append`) sets `prev`; a record written
     anywhere else (a bundle's copy of a sign-off) has none, and leaves the key out rather
     than writing null, so that no unchained line ever looks chained.
     """

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
 from evalrig.models.base import Strict, TaskId, Timestamp
+from evalrig.models.globs import glob_regex
 
 
 class HandWritten(Strict):
@@ -65,7 +66,7 @@ def _env_value(value: str) -> str:
     return value
 
 
-# A key's error is reported at `agent.env.<KEY>` (evalrig.tomlerr), a value's likewise.
+# A key's error is reported at `agent.env.<KEY>` (evalrig.store.tomlerr), a value's likewise.
 EnvName = Annotated[str, AfterValidator(_env_name)]
 EnvValue = Annotated[str, AfterValidator(_env_value)]
 
@@ -185,7 +186,6 @@ class Resources(HandWritten):
 def _inside_attempt_root(pattern: str) -> str:
     import re
 
-    from evalrig.evidence import glob_regex
 
     if not pattern or pattern.startswith("/") or ".." in pattern.split("/"):
         raise ValueError("must be a glob relative to the attempt root (like work/**/*.py; "

@@ -6,7 +6,7 @@ import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
-from evalrig.checkpoint import seal
+from evalrig.store.checkpoint import seal
 
 AGENTS = Path(__file__).resolve().parent
 SEALED_AT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -67,6 +67,6 @@ def cli(*args: str | Path) -> object:
 
 def results_by_trial(bundle: Path) -> dict[str, str]:
     """trial_id → status of the result that counts."""
-    from evalrig.bundle import final_results, load_run
+    from evalrig.store.bundle import final_results, load_run
 
     return {k: r.status for k, r in final_results(load_run(bundle)).items()}

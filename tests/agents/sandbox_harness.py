@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from evalrig import sandbox
+from evalrig.attempt import sandbox
 
 
 def vm_hwm() -> int:

@@ -21,8 +21,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from evalrig import stats
-from evalrig.errors import EvalrigError, invalid
+from evalrig.core import stats
+from evalrig.core.errors import EvalrigError, invalid
 from evalrig.models.comparison import (
     CandidateRef,
     ChampionRef,
@@ -244,7 +244,7 @@ INVARIANT_ORDER = (
 
 
 def _ts(ts: Any) -> str | None:
-    from evalrig.clock import format_ts
+    from evalrig.models.base import format_ts
 
     return None if ts is None else format_ts(ts)
 
@@ -574,7 +574,7 @@ def seen_fresh(home: Path, candidate_id: str) -> dict[str, str]:
     candidate in the gate ledger (the earliest gate's candidate where several share one).
     Exports of fresh tasks recorded in the home would be added here once `export` exists
     (docs/gate.md)."""
-    from evalrig import ledger
+    from evalrig.store import ledger
 
     out: dict[str, str] = {}
     for e in ledger.all_gates(home):
@@ -588,7 +588,7 @@ def refuse_unregistered_runs(dir: Path, comparison: Comparison, home: Path) -> N
     """A comparison counts only for runs this home registered (docs/security.md, "Trust lives
     in the rig's home"): `compare` takes no other, so a comparison naming a run bundle the
     home does not know was written by hand or compared in another home."""
-    from evalrig import ledger
+    from evalrig.store import ledger
 
     for role, ref in (("champion", comparison.champion), ("candidate", comparison.candidate)):
         entry = ledger.registered_run(home, ref.bundle_digest)
@@ -609,12 +609,13 @@ def decision_name(policy: PolicyFile, exception: str | None) -> str:
 def gate_comparison(dir: Path, policy_path: Path, exception: str | None, advisory: bool, home: Path,
                     now: datetime) -> GateResult:
     """Apply the policy file to the comparison bundle `dir` and write the decision and verdict file."""
-    from evalrig import ledger, report
-    from evalrig.bundle import write_bytes_atomic
-    from evalrig.compare import read_comparison
-    from evalrig.digest import pretty_json, sha256_bytes
+    from evalrig.core import report
+    from evalrig.core.digest import pretty_json, sha256_bytes
     from evalrig.models.comparison import GateLedgerEntry, Issued
-    from evalrig.policy import load_policy
+    from evalrig.store import ledger
+    from evalrig.store.bundle import write_bytes_atomic
+    from evalrig.store.compare import read_comparison
+    from evalrig.store.policy import load_policy
 
     dir = Path(dir)
     comparison, comparison_digest = read_comparison(dir)

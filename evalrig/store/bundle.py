@@ -29,8 +29,15 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from evalrig.digest import canonical_json, canonical_line, loads, pretty_json, sha256_json, to_plain
-from evalrig.errors import EvalrigError, Problem, invalid
+from evalrig.core.digest import (
+    canonical_json,
+    canonical_line,
+    loads,
+    pretty_json,
+    sha256_json,
+    to_plain,
+)
+from evalrig.core.errors import EvalrigError, Problem, invalid
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -684,7 +691,7 @@ def file_digests(dir: Path, exclude: frozenset[str] = NOT_DIGESTED) -> dict[str,
 
     Temp files of an interrupted atomic write (`.name.tmp.PID`) are left out too.
     """
-    from evalrig.digest import sha256_file
+    from evalrig.core.digest import sha256_file
 
     dir = Path(dir)
     out: dict[str, str] = {}

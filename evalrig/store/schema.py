@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evalrig.digest import pretty_json
-from evalrig.errors import UsageError, invalid
+from evalrig.core.digest import pretty_json
+from evalrig.core.errors import UsageError, invalid
 
 
 def format_names() -> list[str]:
@@ -45,7 +45,7 @@ def schema_bytes(name: str) -> bytes:
 
 def write_schemas(out: Path, names: list[str] | None = None) -> list[Path]:
     """Write `out/<name>.schema.json` for each format (all by default); atomic per file."""
-    from evalrig.bundle import write_bytes_atomic
+    from evalrig.store.bundle import write_bytes_atomic
 
     out = Path(out)
     try:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from evalrig.errors import EvalrigError, Problem
+from evalrig.core.errors import EvalrigError, Problem
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -4,7 +4,7 @@ The pure core, `build_comparison`, takes two RunViews (the final scored attempts
 every trial, and the facts about each run) and returns the Comparison; it reads no file
 and no clock. The shell, `compare_bundles`, verifies and reads the two run bundles,
 refuses runs that cannot be paired, and writes the comparison bundle. All statistics
-come from `evalrig.stats`.
+come from `evalrig.core.stats`.
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from evalrig import bundle, stats
-from evalrig.checkpoint import registered_seal
-from evalrig.digest import loads, pretty_json, sha256_bytes
-from evalrig.errors import Incomplete, UsageError, invalid
+from evalrig.core import stats
+from evalrig.core.digest import loads, pretty_json, sha256_bytes
+from evalrig.core.errors import Incomplete, UsageError, invalid
 from evalrig.models.base import SCHEMA_MAJOR
 from evalrig.models.comparison import (
     MDE,
@@ -53,6 +52,8 @@ from evalrig.models.comparison import (
 )
 from evalrig.models.inputs import SUITES, Suite
 from evalrig.models.run import RunManifest
+from evalrig.store import bundle
+from evalrig.store.checkpoint import registered_seal
 
 T = TypeVar("T")
 
@@ -785,7 +786,7 @@ def load_side(dir: Path, home: Path, allow_incomplete: bool) -> LoadedRun:
 def refuse_unregistered(dir: Path, manifest: RunManifest, home: Path) -> None:
     """A run bundle counts only when the rig's home registered its digest (docs/security.md):
     a bundle anyone edited and re-digested is not one a run of this home finished."""
-    from evalrig.ledger import registered_run, runs_path
+    from evalrig.store.ledger import registered_run, runs_path
 
     digest = bundle.bundle_digest(dict(manifest.files))
     if registered_run(home, digest) is None:
@@ -832,7 +833,7 @@ def compare_bundles(champ_dir: Path, cand_dir: Path, out_dir: Path, home: Path,
 
 def _compare_bundles(champ_dir: Path, cand_dir: Path, out_dir: Path, home: Path,
                      allow_incomplete: bool) -> Comparison:
-    from evalrig import report
+    from evalrig.core import report
 
     check_out_dir(out_dir)  # before the reading, which takes seconds on a large train
     refuse_out_inside_a_bundle(out_dir)

@@ -25,7 +25,8 @@ from typing import Any, Literal
 
 import orjson
 
-from evalrig.digest import pretty_json
+from evalrig.core.digest import pretty_json
+from evalrig.core.environment import minimal_path
 from evalrig.models.inputs import (
     CommandVerifier,
     ExactVerifier,
@@ -244,7 +245,7 @@ def _run_command_once(
     spec: CommandVerifier, verifier_dir: Path, evidence_dir: Path, run_dir: Path,
     level: str, slot: int, cancel: threading.Event | None,
 ) -> Verdict:
-    from evalrig import sandbox
+    from evalrig.attempt import sandbox
 
     # The verifier starts in verifier/, so a relative --out or --tasks would point nowhere.
     verifier_dir, evidence_dir, run_dir = (p.absolute() for p in (verifier_dir, evidence_dir, run_dir))
@@ -261,7 +262,7 @@ def _run_command_once(
         rw.append(run_dir / "tmp")
         evidence_dir = _private_copy(evidence_dir, run_dir / "evidence")
     env = {
-        "PATH": sandbox.minimal_path(),
+        "PATH": minimal_path(),
         "HOME": str(home),
         "TMPDIR": tmp,
         "LANG": "C.UTF-8",

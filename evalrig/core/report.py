@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from evalrig.clock import format_ts
+from evalrig.models.base import format_ts
 from evalrig.models.comparison import Comparison, Decision, GateLedgerEntry, SuiteStats, TaskRow
 
 

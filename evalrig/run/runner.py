@@ -49,29 +49,9 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from evalrig import __version__
-from evalrig.bundle import (
-    LOCK,
-    LOCK_HOLDER,
-    MANIFEST,
-    RUN_JSONL,
-    BundleLock,
-    Fields,
-    Journal,
-    RunBundle,
-    append_lines,
-    cut_torn_tail,
-    file_digests,
-    is_atomic_temp,
-    load_run,
-    read_json,
-    read_rows,
-    write_bytes_atomic,
-    write_json_atomic,
-)
-from evalrig.clock import utcnow
-from evalrig.digest import sha256_bytes
-from evalrig.errors import EvalrigError, Problem, UsageError, invalid
-from evalrig.executors import AttemptWork, Done, Executor, Job, make_executor, trial_work
+from evalrig.core.digest import sha256_bytes
+from evalrig.core.errors import EvalrigError, Problem, UsageError, invalid
+from evalrig.core.plan import Filters, OutcomeSettings, Plan, Trial, build_plan
 from evalrig.models.run import (
     MAY_CHANGE_ON_RESUME,
     SCORED,
@@ -91,7 +71,27 @@ from evalrig.models.run import (
     SealCheck,
     TasksetRef,
 )
-from evalrig.plan import Filters, OutcomeSettings, Plan, Trial, build_plan
+from evalrig.run.executors import AttemptWork, Done, Executor, Job, make_executor, trial_work
+from evalrig.store.bundle import (
+    LOCK,
+    LOCK_HOLDER,
+    MANIFEST,
+    RUN_JSONL,
+    BundleLock,
+    Fields,
+    Journal,
+    RunBundle,
+    append_lines,
+    cut_torn_tail,
+    file_digests,
+    is_atomic_temp,
+    load_run,
+    read_json,
+    read_rows,
+    write_bytes_atomic,
+    write_json_atomic,
+)
+from evalrig.store.clock import utcnow
 
 HISTORY = "history.jsonl"
 PROVENANCE = "provenance.json"
@@ -251,7 +251,7 @@ def _given(req: RunRequest) -> dict[str, Any]:
 
 def allow_hosts(values: Sequence[str]) -> list[str]:
     """`--allow-host` values normalised and sorted; a malformed one is a usage error (exit 2)."""
-    from evalrig.egress import parse_allow_host
+    from evalrig.attempt.egress import parse_allow_host
 
     out = set()
     for value in values:
@@ -390,14 +390,14 @@ def refuse_changes(manifest: RunManifest, now: Resolved, out: Path) -> None:
 
 @dataclass(frozen=True)
 class Inputs:
-    checkpoint: Any  # evalrig.checkpoint.Checkpoint
+    checkpoint: Any  # evalrig.store.checkpoint.Checkpoint
     seal: SealCheck
     sealed: Any  # SealEntry
-    taskset: Any  # evalrig.tasks.TaskSet
+    taskset: Any  # evalrig.store.tasks.TaskSet
     tasks: dict[str, Any]  # task id -> LoadedTask
     plan: Plan
     policy_pin: PolicyPin | None
-    level: Any  # evalrig.sandbox.LevelChoice
+    level: Any  # evalrig.attempt.sandbox.LevelChoice
     secrets: dict[str, str]
     home: Path
     interpreters: list[InterpreterPin] = field(default_factory=list)
@@ -406,7 +406,7 @@ class Inputs:
 
 def seal_check(dir: Path, home: Path, phase: Literal["start", "resume", "end"]) -> tuple[SealCheck, Any, EvalrigError | None]:
     """Check the seal against the registry; the check is recorded whatever it finds."""
-    from evalrig.checkpoint import check_sealed, checkpoint_id
+    from evalrig.store.checkpoint import check_sealed, checkpoint_id
 
     at = utcnow()
     try:
@@ -424,7 +424,7 @@ def seal_check(dir: Path, home: Path, phase: Literal["start", "resume", "end"]) 
 def pin_policy(path: str | None) -> PolicyPin | None:
     if path is None:
         return None
-    from evalrig.policy import load_policy
+    from evalrig.store.policy import load_policy
 
     loaded = load_policy(Path(path))
     return PolicyPin(name=loaded.spec.name, version=loaded.spec.version, digest=loaded.digest)
@@ -435,11 +435,11 @@ RIG_SET = frozenset({"PATH", "HOME", "LANG", "TMPDIR", "EVALRIG_PROMPT", "EVALRI
                      "EVALRIG_SEED", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
                      "https_proxy", "all_proxy"})
 """Variables the rig gives the agent itself (DESIGN §4), beside the canary's; the proxy's
-(evalrig.egress.PROXY_VARS) when the operator grants the network."""
+(evalrig.attempt.egress.PROXY_VARS) when the operator grants the network."""
 
 
 def secret_values(names: list[str], environ: Mapping[str, str]) -> dict[str, str]:
-    from evalrig.canary import CANARY_ENV
+    from evalrig.attempt.canary import CANARY_ENV
 
     # The rig's own value would silently win over such a secret, and the rig's value would
     # then be redacted from the evidence as if it were secret.
@@ -461,8 +461,12 @@ def pin_interpreters(checkpoint: Any, s: RunSettings, home: Path, out: Path | No
     command that would run anything else. Returns the digest of every program that
     resolved under a prefix."""
     import evalrig
-    from evalrig.checkpoint import check_interpreter_prefixes, program_digest, resolve_commands
-    from evalrig.trial import scratch_base
+    from evalrig.attempt.trial import scratch_base
+    from evalrig.store.checkpoint import (
+        check_interpreter_prefixes,
+        program_digest,
+        resolve_commands,
+    )
 
     guarded = [("the task set", Path(s.tasks_dir), True), ("$EVALRIG_HOME", home, True),
                ("the rig's own files", Path(evalrig.__file__).parent, False),
@@ -480,9 +484,9 @@ def pin_interpreters(checkpoint: Any, s: RunSettings, home: Path, out: Path | No
 
 def gather_inputs(r: Resolved, home: Path, phase: Literal["start", "resume"],
                   environ: Mapping[str, str], out: Path | None = None) -> Inputs:
-    from evalrig.checkpoint import load_checkpoint
-    from evalrig.sandbox import resolve_level
-    from evalrig.tasks import load_taskset
+    from evalrig.attempt.sandbox import resolve_level
+    from evalrig.store.checkpoint import load_checkpoint
+    from evalrig.store.tasks import load_taskset
 
     s = r.settings
     checkpoint = load_checkpoint(Path(s.checkpoint_dir))
@@ -524,7 +528,7 @@ def refuse_ungranted_network(checkpoint: Any, tasks: Sequence[Any], granted: boo
     --allow-network that is refused before the first attempt (exit 4, naming each file).
 
     The network is the operator's grant, never the checkpoint's (docs/security.md)."""
-    from evalrig.checkpoint import CHECKPOINT_TOML
+    from evalrig.store.checkpoint import CHECKPOINT_TOML
 
     problems = []
     if checkpoint.spec.agent.network:
@@ -548,7 +552,7 @@ def refuse_ungranted_network(checkpoint: Any, tasks: Sequence[Any], granted: boo
 
 def network_warning(level: str, networked: bool) -> str | None:
     """Said on stderr and in the provenance when a grant cannot go through the egress proxy."""
-    from evalrig.sandbox import egress_enforced
+    from evalrig.attempt.sandbox import egress_enforced
 
     if not networked or egress_enforced(level):  # type: ignore[arg-type]
         return None
@@ -732,7 +736,7 @@ def new_provenance(argv: tuple[str, ...], warnings: list[str]) -> Provenance:
 
 def history_source(checkpoint: Any) -> Path | None:
     """The checkpoint's declared event log (checked before any bundle exists), or None."""
-    from evalrig.checkpoint import history_log
+    from evalrig.store.checkpoint import history_log
 
     return history_log(checkpoint)
 
@@ -997,8 +1001,8 @@ def is_verifier_fault(result: Result) -> bool:
 def evidence_digest(dir: Path) -> tuple[str, int]:
     """The digest of an attempt's evidence as the trial records it (the verifier's own
     output left out: it is re-derived, not evidence)."""
-    from evalrig.tree import hash_tree
-    from evalrig.verifiers import VERIFIER_DIR
+    from evalrig.attempt.verifiers import VERIFIER_DIR
+    from evalrig.store.tree import hash_tree
 
     if not Path(dir).is_dir():
         return sha256_bytes(b""), 0
@@ -1007,7 +1011,7 @@ def evidence_digest(dir: Path) -> tuple[str, int]:
 
 
 def _trial_spec_factory() -> SpecFactory:
-    from evalrig.trial import AttemptSpec
+    from evalrig.attempt.trial import AttemptSpec
 
     return AttemptSpec
 
@@ -1071,7 +1075,7 @@ def run_eval(req: RunRequest, home: Path, environ: Mapping[str, str],
 
 def check_executor(kind: str, ray_address: str | None = None) -> None:
     """Refuse an executor that cannot run here before the bundle is touched (exit 4)."""
-    from evalrig.executors import check_executor as check
+    from evalrig.run.executors import check_executor as check
 
     check(kind, ray_address, join=True)
 
@@ -1157,7 +1161,7 @@ def _execute(out: Path, manifest: RunManifest, r: Resolved, inputs: Inputs, book
         else:
             _remove_scratch(scratch)
         if r.settings.keep_workspaces and r.settings.executor == "ray":
-            from evalrig.executors.ray import KEPT_WHERE
+            from evalrig.run.executors.ray import KEPT_WHERE
 
             reporter.warning(f"--keep-workspaces: the attempt workspaces are {KEPT_WHERE}")
     stopped = stop.signal is not None
@@ -1167,7 +1171,7 @@ def _execute(out: Path, manifest: RunManifest, r: Resolved, inputs: Inputs, book
 def scratch_dir(prefix: str, keep: bool) -> Path:
     """Where this run's attempt roots are made: outside every bundle and task set, in the
     place `trial.scratch_base` chooses."""
-    from evalrig.trial import scratch_base
+    from evalrig.attempt.trial import scratch_base
 
     return Path(tempfile.mkdtemp(prefix=prefix, dir=scratch_base(keep)))
 
@@ -1175,7 +1179,7 @@ def scratch_dir(prefix: str, keep: bool) -> Path:
 def _remove_scratch(scratch: Path) -> None:
     """The run's scratch directory, whatever an agent left in it (evidence.remove_tree:
     any depth or name length); what cannot be removed stays, and never fails the run."""
-    from evalrig.evidence import remove_tree
+    from evalrig.attempt.evidence import remove_tree
 
     try:
         remove_tree(scratch)
@@ -1185,7 +1189,7 @@ def _remove_scratch(scratch: Path) -> None:
 
 def _flush_removals() -> None:
     """Wait for the trial's background removal of attempt roots before the scratch goes."""
-    from evalrig import trial
+    from evalrig.attempt import trial
 
     flush = getattr(trial, "flush_removals", None)
     if flush is not None:
@@ -1218,9 +1222,9 @@ def _finish(out: Path, manifest: RunManifest, inputs: Inputs, book: TrialBook,
 def register_finished(home: Path, m: RunManifest) -> bool:
     """Record a finished run in the home's `runs.jsonl` (docs/security.md): compare
     takes only bundles registered there. False when its digest already was."""
-    from evalrig.bundle import bundle_digest
-    from evalrig.ledger import register_run
     from evalrig.models.run import RunEntry
+    from evalrig.store.bundle import bundle_digest
+    from evalrig.store.ledger import register_run
 
     assert m.status != "running" and m.finished_at is not None, "only a finished run is registered"
     return register_run(home, RunEntry(run_id=m.run_id, bundle_digest=bundle_digest(dict(m.files)),
@@ -1251,7 +1255,7 @@ def verify_and_register(dir: Path, home: Path) -> tuple[VerifyReport, bool]:
 
 def verify_run(dir: Path) -> VerifyReport:
     """Re-derive every result from stored evidence and check every digest; exit 4 on any mismatch."""
-    from evalrig.bundle import check_run_digests, manifest_problems
+    from evalrig.store.bundle import check_run_digests, manifest_problems
 
     dir = Path(dir)
     b = load_run(dir)
@@ -1291,8 +1295,8 @@ def canary_problems(dir: Path, b: RunBundle) -> list[Problem]:
     was not kept (a stream's dropped excess, a link's target) cannot be re-derived, and
     a recorded `found: true` is taken as it is: it can only block a release.
     """
-    from evalrig.canary import needle
-    from evalrig.evidence import rederive_canary
+    from evalrig.attempt.canary import needle
+    from evalrig.attempt.evidence import rederive_canary
 
     out = []
     for i, r in enumerate(b.results, start=1):
@@ -1339,9 +1343,9 @@ def _changed_verifiers(b: RunBundle, tasks: dict[str, Any], path: str,
 
 def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
     """Run each scored result's verifier again on its stored evidence and compare."""
-    from evalrig.sandbox import resolve_level
-    from evalrig.tasks import load_taskset
-    from evalrig.verifiers import verify_evidence
+    from evalrig.attempt.sandbox import resolve_level
+    from evalrig.attempt.verifiers import verify_evidence
+    from evalrig.store.tasks import load_taskset
 
     tasks_dir = Path(b.manifest.settings.tasks_dir)
     tasks = {t.id: t for t in load_taskset(tasks_dir).tasks}

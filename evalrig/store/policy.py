@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from evalrig.digest import sha256_bytes
-from evalrig.errors import EvalrigError, Problem, invalid
+from evalrig.core.digest import sha256_bytes
+from evalrig.core.errors import EvalrigError, Problem, invalid
 from evalrig.models.inputs import PolicyFile
-from evalrig.tomlerr import error_problems, parse_toml, raise_problems, validation_problems
+from evalrig.store.tomlerr import error_problems, parse_toml, raise_problems, validation_problems
 
 _HINT = "fix the policy (evalrig schema policy shows every key; policies/default.toml is an example)"
 

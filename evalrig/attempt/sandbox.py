@@ -45,7 +45,7 @@ Two levels:
 
 Egress (``Launch.egress``, the operator's network grant; docs/security.md): the
 agent keeps its own network namespace, and the rig binds the egress proxy's listening
-socket (evalrig.egress.PROXY_ADDRESS) *inside* it before the agent starts: under bwrap
+socket (evalrig.attempt.egress.PROXY_ADDRESS) *inside* it before the agent starts: under bwrap
 while bwrap's init is held on ``--block-fd`` (a thread enters the namespace with setns; where
 bwrap made a user namespace, a forked child enters both and passes the socket back with
 SCM_RIGHTS); under ``process`` (root only, `egress_enforced`) in a namespace the rig makes
@@ -111,8 +111,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from evalrig.errors import EvalrigError, ExitCode
-from evalrig.streams import CappedSink, StreamScanner, scan
+from evalrig.attempt.streams import CappedSink, StreamScanner, scan
+from evalrig.core.environment import MINIMAL_PATH
+from evalrig.core.errors import EvalrigError, ExitCode
 
 __all__ = [
     "BASE_UID",
@@ -126,13 +127,12 @@ __all__ = [
     "StreamScanner",
     "interpreter_binds",
     "launch",
-    "minimal_path",
     "resolve_level",
     "scan",
 ]
 
 if TYPE_CHECKING:  # the egress proxy needs pydantic; a launch without one must not
-    from evalrig.egress import Session
+    from evalrig.attempt.egress import Session
     from evalrig.models.run import NetworkConnection
 
 Level = Literal["bwrap", "process"]
@@ -157,7 +157,6 @@ Not /etc/passwd or /etc/group: the agent gets HOME in its environment, and a slo
 no entry there anyway."""
 
 _ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-_MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 _READ_SIZE = 1 << 20
 _PIPE_SIZE = 1 << 20
 _F_SETPIPE_SZ = 1031
@@ -166,11 +165,6 @@ _POLL_S = 0.05  # how often cancel is checked: well under the 100 ms promised
 _DRAIN_AFTER_EXIT_S = 2.0  # pipes still open this long after the exit belong to an escapee
 _REAP_WAIT_S = 5.0
 _MAX_WAIT_S = 1.0  # the longest select(): an infinite limit must not reach epoll
-
-
-def minimal_path() -> str:
-    """The PATH every agent gets (DESIGN §4: a minimal PATH)."""
-    return _MINIMAL_PATH
 
 
 @dataclass(frozen=True)
@@ -215,7 +209,7 @@ class Launch:
     # it that run as root: the checkpoint's env (docs/attempts.md "The agent's environment")
     agent_only: frozenset[str] = frozenset()
     # The operator's grant (--allow-host values): an egress proxy reached at
-    # evalrig.egress.PROXY_ADDRESS inside the sandbox's own network namespace. None: no proxy.
+    # evalrig.attempt.egress.PROXY_ADDRESS inside the sandbox's own network namespace. None: no proxy.
     egress: tuple[str, ...] | None = None
 
 
@@ -367,7 +361,7 @@ def _unshare_argv() -> list[str] | None:
         if _unshare_cache:
             return _unshare_cache[0]
         found: list[str] | None = None
-        unshare = shutil.which("unshare", path=_MINIMAL_PATH)
+        unshare = shutil.which("unshare", path=MINIMAL_PATH)
         if unshare:
             flags = [["--pid"], ["--user", "--map-root-user", "--pid"]]
             if not _is_root():
@@ -469,7 +463,7 @@ def interpreter_binds(argv0: str) -> list[Path]:
             return []
         found: str | None = argv0
     else:
-        found = shutil.which(argv0, path=_MINIMAL_PATH)
+        found = shutil.which(argv0, path=MINIMAL_PATH)
     if found is None:
         return []
     prefixes: list[Path] = []
@@ -683,7 +677,7 @@ _tools: dict[str, str | None] = {}
 def _tool(name: str) -> str | None:
     """A util-linux/coreutils helper on the minimal PATH (looked up once)."""
     if name not in _tools:
-        _tools[name] = shutil.which(name, path=_MINIMAL_PATH)
+        _tools[name] = shutil.which(name, path=MINIMAL_PATH)
     return _tools[name]
 
 
@@ -888,7 +882,7 @@ def _tree_bytes(root: Path, stop_at: tuple[int, int] | None = None) -> tuple[int
     No link followed, no recursion, any depth or name length (evidence.iter_tree). With
     `stop_at` (bytes, entries) the count ends as soon as either is passed.
     """
-    from evalrig.evidence import Visit, iter_tree
+    from evalrig.attempt.evidence import Visit, iter_tree
 
     total, count = 0, 0
 
@@ -1325,12 +1319,12 @@ _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
 _IFREQ = "16sh14x"
 _FD_WAIT_S = 10.0
-_PROXY_ADDRESS = ("127.0.0.1", 3128)  # evalrig.egress.PROXY_ADDRESS (tests check they agree)
+_PROXY_ADDRESS = ("127.0.0.1", 3128)  # evalrig.attempt.egress.PROXY_ADDRESS (tests check they agree)
 
 
 class _Egress:
     """One launch's proxy: the listening socket inside the agent's network namespace, and
-    the session (evalrig.egress) serving it from the rig's side."""
+    the session (evalrig.attempt.egress) serving it from the rig's side."""
 
     def __init__(self, allow: tuple[str, ...]) -> None:
         self.allow = allow
@@ -1350,7 +1344,7 @@ class _Egress:
             self._netns = -1
 
     def serve(self, listener: socket.socket) -> None:
-        from evalrig.egress import open_session
+        from evalrig.attempt.egress import open_session
 
         try:
             self.session = open_session(listener, self.allow)

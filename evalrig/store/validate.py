@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalrig.errors import EvalrigError, Problem
-from evalrig.tomlerr import error_problems
+from evalrig.core.errors import EvalrigError, Problem
+from evalrig.store.tomlerr import error_problems
 
 
 @dataclass
@@ -47,7 +47,7 @@ class Report:
 
 
 def check_tasks(dir: Path, report: Report) -> None:
-    from evalrig.tasks import collect_task_problems, read_lock
+    from evalrig.store.tasks import collect_task_problems, read_lock
 
     taskset, problems = collect_task_problems(dir)
     report.problems += problems
@@ -64,7 +64,7 @@ def check_tasks(dir: Path, report: Report) -> None:
 
 def check_policies(path: Path, report: Report) -> None:
     """A policy file, or every `*.toml` of a directory."""
-    from evalrig.policy import load_policy
+    from evalrig.store.policy import load_policy
 
     path = Path(path)
     if path.is_dir():
@@ -114,7 +114,7 @@ def _same_name_and_version(p: Any, seen: dict[tuple[str, int], Any]) -> list[Pro
 
 
 def check_checkpoint(dir: Path, home: Path, report: Report) -> None:
-    from evalrig.checkpoint import history_log, load_checkpoint, seal_status
+    from evalrig.store.checkpoint import history_log, load_checkpoint, seal_status
 
     try:
         history_log(load_checkpoint(dir))
@@ -162,7 +162,7 @@ def _formats() -> dict[str, Any]:
 
 
 def _validation(e: Any, model: Any, path: Path, line: int | None) -> list[Problem]:
-    from evalrig.tomlerr import validation_problems
+    from evalrig.store.tomlerr import validation_problems
 
     return validation_problems(e, model, str(path), None, line)
 
@@ -171,7 +171,7 @@ def check_json(path: Path, model: Any, report: Report, required: bool = True) ->
     """One JSON document against its model; the parsed value, or None."""
     from pydantic import ValidationError
 
-    from evalrig.digest import loads
+    from evalrig.core.digest import loads
 
     try:
         raw = path.read_bytes()
@@ -198,7 +198,7 @@ def check_jsonl(path: Path, model: Any, report: Report) -> int:
     """Every line of a JSONL file against its model; a torn last line is a problem."""
     from pydantic import ValidationError
 
-    from evalrig.digest import loads
+    from evalrig.core.digest import loads
 
     if not path.exists():
         return 0
@@ -227,7 +227,7 @@ def check_jsonl(path: Path, model: Any, report: Report) -> int:
 
 
 def _digest_problems(dir: Path, files: dict[str, str]) -> list[Problem]:
-    from evalrig.digest import sha256_file
+    from evalrig.core.digest import sha256_file
 
     out = []
     for rel, want in sorted(files.items()):
@@ -240,7 +240,7 @@ def _digest_problems(dir: Path, files: dict[str, str]) -> list[Problem]:
 
 
 def check_bundle(dir: Path, report: Report) -> None:
-    from evalrig.digest import loads
+    from evalrig.core.digest import loads
 
     dir = Path(dir)
     manifest_path = dir / "manifest.json"
@@ -290,8 +290,8 @@ def _check_run(dir: Path, fmts: dict[str, Any], report: Report) -> None:
 
 def _run_record_problems(dir: Path) -> list[Problem]:
     """The manifest's status and counts against the records (the digest covers only files)."""
-    from evalrig.bundle import load_run, manifest_problems
-    from evalrig.errors import EvalrigError
+    from evalrig.core.errors import EvalrigError
+    from evalrig.store.bundle import load_run, manifest_problems
 
     try:
         b = load_run(dir)
@@ -303,7 +303,7 @@ def _run_record_problems(dir: Path) -> list[Problem]:
 
 def _run_digest_problems(dir: Path) -> list[Problem]:
     """bundle.check_run_digests: changed and missing files, and files added after the run."""
-    from evalrig.bundle import check_run_digests
+    from evalrig.store.bundle import check_run_digests
 
     return check_run_digests(dir)
 

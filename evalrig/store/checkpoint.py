@@ -1,6 +1,6 @@
 """Checkpoints: `checkpoint.toml`, sealing, and the seal registry (DESIGN §4, §6 `seal`).
 
-A checkpoint's id is the content hash of its directory (evalrig.tree, `SEAL.json` left
+A checkpoint's id is the content hash of its directory (evalrig.store.tree, `SEAL.json` left
 out). Sealing registers `{checkpoint_id, name, sealed_at}` in `$EVALRIG_HOME/seals.jsonl`;
 the first line of an id is the one that counts, so sealing again changes nothing. The
 registry is the authority: `SEAL.json` inside the checkpoint is a convenience copy that the
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from evalrig.errors import EvalrigError, Problem, invalid
+from evalrig.core.errors import EvalrigError, Problem, invalid
 from evalrig.models.inputs import CheckpointFile
 from evalrig.models.run import SealEntry, SealFile
-from evalrig.tomlerr import raise_problems, read_toml, validate_doc
-from evalrig.tree import TreeDigest, hash_tree
+from evalrig.store.tomlerr import raise_problems, read_toml, validate_doc
+from evalrig.store.tree import TreeDigest, hash_tree
 
 CHECKPOINT_TOML = "checkpoint.toml"
 SEAL_JSON = "SEAL.json"
@@ -99,7 +99,7 @@ def registry_path(home: Path) -> Path:
 
 def _read_registry(home: Path) -> list[SealEntry]:
     """The registry's records, its hash chain verified first (exit 4 naming a broken line)."""
-    from evalrig.bundle import read_chained
+    from evalrig.store.bundle import read_chained
 
     return read_chained(registry_path(home), SealEntry).records
 
@@ -124,7 +124,7 @@ def _make_home(home: Path) -> None:
 
 def seal(dir: Path, home: Path, now: datetime) -> SealFile:
     """Hash the checkpoint, register it if it is new, and write `dir/SEAL.json`."""
-    from evalrig.bundle import chained_append, write_json_atomic
+    from evalrig.store.bundle import chained_append, write_json_atomic
 
     dir = Path(dir)
     ckpt = load_checkpoint(dir)
@@ -158,7 +158,7 @@ def seal(dir: Path, home: Path, now: datetime) -> SealFile:
 
 def _claimed_id(dir: Path) -> str | None:
     """The checkpoint id SEAL.json claims, if it is readable (it is not the authority)."""
-    from evalrig.digest import loads
+    from evalrig.core.digest import loads
 
     try:
         value = loads((dir / SEAL_JSON).read_bytes()).get("checkpoint_id")
@@ -257,7 +257,7 @@ def resolve_program(ckpt: Checkpoint, field: str, argv0: str, prefixes: Sequence
     (`--sandbox process` as root), so a program outside the checkpoint must be reachable
     by every user.
     """
-    from evalrig.sandbox import minimal_path
+    from evalrig.core.environment import minimal_path
 
     file = Path(ckpt.dir) / CHECKPOINT_TOML
     root = Path(os.path.realpath(ckpt.dir))
@@ -382,6 +382,6 @@ def check_interpreter_prefixes(given: Sequence[str],
 
 def program_digest(path: Path) -> str:
     """sha256 of a program file, recorded for a program under an interpreter prefix."""
-    from evalrig.digest import sha256_file
+    from evalrig.core.digest import sha256_file
 
     return sha256_file(Path(path))

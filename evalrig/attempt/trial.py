@@ -45,12 +45,27 @@ from typing import Any, Literal
 
 import orjson
 
-from evalrig import egress, sandbox
-from evalrig.canary import CANARY_ENV, CANARY_FILE, WHERE_MAX, needle, new_canary, plant_file
-from evalrig.checkpoint import Checkpoint
-from evalrig.digest import canonical_line
-from evalrig.evidence import collect
-from evalrig.evidence import remove_tree as _remove_tree
+from evalrig.attempt import egress, sandbox
+from evalrig.attempt.canary import (
+    CANARY_ENV,
+    CANARY_FILE,
+    WHERE_MAX,
+    needle,
+    new_canary,
+    plant_file,
+)
+from evalrig.attempt.evidence import collect
+from evalrig.attempt.evidence import remove_tree as _remove_tree
+from evalrig.attempt.streams import scan
+from evalrig.attempt.verifiers import (
+    VERIFIER_DIR,
+    Verdict,
+    is_finite_number,
+    read_answer,
+    verify_evidence,
+)
+from evalrig.core.digest import canonical_line
+from evalrig.core.environment import minimal_path
 from evalrig.models.run import (
     Actual,
     Canary,
@@ -58,10 +73,9 @@ from evalrig.models.run import (
     Estimate,
     Result,
 )
-from evalrig.streams import scan
-from evalrig.tasks import LoadedTask
-from evalrig.tree import hash_tree
-from evalrig.verifiers import VERIFIER_DIR, Verdict, is_finite_number, read_answer, verify_evidence
+from evalrig.store.checkpoint import Checkpoint
+from evalrig.store.tasks import LoadedTask
+from evalrig.store.tree import hash_tree
 
 __all__ = [
     "AttemptOutcome",
@@ -304,7 +318,7 @@ def agent_env(spec: AttemptSpec, ws: Workspace, canary: str | None) -> dict[str,
     env.update(spec.secrets)
     env.update(
         {
-            "PATH": sandbox.minimal_path(),
+            "PATH": minimal_path(),
             "HOME": str(ws.home),
             "LANG": "C.UTF-8",
             "TMPDIR": ws.tmpdir,

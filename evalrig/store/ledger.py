@@ -8,17 +8,23 @@ its sign-offs, for people. Trust lives in the rig's home (docs/security.md):
 until it passes shows up in the next verdict file of the same candidate, and so that
 `check-release` can tell a decision a gate issued from a hand-written one),
 `$EVALRIG_HOME/signoffs.jsonl` every sign-off, and `$EVALRIG_HOME/runs.jsonl` every run
-that finished here. The home's files are hash-chained (`evalrig.bundle.chained_append`).
+that finished here. The home's files are hash-chained (`evalrig.store.bundle.chained_append`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from evalrig.bundle import append_line, chained_append, cut_torn_tail, read_chained, read_records
-from evalrig.errors import EvalrigError, invalid
+from evalrig.core.errors import EvalrigError, invalid
 from evalrig.models.comparison import GateLedgerEntry, Issued, SignOff
 from evalrig.models.run import RunEntry
+from evalrig.store.bundle import (
+    append_line,
+    chained_append,
+    cut_torn_tail,
+    read_chained,
+    read_records,
+)
 
 ISSUED = "issued.jsonl"
 SIGNOFFS = "signoffs.jsonl"

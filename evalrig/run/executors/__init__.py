@@ -6,7 +6,7 @@ produced as they finish, in any order. Two phases per attempt, because the estim
 be on disk, synced, before the attempt starts (DESIGN §4), and only the runner writes.
 
 For `local` the evidence is already in place when an attempt job completes (the trial
-wrote it into `spec.evidence_dir`). The Ray executor (`evalrig.executors.ray`) runs the
+wrote it into `spec.evidence_dir`). The Ray executor (`evalrig.run.executors.ray`) runs the
 same two functions on a worker, then writes the evidence bytes it gets back into
 `spec.evidence_dir` on the driver's side before reporting the job done — so the runner,
 the bundle and resume are the same whichever executor ran the attempt.
@@ -32,7 +32,7 @@ JobKind = Literal["estimate", "attempt"]
 @dataclass(frozen=True)
 class Job:
     kind: JobKind
-    spec: Any  # evalrig.trial.AttemptSpec
+    spec: Any  # evalrig.attempt.trial.AttemptSpec
     estimate_id: str = ""
 
 
@@ -42,21 +42,21 @@ class Done:
 
     job: Job
     estimate: Estimate | None = None
-    outcome: Any = None  # evalrig.trial.AttemptOutcome
+    outcome: Any = None  # evalrig.attempt.trial.AttemptOutcome
     error: str | None = None
     wall_s: float = 0.0
 
 
 @dataclass(frozen=True)
 class AttemptWork:
-    """The two functions an executor runs; `evalrig.trial`'s by default."""
+    """The two functions an executor runs; `evalrig.attempt.trial`'s by default."""
 
     estimate: Callable[[Any, str, datetime], Estimate]
     attempt: Callable[[Any], Any]
 
 
 def trial_work() -> AttemptWork:
-    from evalrig import trial
+    from evalrig.attempt import trial
 
     return AttemptWork(estimate=trial.run_estimate, attempt=trial.run_attempt)
 
@@ -81,10 +81,10 @@ def make_executor(kind: str, slots: int, work: AttemptWork | None = None,
                   ray_address: str | None = None) -> Executor:
     check_executor(kind)
     if kind == "ray":
-        from evalrig.executors.ray import RayExecutor
+        from evalrig.run.executors.ray import RayExecutor
 
         return RayExecutor(slots, work or trial_work(), ray_address)
-    from evalrig.executors.local import LocalExecutor
+    from evalrig.run.executors.local import LocalExecutor
 
     return LocalExecutor(slots, work or trial_work())
 
@@ -95,12 +95,12 @@ def check_executor(kind: str, ray_address: str | None = None, *, join: bool = Fa
     With `join`, the Ray executor also joins its cluster now, so an unreachable
     `--ray-address` is refused before the run starts rather than after.
     """
-    from evalrig.errors import invalid
+    from evalrig.core.errors import invalid
 
     if kind == "local":
         return
     if kind == "ray":
-        from evalrig.executors import ray as ray_executor
+        from evalrig.run.executors import ray as ray_executor
 
         ray_executor.require_ray()
         if join:

@@ -25,13 +25,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
-from evalrig.digest import sha256_bytes, sha256_json
-from evalrig.errors import EvalrigError, Problem, invalid
+from evalrig.core.digest import sha256_bytes, sha256_json
+from evalrig.core.errors import EvalrigError, Problem, invalid
 from evalrig.models.inputs import SUITES, Suite, TaskFile
 from evalrig.models.lock import FixedLock
 from evalrig.models.run import VerifierIdentity
-from evalrig.tomlerr import error_problems, key_lines, line_of, read_toml, validate_doc
-from evalrig.tree import hash_tree
+from evalrig.store.tomlerr import error_problems, key_lines, line_of, read_toml, validate_doc
+from evalrig.store.tree import hash_tree
 
 TASK_TOML = "task.toml"
 PROMPT = "prompt.md"
@@ -266,7 +266,7 @@ def _subdirs(dir: Path) -> list[Path]:
 
 
 def read_lock(dir: Path) -> FixedLock | None:
-    from evalrig.bundle import read_json
+    from evalrig.store.bundle import read_json
 
     path = Path(dir) / FIXED_LOCK
     if not path.exists():
@@ -388,7 +388,7 @@ def lock_fixed(dir: Path) -> FixedLock:
 
 
 def write_lock(dir: Path, lock: FixedLock) -> Path:
-    from evalrig.bundle import write_json_atomic
+    from evalrig.store.bundle import write_json_atomic
 
     path = Path(dir) / FIXED_LOCK
     write_json_atomic(path, lock)

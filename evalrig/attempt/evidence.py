@@ -44,8 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from evalrig.digest import canonical_json
-from evalrig.streams import Forms, Redactor, StreamScanner, needle_forms
+from evalrig.attempt.streams import Forms, Redactor, StreamScanner, needle_forms
+from evalrig.core.digest import canonical_json
+from evalrig.models.globs import glob_regex, segment_regex
 
 INDEX_NAME = "evidence_index.json"
 RESERVED_TOP = frozenset({
@@ -120,49 +121,6 @@ class EvidenceReport:
 # -- globs -------------------------------------------------------------------------------
 
 
-def glob_regex(pattern: str) -> re.Pattern[str] | None:
-    """A regex for a `/`-separated glob: `**` any number of segments, `*` and `?` within one.
-
-    None for a pattern that could reach outside the attempt root (absolute, `..`).
-    """
-    parts = pattern.strip("/").split("/") if pattern else []
-    if not parts or pattern.startswith("/") or ".." in parts:
-        return None
-    out = ""
-    for i, seg in enumerate(parts):
-        last = i == len(parts) - 1
-        if seg == "**":
-            out += ".*" if last else "(?:[^/]+/)*"
-            continue
-        out += _segment_regex(seg) + ("" if last else "/")
-    return re.compile(out)
-
-
-def _segment_regex(seg: str) -> str:
-    piece = ""
-    j = 0
-    while j < len(seg):
-        c = seg[j]
-        if c == "*":
-            piece += "[^/]*"
-        elif c == "?":
-            piece += "[^/]"
-        elif c == "[":
-            end = seg.find("]", j + 1)
-            if end == -1:
-                piece += re.escape(c)
-            else:
-                body = seg[j + 1 : end]
-                if body.startswith("!"):
-                    body = "^" + body[1:]
-                piece += "[" + body.replace("\\", "\\\\") + "]"
-                j = end
-        else:
-            piece += re.escape(c)
-        j += 1
-    return piece
-
-
 def _reaches_agent(pattern: str) -> bool:
     """Whether a glob could match something under agent/ (the walk then looks there)."""
     parts = pattern.strip("/").split("/")
@@ -171,7 +129,7 @@ def _reaches_agent(pattern: str) -> bool:
     if parts[0] == "**":
         return True
     try:
-        return re.fullmatch(_segment_regex(parts[0]), AGENT_DIR) is not None
+        return re.fullmatch(segment_regex(parts[0]), AGENT_DIR) is not None
     except re.error:
         return False
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from evalrig import ledger
-from evalrig.bundle import parse_json
-from evalrig.checkpoint import checkpoint_id, registered_seal
-from evalrig.compare import read_comparison
-from evalrig.digest import loads, sha256_bytes
-from evalrig.errors import EvalrigError, UsageError, invalid
+from evalrig.core.digest import loads, sha256_bytes
+from evalrig.core.errors import EvalrigError, UsageError, invalid
 from evalrig.models.comparison import Decision, SignOff
+from evalrig.store import ledger
+from evalrig.store.bundle import parse_json
+from evalrig.store.checkpoint import checkpoint_id, registered_seal
+from evalrig.store.compare import read_comparison
 
 PROMOTIONS = frozenset({"promote", "promote-maintenance"})
 

@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from evalrig.digest import canonical_json, sha256_bytes, sha256_json, sha256_parts
-from evalrig.errors import invalid
+from evalrig.core.digest import canonical_json, sha256_bytes, sha256_json, sha256_parts
+from evalrig.core.errors import invalid
 from evalrig.models.run import VerifierIdentity
 
 SEED_MODULUS = 2**31
 
 
 class PlannedTask(Protocol):
-    """What the plan needs of a loaded task (evalrig.tasks.LoadedTask has all of it)."""
+    """What the plan needs of a loaded task (evalrig.store.tasks.LoadedTask has all of it)."""
 
     @property
     def id(self) -> str: ...

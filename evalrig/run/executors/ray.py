@@ -1,7 +1,7 @@
 """The Ray executor: the same attempts, fanned out over a Ray cluster (DESIGN §6).
 
 Workers only *execute*: each job goes to a runner (an `AttemptRunner` actor, one job at a
-time), which rebuilds the attempt's spec on its own node, runs `evalrig.trial`'s function
+time), which rebuilds the attempt's spec on its own node, runs `evalrig.attempt.trial`'s function
 there (workspace, sandbox, evidence, verifier) and sends back the record and — for an
 attempt — its evidence as packed entries, all in one bytes object. The driver (the
 process that called `run`) writes the evidence into `spec.evidence_dir` before it reports
@@ -27,7 +27,7 @@ Choices written down here and in docs/ray.md:
 - An estimate's `at` is the driver's clock when the job was submitted, so every time in a
   bundle comes from one clock.
 - Runners rather than a Ray task per job: a task leases a worker from the raylet each
-  time (evalrig.runner never queues a second job behind a slot's first, so no lease is
+  time (evalrig.run.runner never queues a second job behind a slot's first, so no lease is
   reused), about twice the CPU of an actor call (see `AttemptRunner`).
 - A task's `[resources] cpus` is the `num_cpus` of the runner that runs it; a task
   asking for more CPUs than any live node has is an `infra_error` at once, not a job
@@ -60,11 +60,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from evalrig.clock import utcnow
-from evalrig.errors import invalid
-from evalrig.evidence import INDEX_BYTES_MAX
-from evalrig.executors import AttemptWork, Done, Job
-from evalrig.tree import hash_tree
+from evalrig.attempt.evidence import INDEX_BYTES_MAX
+from evalrig.core.errors import invalid
+from evalrig.run.executors import AttemptWork, Done, Job
+from evalrig.store.clock import utcnow
+from evalrig.store.tree import hash_tree
 
 __all__ = [
     "ACTOR_OPTIONS",
@@ -371,7 +371,7 @@ def worker_dir(keep: bool) -> Path:
     on disk (KEPT_WHERE), which nothing sweeps or removes."""
     global _worker_dir
     if _worker_dir is None:
-        from evalrig.trial import scratch_base
+        from evalrig.attempt.trial import scratch_base
 
         top = Path(scratch_base(keep) or tempfile.gettempdir())
         if keep:
@@ -477,7 +477,7 @@ class AttemptRunner:
     runs beside `run`: Ray interrupts no running method of a threaded actor itself.
 
     Why an actor and not a task per job: a task takes a worker lease from the raylet for
-    every job (evalrig.runner never queues a second job behind a slot's first, so no lease is
+    every job (evalrig.run.runner never queues a second job behind a slot's first, so no lease is
     reused), which cost a Ray task about 2 ms of CPU over all processes; an actor's call
     goes straight from the driver to the worker, under 1 ms (bench/bench_ray.py).
     """

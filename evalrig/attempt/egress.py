@@ -1,7 +1,7 @@
 """The egress proxy: the one way out of a sandbox the operator granted the network.
 
 The sandbox keeps its own network namespace with only loopback (docs/security.md).
-The rig binds a listening socket at `PROXY_ADDRESS` *inside* that namespace (evalrig.sandbox
+The rig binds a listening socket at `PROXY_ADDRESS` *inside* that namespace (evalrig.attempt.sandbox
 does the namespace part) and hands it to `open_session`; the agent finds the address in
 `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and their lower-case names. Everything behind
 the socket runs in the rig's process, outside the agent's view: one asyncio loop on one

@@ -15,7 +15,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from evalrig.errors import invalid
+from evalrig.core.errors import invalid
 
 _CHUNK = 1 << 20
 

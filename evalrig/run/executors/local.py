@@ -11,8 +11,8 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
-from evalrig.clock import utcnow
-from evalrig.executors import AttemptWork, Done, Job
+from evalrig.run.executors import AttemptWork, Done, Job
+from evalrig.store.clock import utcnow
 
 
 class LocalExecutor:
