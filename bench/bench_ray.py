@@ -73,7 +73,8 @@ def run_rig(ck: Path, tasks: Path, out: Path, repeat: int, sandbox: str, home: P
             executor: str, address: str | None = None) -> tuple[float, float]:
     """Seconds from the manifest's created_at to its finished_at, and the machine's busy
     CPU seconds over the run."""
-    from evalrig.run.runner import RunRequest, run_eval
+    from evalrig.run.lifecycle import run_eval
+    from evalrig.run.settings import RunRequest
 
     req = RunRequest(out=out, checkpoint=ck, tasks=tasks, repeat=repeat, jobs=2,
                      sandbox=sandbox, executor=executor, ray_address=address)

@@ -118,7 +118,7 @@ def peak_rss_mb(ck: Path, tasks: Path, out: Path, repeat: int, env: dict[str, st
 
 def resume_planning_s(root: Path, home: Path, n_results: int) -> float:
     """Build a complete bundle of n_results results on a real task set, then time its resume."""
-    from evalrig.run.runner import run_eval
+    from evalrig.run.lifecycle import run_eval
 
     req = build_resume_bundle(root, home, n_results)
     t0 = time.monotonic()
@@ -131,7 +131,8 @@ def resume_planning_s(root: Path, home: Path, n_results: int) -> float:
 def build_resume_bundle(root: Path, home: Path, n_results: int) -> Any:
     """A complete bundle of n_results trials (100 tasks), each with its four records."""
     from evalrig.models.run import Actual, AttemptEvent, Canary, Estimate
-    from evalrig.run.runner import RunRequest, run_eval
+    from evalrig.run.lifecycle import run_eval
+    from evalrig.run.settings import RunRequest
     from evalrig.store.clock import utcnow
 
     tasks_n = 100

@@ -29,7 +29,7 @@ from evalrig.models.run import (
     TasksetRef,
     VerifierIdentity,
 )
-from evalrig.run.runner import register_finished
+from evalrig.run.lifecycle import register_finished
 from evalrig.store.bundle import chained_append, file_digests, write_json_atomic
 
 T0 = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)

@@ -378,7 +378,7 @@ def test_process_warns_when_not_root(tmp_path: Path, monkeypatch: pytest.MonkeyP
     from types import SimpleNamespace
 
     from evalrig.attempt.sandbox import LevelChoice
-    from evalrig.run import runner
+    from evalrig.run import inputs as runner
 
     inputs = SimpleNamespace(level=LevelChoice("process", None, None), home=tmp_path / "home",
                              network_warning=None)

@@ -11,7 +11,10 @@ from agents.run_kit import add_task, cli, make_checkpoint, make_tasks
 
 from evalrig.attempt import trial
 from evalrig.run.executors import AttemptWork
-from evalrig.run.runner import Hooks, Progress, RunRequest, run_eval
+from evalrig.run.lifecycle import run_eval
+from evalrig.run.loop import Hooks
+from evalrig.run.progress import Progress
+from evalrig.run.settings import RunRequest
 from evalrig.store.bundle import load_run
 
 

@@ -8,12 +8,16 @@ import sys
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, say
 from evalrig.core.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:  # the run package is imported when a command runs, not at start-up
+    from evalrig.run.lifecycle import RunSummary
+    from evalrig.run.progress import Progress
 
 
 class SandboxChoice(StrEnum):
@@ -47,7 +51,7 @@ class PlainReporter:
         else:
             err(f"running {total} trials")
 
-    def progress(self, p: Any) -> None:
+    def progress(self, p: Progress) -> None:
         now = time.monotonic()
         if now - self._last < self.EVERY_S and p.done < p.total:
             return
@@ -56,7 +60,7 @@ class PlainReporter:
             f"{_rate(p):.1f} attempts/s")
 
 
-def _rate(p: Any) -> float:
+def _rate(p: Progress) -> float:
     return p.ran / p.elapsed_s if p.elapsed_s > 0 else 0.0
 
 
@@ -88,7 +92,7 @@ class BarReporter:
         self._bar.start()
         self._task = self._bar.add_task("run", total=total, completed=kept, stats="")
 
-    def progress(self, p: Any) -> None:
+    def progress(self, p: Progress) -> None:
         stats = (f"passed {p.passed}  failed {p.failed}  errors {p.errors}  "
                  f"{_rate(p):.1f} attempts/s")
         self._bar.update(self._task, completed=p.done, stats=stats)
@@ -100,7 +104,7 @@ class BarReporter:
 # -- run ---------------------------------------------------------------------------------
 
 
-def _summary_lines(s: Any) -> list[str]:
+def _summary_lines(s: RunSummary) -> list[str]:
     c = s.counts
     return [
         f"run {s.run_id}: {s.status}",
@@ -151,7 +155,8 @@ def run(
     Running the same command again on the same --out resumes it (or: --out BUNDLE --resume).
     Exit 0 complete, 5 incomplete (run again to resume), 4 invalid input, 130 interrupted.
     """
-    from evalrig.run.runner import RunRequest, run_eval
+    from evalrig.run.lifecycle import run_eval
+    from evalrig.run.settings import RunRequest
     from evalrig.store.checkpoint import evalrig_home
 
     if timeout_scale is not None and not (timeout_scale > 0 and math.isfinite(timeout_scale)):
@@ -171,7 +176,7 @@ def run(
         allow_network=True if allow_network else None,
         allow_hosts=tuple(allow_host) if allow_host else None,
     )
-    reporter: Any = BarReporter() if sys.stderr.isatty() and not json_out else PlainReporter()
+    reporter: BarReporter | PlainReporter = BarReporter() if sys.stderr.isatty() and not json_out else PlainReporter()
     try:
         summary = run_eval(req, evalrig_home(), os.environ, reporter)
     finally:
@@ -211,7 +216,7 @@ def verify(
 
     Exit 0 when everything agrees, 4 listing each mismatch (nothing is registered then).
     """
-    from evalrig.run.runner import verify_and_register, verify_run
+    from evalrig.run.verify import verify_and_register, verify_run
     from evalrig.store.checkpoint import evalrig_home
 
     refuse_what_is_not_a_run_bundle(bundle)

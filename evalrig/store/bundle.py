@@ -25,7 +25,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -38,6 +38,9 @@ from evalrig.core.digest import (
     to_plain,
 )
 from evalrig.core.errors import EvalrigError, Problem, invalid
+
+if TYPE_CHECKING:
+    from evalrig.models.run import Actual, AttemptEvent, Estimate, Result, RunManifest
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -545,11 +548,11 @@ class RunBundle:
     """A run bundle as read from disk. `torn` maps a JSONL file name to its ignored torn line."""
 
     dir: Path
-    manifest: Any  # RunManifest (typed loosely to keep this module free of model imports)
-    attempts: list[Any]
-    estimates: list[Any]
-    actuals: list[Any]
-    results: list[Any]
+    manifest: RunManifest
+    attempts: list[AttemptEvent]
+    estimates: list[Estimate]
+    actuals: list[Actual]
+    results: list[Result]
     torn: dict[str, int]
 
 

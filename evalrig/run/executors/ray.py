@@ -1,4 +1,4 @@
-"""The Ray executor: the same attempts, fanned out over a Ray cluster (DESIGN §6).
+"""The Ray executor: the same attempts, fanned out over a Ray cluster (docs/ray.md).
 
 Workers only *execute*: each job goes to a runner (an `AttemptRunner` actor, one job at a
 time), which rebuilds the attempt's spec on its own node, runs `evalrig.attempt.trial`'s function
@@ -27,14 +27,14 @@ Choices written down here and in docs/ray.md:
 - An estimate's `at` is the driver's clock when the job was submitted, so every time in a
   bundle comes from one clock.
 - Runners rather than a Ray task per job: a task leases a worker from the raylet each
-  time (evalrig.run.runner never queues a second job behind a slot's first, so no lease is
+  time (evalrig.run.loop never queues a second job behind a slot's first, so no lease is
   reused), about twice the CPU of an actor call (see `AttemptRunner`).
 - A task's `[resources] cpus` is the `num_cpus` of the runner that runs it; a task
   asking for more CPUs than any live node has is an `infra_error` at once, not a job
   that waits forever.
-- Runners are placed SPREAD: attempts share nothing but the node's tree cache, and the
-  default (local node first) kept attempts waiting for a busy node while another was
-  idle, its view of the other node's free CPUs being a moment stale.
+- Runners are placed SPREAD: attempts share nothing but the node's tree cache, and under
+  the default (local node first) attempts wait for a busy node while another is idle,
+  its view of the other node's free CPUs being a moment stale.
 - Cancel: Ray interrupts no running actor method, so the runner has a `cancel` method
   (a threaded actor runs it beside `run`) that sets the attempt's own cancel event; the
   attempt ends `interrupted` as under `local`.
@@ -58,7 +58,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from evalrig.attempt.evidence import INDEX_BYTES_MAX
 from evalrig.core.errors import invalid
@@ -66,23 +66,28 @@ from evalrig.run.executors import AttemptWork, Done, Job
 from evalrig.store.clock import utcnow
 from evalrig.store.tree import hash_tree
 
+if TYPE_CHECKING:
+    from evalrig.attempt.trial import AttemptOutcome, AttemptSpec
+    from evalrig.models.run import Estimate
+    from evalrig.store.checkpoint import Checkpoint
+    from evalrig.store.tasks import LoadedTask
+
 __all__ = [
     "ACTOR_OPTIONS",
     "KEPT_WHERE",
     "AttemptRunner",
     "RayExecutor",
+    "Worker",
     "connect",
-    "disconnect",
     "pack_tree",
     "require_ray",
     "resolve_address",
-    "run_remote",
     "unpack_tree",
 ]
 
 ACTOR_OPTIONS: dict[str, Any] = {"max_restarts": 0, "max_task_retries": 0}
 """Ray must never restart a runner or retry a call by itself: the rig decides retries
-(DESIGN §6)."""
+(docs/ray.md "What never retries by itself")."""
 
 EVIDENCE_SLACK = 16 << 20
 """Beyond the task's caps, room for the verifier's own output in the evidence sent back."""
@@ -100,10 +105,9 @@ def resolve_address(given: str | None, environ: Mapping[str, str]) -> str:
     return given or environ.get("RAY_ADDRESS") or "auto"
 
 
-_connected_here = False  # True when this module called ray.init (and so shuts Ray down)
-
-
 def require_ray() -> Any:
+    """The `ray` module, or exit 4 saying how to install it: Ray is an optional extra
+    (`evalrig[ray]`), so its absence is a refusal of `--executor ray`, never a crash."""
     try:
         import ray
     except ImportError:
@@ -114,12 +118,12 @@ def require_ray() -> Any:
     return ray
 
 
-def connect(address: str | None, environ: Mapping[str, str] | None = None) -> str:
-    """Join the cluster once per process (reusing a connection a caller already made)."""
-    global _connected_here
+def connect(address: str | None, environ: Mapping[str, str] | None = None) -> bool:
+    """Join the cluster once per process, reusing a connection a caller already made.
+    True when this call joined: the caller is then the one to leave (`ray.shutdown`)."""
     ray = require_ray()
     if ray.is_initialized():
-        return str(ray.get_runtime_context().gcs_address)
+        return False
     addr = resolve_address(address, os.environ if environ is None else environ)
     _probe(_found_address() if addr == "auto" else addr)
     try:
@@ -133,8 +137,7 @@ def connect(address: str | None, environ: Mapping[str, str] | None = None) -> st
             hint="start one (`ray start --head --node-ip-address 127.0.0.1`, see docs/ray.md) "
             "and give its address with --ray-address or RAY_ADDRESS",
         ) from None
-    _connected_here = True
-    return str(ray.get_runtime_context().gcs_address)
+    return True
 
 
 def _found_address() -> str:
@@ -177,13 +180,6 @@ def _probe(addr: str) -> None:
         ) from None
 
 
-def disconnect() -> None:
-    global _connected_here
-    if _connected_here:
-        require_ray().shutdown()
-        _connected_here = False
-
-
 def _largest_node_cpus(ray: Any) -> float:
     return max((n.get("Resources", {}).get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")),
                default=0.0)
@@ -198,7 +194,7 @@ directory (content b""), "f" a regular file (its bytes), "l" a symbolic link (it
 
 def pack_tree(root: Path) -> list[Entry]:
     """`root`'s directories, regular files (mode kept) and links, parents first, in path
-    order: a plain list, which Ray and the standard pickler carry at C speed (a tar was
+    order: a plain list, which Ray and the standard pickler carry at C speed (a tar is
     twice the work for the few small files of most evidence).
 
     Owners and times are left out: only what the tree digest sees matters.
@@ -271,15 +267,17 @@ def unpack_tree(entries: list[Entry], dest: Path) -> None:
 
 # -- the worker's side -------------------------------------------------------------------
 
+Loaded = TypeVar("Loaded", "Checkpoint", "LoadedTask")
+
 
 @dataclass(frozen=True)
-class TreeRef:
+class TreeRef(Generic[Loaded]):
     """A tree in the object store: its digest and, boxed in a list so Ray does not fetch
     it eagerly, the ref of its packed entries; and `loaded`, the driver's object for that
     directory (the LoadedTask or the Checkpoint), pickled once per run."""
 
     digest: str
-    box: list[Any]
+    box: list[Any]  # [a ray.ObjectRef]
     loaded: bytes
 
 
@@ -288,7 +286,7 @@ def cache_root() -> Path:
     return Path(tempfile.gettempdir()) / f"evalrig-ray-cache-{os.getuid()}"
 
 
-def cached_tree(tree: TreeRef) -> Path:
+def cached_tree(tree: TreeRef[Loaded]) -> Path:
     """The tree's directory in this node's cache, fetched and unpacked the first time."""
     root = cache_root()
     final = root / tree.digest.removeprefix("sha256:")
@@ -318,12 +316,12 @@ class Returned:
     """What a remote job sends back, pickled as one bytes object: the record, and for an
     attempt its evidence as packed entries."""
 
-    estimate: Any = None
-    outcome: Any = None
+    estimate: Estimate | None = None
+    outcome: AttemptOutcome | None = None
     evidence: list[Entry] = field(default_factory=list)
 
 
-def evidence_cap(spec: Any) -> int:
+def evidence_cap(spec: AttemptSpec) -> int:
     t = spec.task.spec
     return t.max_evidence_bytes + 2 * t.max_output_bytes + EVIDENCE_SLACK + INDEX_BYTES_MAX
 
@@ -341,16 +339,13 @@ class Call:
     spec: bytes
     estimate_id: str
     now: datetime
-    checkpoint: TreeRef
-    task: TreeRef
+    checkpoint: TreeRef[Checkpoint]
+    task: TreeRef[LoadedTask]
     work: AttemptWork
 
 
-def pickled(value: Any) -> bytes:
+def pickled(value: object) -> bytes:
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-_worker_dir: Path | None = None
 
 
 KEPT_WHERE = ("on the nodes of the Ray workers that ran them, under "
@@ -358,40 +353,9 @@ KEPT_WHERE = ("on the nodes of the Ray workers that ran them, under "
               "evalrig-ray-kept-<uid>/<worker pid>-<random>/scratch/<attempt id>/")
 """Where `--keep-workspaces` leaves an attempt's workspace on Ray (the rig never removes them)."""
 
-
-def worker_dir(keep: bool) -> Path:
-    """This worker process's directory for its jobs, made once: `scratch/` (the attempts'
-    workspaces, which the trial removes unless kept) and `evidence/` (each attempt's,
-    removed once sent). It lies where the local executor would put attempt roots on this
-    node (`trial.scratch_base`: /dev/shm when it has room). A runner ended gently removes
-    its own at exit; Ray kills workers outright too (a lost driver, a runner ended
-    mid-job), so the directories of dead workers are swept when a new one makes its own.
-
-    With `--keep-workspaces` it is a directory of its own under `evalrig-ray-kept-<uid>`
-    on disk (KEPT_WHERE), which nothing sweeps or removes."""
-    global _worker_dir
-    if _worker_dir is None:
-        from evalrig.attempt.trial import scratch_base
-
-        top = Path(scratch_base(keep) or tempfile.gettempdir())
-        if keep:
-            base = top / f"evalrig-ray-kept-{os.getuid()}"
-            base.mkdir(mode=0o700, exist_ok=True)
-            mine = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=base))
-        else:
-            base = top / f"evalrig-ray-work-{os.getuid()}"
-            base.mkdir(mode=0o700, exist_ok=True)
-            for old in base.iterdir():
-                if old.name.isdigit() and (int(old.name) == os.getpid()
-                                           or not _alive(int(old.name))):
-                    shutil.rmtree(old, ignore_errors=True)
-            mine = base / str(os.getpid())
-            mine.mkdir()
-            atexit.register(shutil.rmtree, mine, ignore_errors=True)  # a runner ended gently
-        (mine / "scratch").mkdir()
-        (mine / "evidence").mkdir()
-        _worker_dir = mine
-    return _worker_dir
+LOCAL_OBJECTS_MAX = 4096
+"""Tasks and checkpoints a worker keeps with their node-local `dir`; beyond, it starts
+afresh (a worker that serves a long run of many tasks stays small)."""
 
 
 def _alive(pid: int) -> bool:
@@ -404,71 +368,109 @@ def _alive(pid: int) -> bool:
     return True
 
 
-_local_trees: dict[bytes, Any] = {}  # TreeRef.loaded -> that object, its dir on this node
+def _make_worker_dir(keep: bool) -> Path:
+    """A worker process's directory for its jobs: `scratch/` (the attempts' workspaces,
+    which the trial removes unless kept) and `evidence/` (each attempt's, removed once
+    sent). It lies where the local executor would put attempt roots on this node
+    (`trial.scratch_base`: /dev/shm when it has room). A runner ended gently removes its
+    own at exit; Ray kills workers outright too (a lost driver, a runner ended mid-job),
+    so the directories of dead workers are swept when a new one makes its own.
+
+    With `--keep-workspaces` it is a directory of its own under `evalrig-ray-kept-<uid>`
+    on disk (KEPT_WHERE), which nothing sweeps or removes."""
+    from evalrig.attempt.trial import scratch_base
+
+    top = Path(scratch_base(keep) or tempfile.gettempdir())
+    if keep:
+        base = top / f"evalrig-ray-kept-{os.getuid()}"
+        base.mkdir(mode=0o700, exist_ok=True)
+        mine = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=base))
+    else:
+        base = top / f"evalrig-ray-work-{os.getuid()}"
+        base.mkdir(mode=0o700, exist_ok=True)
+        for old in base.iterdir():
+            if old.name.isdigit() and (int(old.name) == os.getpid()
+                                       or not _alive(int(old.name))):
+                shutil.rmtree(old, ignore_errors=True)
+        mine = base / str(os.getpid())
+        mine.mkdir()
+        atexit.register(shutil.rmtree, mine, ignore_errors=True)  # a runner ended gently
+    (mine / "scratch").mkdir()
+    (mine / "evidence").mkdir()
+    return mine
 
 
-def local_object(tree: TreeRef) -> Any:
-    """The task or checkpoint of `tree` with its `dir` in this node's cache, made once
-    per worker process."""
-    obj = _local_trees.get(tree.loaded)
-    if obj is None:
-        if len(_local_trees) >= 4096:  # a long-lived worker serving many runs: stay small
-            _local_trees.clear()
-        obj = _local_trees[tree.loaded] = replace(pickle.loads(tree.loaded),
-                                                  dir=cached_tree(tree))
-    return obj
+class Worker:
+    """What one worker process keeps between its jobs: its directory (made at the first
+    job), the tasks and checkpoint with their `dir` in this node's cache, and the cancel
+    event of the attempt it runs. `run` and `cancel` may be called from two threads."""
 
+    def __init__(self) -> None:
+        self._dir: Path | None = None
+        self._objects: dict[bytes, Checkpoint | LoadedTask] = {}  # TreeRef.loaded -> object
+        self._cancels: dict[str, threading.Event] = {}  # attempt id -> its event, while it runs
+        self._cancelled_early: set[str] = set()  # cancels that arrived before their attempt
+        self._lock = threading.Lock()
 
-_cancels: dict[str, threading.Event] = {}  # attempt id -> its cancel event, while it runs
-_cancelled_early: set[str] = set()  # cancels that arrived before their attempt started
-_cancels_lock = threading.Lock()
+    def directory(self, keep: bool) -> Path:
+        if self._dir is None:
+            self._dir = _make_worker_dir(keep)
+        return self._dir
 
+    def local(self, tree: TreeRef[Loaded]) -> Loaded:
+        """The task or checkpoint of `tree` with its `dir` in this node's cache, made once."""
+        obj = self._objects.get(tree.loaded)
+        if obj is None:
+            if len(self._objects) >= LOCAL_OBJECTS_MAX:
+                self._objects.clear()
+            obj = self._objects[tree.loaded] = replace(pickle.loads(tree.loaded),
+                                                       dir=cached_tree(tree))
+        return obj  # type: ignore[return-value]  # keyed by the pickle of a `Loaded`
 
-def run_remote(call: Call) -> bytes:
-    """One job on a worker: the spec's paths rewritten to this node, the work run with a
-    cancel event that `cancel_remote` sets. Returns a pickled `Returned`."""
-    kind, work, estimate_id, now = call.kind, call.work, call.estimate_id, call.now
-    spec = pickle.loads(call.spec)
-    here = worker_dir(spec.keep_workspace)
-    cancel = threading.Event()
-    with _cancels_lock:
-        _cancels[spec.attempt_id] = cancel
-        if spec.attempt_id in _cancelled_early:
-            _cancelled_early.discard(spec.attempt_id)
-            cancel.set()
-    local = replace(
-        spec,
-        checkpoint=local_object(call.checkpoint),
-        task=local_object(call.task),
-        scratch_root=here / "scratch",
-        evidence_dir=here / "evidence" / spec.attempt_id,
-        cancel=cancel,
-    )
-    try:
-        if kind == "estimate":
-            return pickled(Returned(estimate=work.estimate(local, estimate_id, now)))
-        outcome = work.attempt(local)
-        evidence = pack_tree(local.evidence_dir) if local.evidence_dir.is_dir() else []
-        size = packed_bytes(evidence)
-        if size > evidence_cap(local):
-            raise OSError(f"the evidence is {size} bytes, over the "
-                          f"{evidence_cap(local)} the task's caps allow")
-        return pickled(Returned(outcome=outcome, evidence=evidence))
-    finally:
-        with _cancels_lock:
-            _cancels.pop(spec.attempt_id, None)
-        # The workspace is the trial's to remove (or keep, with --keep-workspaces).
-        shutil.rmtree(local.evidence_dir, ignore_errors=True)
+    def run(self, call: Call) -> bytes:
+        """One job: the spec's paths rewritten to this node, the work run with a cancel
+        event that `cancel` sets. Returns a pickled `Returned`."""
+        kind, work, estimate_id, now = call.kind, call.work, call.estimate_id, call.now
+        spec: AttemptSpec = pickle.loads(call.spec)
+        here = self.directory(spec.keep_workspace)
+        cancel = threading.Event()
+        with self._lock:
+            self._cancels[spec.attempt_id] = cancel
+            if spec.attempt_id in self._cancelled_early:
+                self._cancelled_early.discard(spec.attempt_id)
+                cancel.set()
+        local = replace(
+            spec,
+            checkpoint=self.local(call.checkpoint),
+            task=self.local(call.task),
+            scratch_root=here / "scratch",
+            evidence_dir=here / "evidence" / spec.attempt_id,
+            cancel=cancel,
+        )
+        try:
+            if kind == "estimate":
+                return pickled(Returned(estimate=work.estimate(local, estimate_id, now)))
+            outcome = work.attempt(local)
+            evidence = pack_tree(local.evidence_dir) if local.evidence_dir.is_dir() else []
+            size = packed_bytes(evidence)
+            if size > evidence_cap(local):
+                raise OSError(f"the evidence is {size} bytes, over the "
+                              f"{evidence_cap(local)} the task's caps allow")
+            return pickled(Returned(outcome=outcome, evidence=evidence))
+        finally:
+            with self._lock:
+                self._cancels.pop(spec.attempt_id, None)
+            # The workspace is the trial's to remove (or keep, with --keep-workspaces).
+            shutil.rmtree(local.evidence_dir, ignore_errors=True)
 
-
-def cancel_remote(attempt_id: str) -> None:
-    """Stop the attempt `attempt_id` on this worker; it ends `interrupted`, as under local."""
-    with _cancels_lock:
-        event = _cancels.get(attempt_id)
-        if event is None:
-            _cancelled_early.add(attempt_id)
-        else:
-            event.set()
+    def cancel(self, attempt_id: str) -> None:
+        """Stop the attempt `attempt_id`; it ends `interrupted`, as under local."""
+        with self._lock:
+            event = self._cancels.get(attempt_id)
+            if event is None:
+                self._cancelled_early.add(attempt_id)
+            else:
+                event.set()
 
 
 class AttemptRunner:
@@ -477,16 +479,19 @@ class AttemptRunner:
     runs beside `run`: Ray interrupts no running method of a threaded actor itself.
 
     Why an actor and not a task per job: a task takes a worker lease from the raylet for
-    every job (evalrig.run.runner never queues a second job behind a slot's first, so no lease is
+    every job (evalrig.run.loop never queues a second job behind a slot's first, so no lease is
     reused), which cost a Ray task about 2 ms of CPU over all processes; an actor's call
     goes straight from the driver to the worker, under 1 ms (bench/bench_ray.py).
     """
 
+    def __init__(self) -> None:
+        self._worker = Worker()
+
     def run(self, call: Call) -> bytes:
-        return run_remote(call)
+        return self._worker.run(call)
 
     def cancel(self, attempt_id: str) -> None:
-        cancel_remote(attempt_id)
+        self._worker.cancel(attempt_id)
 
     def pid(self) -> int:
         return os.getpid()
@@ -532,13 +537,14 @@ class RayExecutor:
     jobs need (a run whose tasks ask for different `cpus`).
     """
 
-    def __init__(self, slots: int, work: AttemptWork, address: str | None) -> None:
+    def __init__(self, slots: int, work: AttemptWork, address: str | None, *,
+                 leave_cluster: bool = False) -> None:
         self.slots = slots
         self._work = work
         self._ray = require_ray()
-        connect(address)
+        self._leave = connect(address) or leave_cluster  # see close()
         self._actor = self._ray.remote(AttemptRunner)
-        self._trees: dict[Path, TreeRef] = {}
+        self._trees: dict[Path, TreeRef[Any]] = {}
         self._queue: deque[_Queued] = deque()
         self._idle: dict[float, list[_Runner]] = {}  # by CPUs: placed, started, no job
         self._starting: dict[Any, _Runner] = {}  # ready ref -> runner not yet placed
@@ -549,7 +555,7 @@ class RayExecutor:
 
     # trees -----------------------------------------------------------------------------
 
-    def _tree(self, obj: Any) -> TreeRef:
+    def _tree(self, obj: Loaded) -> TreeRef[Loaded]:
         """The tree of `obj.dir` (a task's or the checkpoint's) in the object store, put
         there the first time it is asked for, with `obj` itself pickled beside it."""
         dir = Path(obj.dir)
@@ -575,7 +581,9 @@ class RayExecutor:
                 if cpus > self._max_cpus:
                     raise RuntimeError(f"task {spec.task.id} asks for {cpus:g} CPUs and no live "
                                        f"node of the cluster has more than {self._max_cpus:g}")
-            call = Call(job.kind, pickled(replace(spec, task=None, checkpoint=None, cancel=None)),
+            # The task and checkpoint travel as trees (Call), the cancel event stays here.
+            bare = replace(spec, task=None, checkpoint=None, cancel=None)  # type: ignore[arg-type]
+            call = Call(job.kind, pickled(bare),
                         job.estimate_id, utcnow(), self._tree(spec.checkpoint),
                         self._tree(spec.task), self._work)
         except Exception as e:  # noqa: BLE001 - the job never left: an infra_error record
@@ -708,7 +716,7 @@ class RayExecutor:
 
     def close(self) -> None:
         """Let what still runs return (bounded), end the runners, then leave the cluster
-        if we joined it."""
+        if this run joined it (a cluster the caller joined before, it leaves in place)."""
         if self._inflight:
             self.cancel()
             self._ray.wait(list(self._inflight), num_returns=len(self._inflight),
@@ -722,7 +730,8 @@ class RayExecutor:
         self._inflight.clear()
         self._queue.clear()
         self._trees.clear()
-        disconnect()
+        if self._leave:
+            self._ray.shutdown()
 
 
 def _place_evidence(entries: list[Entry], dest: Path) -> None:

@@ -1,0 +1,120 @@
+"""The book of trials: which trials have a final scored result, which run (again), how
+many attempts there were; read back from a bundle on a resume, then kept live by the loop.
+
+A trial is done when it has a scored result whose inputs id is its current one; every
+other trial runs again. An attempt that started and never ended (the rig was killed) is
+repaired on a resume: ended with its result's status when the result reached the disk,
+else `interrupted` (no result line: nothing was measured).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalrig.core.plan import Plan, Trial
+from evalrig.models.run import SCORED, AttemptEvent, RunCounts
+from evalrig.store.bundle import Fields, append_lines, read_rows
+from evalrig.store.clock import utcnow
+
+
+@dataclass
+class TrialBook:
+    """Per-trial state and the run's counters, from the bundle and then live."""
+
+    plan: Plan
+    final: dict[str, str] = field(default_factory=dict)  # trial id -> final scored status
+    last_attempt: dict[str, int] = field(default_factory=dict)
+    attempts: int = 0
+    infra: int = 0
+    interrupted: int = 0
+
+    def __post_init__(self) -> None:
+        self._inputs = {t.trial_id: t.inputs_id for t in self.plan.trials}
+        # `final` counted by status as it changes: progress asks after every batch.
+        self._scored = {s: 0 for s in SCORED}
+        for s in self.final.values():
+            self._scored[s] += 1
+
+    def started(self, trial_id: str, n: int) -> None:
+        self.attempts += 1
+        self.last_attempt[trial_id] = max(n, self.last_attempt.get(trial_id, 0))
+
+    def result(self, trial_id: str, inputs_id: str, status: str) -> None:
+        if status == "infra_error":
+            self.infra += 1
+        if status in SCORED and self._inputs.get(trial_id) == inputs_id:
+            before = self.final.get(trial_id)
+            if before is not None:
+                self._scored[before] -= 1
+            self.final[trial_id] = status
+            self._scored[status] += 1
+
+    def ended(self, status: str | None) -> None:
+        if status == "interrupted":
+            self.interrupted += 1
+
+    def to_run(self) -> list[Trial]:
+        return [t for t in self.plan.trials if t.trial_id not in self.final]
+
+    def counts(self) -> RunCounts:
+        by = self._scored
+        scored = len(self.final)
+        return RunCounts(trials=len(self.plan), scored=scored, passed=by["passed"],
+                         failed=by["failed"], agent_error=by["agent_error"], timeout=by["timeout"],
+                         infra_error=self.infra, interrupted=self.interrupted,
+                         attempts=self.attempts, unscored=len(self.plan) - scored)
+
+
+EVENT_FIELDS: Fields = {"event": (str,), "trial_id": (str,), "attempt_id": (str,),
+                        "attempt": (int,), "task_id": (str,), "rep": (int,),
+                        "status": (str, type(None))}
+RESULT_FIELDS: Fields = {"trial_id": (str,), "attempt_id": (str,), "inputs_id": (str,),
+                         "status": (str,)}
+
+
+@dataclass(frozen=True)
+class BundleRows:
+    """What a resume needs of the bundle's records: a few fields of every line."""
+
+    attempts: list[dict[str, Any]]
+    results: list[dict[str, Any]]
+
+
+def read_bundle_rows(out: Path) -> BundleRows:
+    """The attempts and results lines (torn tails already cut)."""
+    return BundleRows(read_rows(out / "attempts.jsonl", EVENT_FIELDS).records,
+                      read_rows(out / "results.jsonl", RESULT_FIELDS).records)
+
+
+def book_from_rows(plan: Plan, rows: BundleRows) -> TrialBook:
+    book = TrialBook(plan)
+    for ev in rows.attempts:
+        if ev["event"] == "start":
+            book.started(ev["trial_id"], ev["attempt"])
+        else:
+            book.ended(ev["status"])
+    for r in rows.results:
+        book.result(r["trial_id"], r["inputs_id"], r["status"])
+    return book
+
+
+def repair_dangling(out: Path, rows: BundleRows, book: TrialBook) -> int:
+    """End every attempt that started and never ended; returns how many.
+
+    Its end line carries its result's status when the result reached the disk (the crash
+    came between the two lines), else `interrupted`.
+    """
+    ended = {ev["attempt_id"] for ev in rows.attempts if ev["event"] == "end"}
+    results = {r["attempt_id"]: r["status"] for r in rows.results}
+    ends = []
+    for ev in rows.attempts:
+        if ev["event"] == "start" and ev["attempt_id"] not in ended:
+            status = results.get(ev["attempt_id"], "interrupted")
+            ends.append(AttemptEvent(event="end", trial_id=ev["trial_id"], attempt_id=ev["attempt_id"],
+                                     attempt=ev["attempt"], task_id=ev["task_id"], rep=ev["rep"],
+                                     at=utcnow(), status=status))
+            book.ended(status)
+    append_lines(out / "attempts.jsonl", ends)
+    return len(ends)

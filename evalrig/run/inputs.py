@@ -1,0 +1,265 @@
+"""The inputs of a run, found and checked before the bundle is touched: the sealed
+checkpoint, the task set, the plan (each trial with its inputs id), the policy pin, the
+secrets, the interpreters, the sandbox level and the network grant.
+
+Every refusal here is exit 4 naming the file and field, raised before a new bundle's
+directory exists; on a resume, `refuse_other_inputs` keeps a bundle to one sealed
+checkpoint on one task set (a task whose content changed is not refused: its trials'
+inputs ids change and they run again).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import evalrig
+from evalrig.attempt.canary import CANARY_ENV
+from evalrig.attempt.sandbox import LevelChoice, egress_enforced, resolve_level
+from evalrig.attempt.trial import scratch_base
+from evalrig.core.errors import EvalrigError, Problem, invalid
+from evalrig.core.plan import Filters, OutcomeSettings, Plan, build_plan
+from evalrig.models.run import (
+    InterpreterPin,
+    PolicyPin,
+    RunManifest,
+    RunSettings,
+    SealCheck,
+    SealEntry,
+)
+from evalrig.run.settings import Resolved, shown
+from evalrig.store.bundle import MANIFEST
+from evalrig.store.checkpoint import (
+    CHECKPOINT_TOML,
+    Checkpoint,
+    check_interpreter_prefixes,
+    check_sealed,
+    checkpoint_id,
+    history_log,
+    load_checkpoint,
+    program_digest,
+    resolve_commands,
+)
+from evalrig.store.clock import utcnow
+from evalrig.store.policy import load_policy
+from evalrig.store.tasks import LoadedTask, TaskSet, load_taskset
+
+
+@dataclass(frozen=True)
+class Inputs:
+    checkpoint: Checkpoint
+    seal: SealCheck
+    sealed: SealEntry
+    taskset: TaskSet
+    tasks: dict[str, LoadedTask]  # by task id
+    plan: Plan
+    policy_pin: PolicyPin | None
+    level: LevelChoice
+    secrets: dict[str, str]
+    home: Path
+    interpreters: list[InterpreterPin] = field(default_factory=list)
+    network_warning: str | None = None
+
+
+def gather_inputs(r: Resolved, home: Path, phase: Literal["start", "resume"],
+                  environ: Mapping[str, str], out: Path | None = None) -> Inputs:
+    s = r.settings
+    checkpoint = load_checkpoint(Path(s.checkpoint_dir))
+    check, entry, error = seal_check(Path(s.checkpoint_dir), home, phase)
+    if error is not None:
+        raise error
+    assert entry is not None  # a seal that matched has its registry entry
+    history_log(checkpoint)  # a declared log that is not there: refused before any bundle exists
+    level = resolve_level(s.sandbox)
+    pins = pin_interpreters(checkpoint, s, home, out, level)
+    taskset = load_taskset(Path(s.tasks_dir))
+    outcome = OutcomeSettings(s.timeout_scale, s.max_retries, s.sandbox, tuple(s.secrets),
+                              interpreter_prefixes=tuple(s.interpreter_prefixes),
+                              interpreters=tuple((p.field, p.program, p.sha256) for p in pins),
+                              allow_network=s.allow_network, allow_hosts=tuple(s.allow_hosts))
+    filters = Filters(tuple(s.suites), tuple(s.task_ids), tuple(s.tags))
+    plan = build_plan(taskset.tasks, entry.checkpoint_id, r.repeat, r.seed, outcome, filters,
+                      Path(s.tasks_dir))
+    tasks = {t.id: t for t in taskset.tasks}
+    asking = refuse_ungranted_network(checkpoint, [tasks[i] for i in plan.task_ids], s.allow_network)
+    return Inputs(
+        checkpoint=checkpoint,
+        seal=check,
+        sealed=entry,
+        taskset=taskset,
+        tasks=tasks,
+        plan=plan,
+        policy_pin=pin_policy(s.policy_file),
+        level=level,
+        secrets=secret_values(s.secrets, environ),
+        home=home,
+        interpreters=pins,
+        network_warning=network_warning(level.level, s.allow_network and asking),
+    )
+
+
+def seal_check(dir: Path, home: Path, phase: Literal["start", "resume", "end"]
+               ) -> tuple[SealCheck, SealEntry | None, EvalrigError | None]:
+    """Check the seal against the registry; the check is recorded whatever it finds."""
+    at = utcnow()
+    try:
+        entry = check_sealed(dir, home)
+    except EvalrigError as e:
+        try:
+            current: str | None = checkpoint_id(dir).digest
+        except EvalrigError:
+            current = None
+        return SealCheck(phase=phase, at=at, checkpoint_id=current, matched=False,
+                         message=e.message), None, e
+    return SealCheck(phase=phase, at=at, checkpoint_id=entry.checkpoint_id, matched=True), entry, None
+
+
+def pin_policy(path: str | None) -> PolicyPin | None:
+    if path is None:
+        return None
+    loaded = load_policy(Path(path))
+    return PolicyPin(name=loaded.spec.name, version=loaded.spec.version, digest=loaded.digest)
+
+
+RIG_SET = frozenset({"PATH", "HOME", "LANG", "TMPDIR", "EVALRIG_PROMPT", "EVALRIG_WORK",
+                     "EVALRIG_OUT", "EVALRIG_TASK_ID", "EVALRIG_ATTEMPT_ID", "EVALRIG_DEADLINE_S",
+                     "EVALRIG_SEED", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
+                     "https_proxy", "all_proxy"})
+"""Variables the rig gives the agent itself (docs/attempts.md), beside the canary's; the proxy's
+(evalrig.attempt.egress.PROXY_VARS) when the operator grants the network."""
+
+
+def secret_values(names: list[str], environ: Mapping[str, str]) -> dict[str, str]:
+    # The rig's own value would silently win over such a secret, and the rig's value would
+    # then be redacted from the evidence as if it were secret.
+    taken = [n for n in names if n in RIG_SET or n == CANARY_ENV]
+    if taken:
+        raise invalid(f"--secret {', '.join(taken)}: the rig sets this variable for the agent itself",
+                      field="--secret", hint="export the value under another name and pass that")
+    missing = [n for n in names if n not in environ]
+    if missing:
+        raise invalid(f"--secret {', '.join(missing)}: not set in this environment",
+                      field="--secret", hint="export the variable before running the rig")
+    return {n: environ[n] for n in names}
+
+
+def pin_interpreters(checkpoint: Checkpoint, s: RunSettings, home: Path, out: Path | None,
+                     level: LevelChoice) -> list[InterpreterPin]:
+    """Check the operator's interpreter prefixes and resolve the checkpoint's commands
+    (docs/attempts.md "What runs"); exit 4 naming checkpoint.toml and the field for a
+    command that would run anything else. Returns the digest of every program that
+    resolved under a prefix."""
+    guarded = [("the task set", Path(s.tasks_dir), True), ("$EVALRIG_HOME", home, True),
+               ("the rig's own files", Path(evalrig.__file__).parent, False),
+               ("the attempts' scratch directory",
+                Path(scratch_base(s.keep_workspaces) or tempfile.gettempdir()), False)]
+    if out is not None:
+        guarded.append(("the --out bundle", out, True))
+    prefixes = check_interpreter_prefixes(s.interpreter_prefixes, guarded)
+    unprivileged = level.level == "process" and os.geteuid() == 0
+    return [InterpreterPin(field=p.field, prefix=str(p.prefix), program=str(p.real),  # type: ignore[arg-type]
+                           sha256=program_digest(p.real))
+            for p in resolve_commands(checkpoint, prefixes, unprivileged)
+            if p.where == "prefix"]
+
+
+def refuse_ungranted_network(checkpoint: Checkpoint, tasks: Sequence[LoadedTask],
+                             granted: bool) -> bool:
+    """Whether the checkpoint or a planned task says network = true; without the operator's
+    --allow-network that is refused before the first attempt (exit 4, naming each file).
+
+    The network is the operator's grant, never the checkpoint's (docs/security.md)."""
+    problems = []
+    if checkpoint.spec.agent.network:
+        problems.append(Problem(str(checkpoint.dir / CHECKPOINT_TOML),
+                                "network = true: the agent asks for the network", field="agent.network"))
+    for task in tasks:
+        if task.spec.network:
+            problems.append(Problem(str(task.dir / "task.toml"),
+                                    "network = true: the task asks for the network", field="network"))
+    if problems and not granted:
+        first = problems[0]
+        raise invalid(
+            f"{first.file}: {first.field} = true, and the operator has not granted the network",
+            file=first.file, field=first.field, problems=problems,
+            hint="the network is the operator's grant, never the checkpoint's: to let this agent "
+            "reach chosen hosts, run again with --allow-network --allow-host HOST[:PORT] "
+            "(repeatable; the egress proxy lets it reach only those); else set network = false",
+        )
+    return bool(problems)
+
+
+def network_warning(level: str, networked: bool) -> str | None:
+    """Said on stderr and in the provenance when a grant cannot go through the egress proxy."""
+    if not networked or egress_enforced(level):  # type: ignore[arg-type]
+        return None
+    return ("--allow-network under --sandbox process without root: the grant is unenforced "
+            "(the agent reaches the host's network directly, not through the egress proxy, so "
+            "--allow-host does not bind it and network.jsonl is not written); run as root or "
+            "under bwrap to enforce it")
+
+
+def run_warnings(inputs: Inputs) -> list[str]:
+    """The sandbox warnings of this run, said on stderr and kept in the provenance."""
+    warnings = [w for w in (inputs.level.warning, inputs.network_warning) if w]
+    if inputs.level.level == "process" and os.geteuid() != 0:
+        # As root the agent gets an unprivileged uid of the pool (docs/attempts.md).
+        warnings.append(
+            f"under --sandbox process the agent runs as the rig's own user (uid {os.geteuid()}): "
+            f"it can write the rig's home ({inputs.home}) and every bundle that user may "
+            "write; run the rig as root (the agent then gets an unprivileged uid of its own) "
+            "or use --sandbox bwrap")
+    return warnings
+
+
+def refuse_other_inputs(manifest: RunManifest, inputs: Inputs, attempted: set[str],
+                        out: Path) -> None:
+    """A bundle evaluates one checkpoint on one task set; a resume must not mix them.
+
+    A task whose content changed is no reason to refuse: its trials' inputs ids change,
+    so they run again. A task that is gone would leave results no plan accounts for.
+    """
+    problems = []
+    if manifest.checkpoint.id != inputs.sealed.checkpoint_id:
+        problems.append(Problem(None, f"checkpoint: bundle has {manifest.checkpoint.id}, "
+                                      f"this command gives {inputs.sealed.checkpoint_id}"))
+    problems += _interpreter_changes(manifest.settings.interpreters, inputs.interpreters)
+    if manifest.policy_pin != inputs.policy_pin:
+        before = manifest.policy_pin.digest if manifest.policy_pin else "none"
+        after = inputs.policy_pin.digest if inputs.policy_pin else "none"
+        problems.append(Problem(None, f"--policy: bundle pinned {before}, this command gives {after}"))
+    gone = sorted(attempted - {t.trial_id for t in inputs.plan.trials})
+    if gone:
+        problems.append(Problem(None, f"--tasks: the bundle has attempts of trials the task set "
+                                      f"no longer has: {shown(gone[:5])}"
+                                      + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")))
+    if problems:
+        raise invalid("resume refused: the inputs differ from the bundle's", file=out / MANIFEST,
+                      problems=problems,
+                      hint="a bundle evaluates one sealed checkpoint on one task set: "
+                      "start a new bundle with a new --out")
+
+
+def _interpreter_changes(before: list[InterpreterPin], after: list[InterpreterPin]) -> list[Problem]:
+    """Each command that resolves to another interpreter program than when the bundle began."""
+    problems = []
+    before_pins = {p.field: p for p in before}
+    for pin in after:
+        was = before_pins.pop(pin.field, None)
+        if was is not None and was != pin:
+            problems.append(Problem(None, f"{pin.field}: the interpreter {was.program} "
+                                          f"(sha256 {was.sha256}) is now {pin.program} "
+                                          f"(sha256 {pin.sha256})"))
+        elif was is None:
+            problems.append(Problem(None, f"{pin.field}: resolves now to {pin.program} under "
+                                          f"--interpreter-prefix {pin.prefix}, not so when "
+                                          "the bundle began"))
+    for was in before_pins.values():
+        problems.append(Problem(None, f"{was.field}: resolved to {was.program} under "
+                                      f"--interpreter-prefix {was.prefix} when the bundle "
+                                      "began, no longer"))
+    return problems

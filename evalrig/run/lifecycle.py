@@ -1,0 +1,284 @@
+"""A run bundle's life: created (or resumed) under its lock, run, finished, registered in
+the home. `run_eval` is the outline of a run; each step is a module of `evalrig.run`.
+
+`manifest.json` is written at the start (status `running`) and last of all at the end,
+with the digest of every other file; the finished run is then registered in the home's
+`runs.jsonl` (docs/security.md), since compare takes only registered bundles.
+
+Choices the contract leaves open:
+- A bundle evaluates one checkpoint: a resume whose checkpoint has another id (sealed
+  anew) is refused, as is a task set that lost a task the bundle has attempts of
+  (run.inputs).
+- An attempt killed with the rig keeps its partial evidence in the bundle and in
+  `manifest.files`.
+- Running the command again on a complete bundle with nothing to rerun writes nothing.
+- A checkpoint that changed during the run fails the `end` seal check: the manifest
+  records it and the command exits 4.
+"""
+
+from __future__ import annotations
+
+import secrets as pysecrets
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from evalrig import __version__
+from evalrig.attempt.evidence import remove_tree
+from evalrig.attempt.trial import flush_removals, scratch_base
+from evalrig.core.errors import invalid
+from evalrig.core.plan import Trial
+from evalrig.models.run import (
+    CheckpointRef,
+    Provenance,
+    Resume,
+    RunCounts,
+    RunEntry,
+    RunManifest,
+)
+from evalrig.run.book import (
+    BundleRows,
+    TrialBook,
+    book_from_rows,
+    read_bundle_rows,
+    repair_dangling,
+)
+from evalrig.run.executors import check_executor
+from evalrig.run.inputs import Inputs, gather_inputs, refuse_other_inputs, run_warnings, seal_check
+from evalrig.run.loop import Hooks, Loop, Stop
+from evalrig.run.progress import Reporter, SilentReporter
+from evalrig.run.provenance import HISTORY, PROVENANCE, copy_history, new_provenance, taskset_ref
+from evalrig.run.settings import Resolved, RunRequest, resolve_settings
+from evalrig.store.bundle import (
+    LOCK,
+    LOCK_HOLDER,
+    MANIFEST,
+    RUN_JSONL,
+    BundleLock,
+    bundle_digest,
+    cut_torn_tail,
+    file_digests,
+    is_atomic_temp,
+    read_json,
+    write_json_atomic,
+)
+from evalrig.store.clock import utcnow
+from evalrig.store.ledger import register_run
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    status: str
+    counts: RunCounts
+    bundle: Path
+    interrupted: bool
+    kept: int
+    ran: int
+
+
+@dataclass(frozen=True)
+class Turn:
+    """This process's turn at a bundle, its settings and inputs checked."""
+
+    out: Path
+    argv: tuple[str, ...]
+    resolved: Resolved
+    inputs: Inputs
+    reporter: Reporter
+    hooks: Hooks
+    leave_cluster: bool
+    """This turn joined a Ray cluster to check it: its executor leaves it when closed."""
+
+
+def run_eval(req: RunRequest, home: Path, environ: Mapping[str, str],
+             reporter: Reporter | None = None, hooks: Hooks = Hooks()) -> RunSummary:
+    """Start or resume the run bundle at `req.out`; returns how it stands when this ends."""
+    reporter = reporter or SilentReporter()
+    out = Path(req.out)
+    if not (out / MANIFEST).exists():
+        return _new_bundle(req, home, environ, reporter, hooks)
+    with BundleLock(out, list(req.argv)):
+        manifest = _bundle_state(out)
+        assert manifest is not None
+        turn = _checked_turn(req, manifest, home, "resume", environ, reporter, hooks)
+        for name in RUN_JSONL:
+            cut_torn_tail(out / name)
+        rows = read_bundle_rows(out)
+        refuse_other_inputs(manifest, turn.inputs, {ev["trial_id"] for ev in rows.attempts}, out)
+        return _resume(turn, manifest, rows)
+
+
+def _new_bundle(req: RunRequest, home: Path, environ: Mapping[str, str], reporter: Reporter,
+                hooks: Hooks) -> RunSummary:
+    """Every input checked before the bundle directory exists at all."""
+    out = Path(req.out)
+    if req.resume:
+        resolve_settings(req, None)  # refuses: nothing to resume (and creates nothing)
+    _bundle_state(out)
+    turn = _checked_turn(req, None, home, "start", environ, reporter, hooks)
+    with BundleLock(out, list(req.argv)):
+        if (out / MANIFEST).exists():  # another process got here between the checks
+            raise invalid("another run created this bundle meanwhile", file=out,
+                          hint="run the command again to resume it")
+        return _start(turn)
+
+
+def _checked_turn(req: RunRequest, manifest: RunManifest | None, home: Path,
+                  phase: Literal["start", "resume"], environ: Mapping[str, str],
+                  reporter: Reporter, hooks: Hooks) -> Turn:
+    """Settings, executor and inputs, each refused (exit 4) before the bundle is touched."""
+    resolved = resolve_settings(req, manifest)
+    s = resolved.settings
+    joined = check_executor(s.executor, s.ray_address, join=True)
+    inputs = gather_inputs(resolved, home, phase, environ, Path(req.out))
+    return Turn(Path(req.out), req.argv, resolved, inputs, reporter, hooks, joined)
+
+
+def _bundle_state(out: Path) -> RunManifest | None:
+    """The bundle's manifest; None for a new (absent or empty) --out."""
+    if (out / MANIFEST).exists():
+        return read_json(out / MANIFEST, RunManifest)
+    if out.exists():
+        if not out.is_dir():
+            raise invalid("--out is a file, not a directory", file=out, hint="give a new directory")
+        # A run killed before its first manifest leaves only what `_start` writes before
+        # it (no records yet): such a directory starts afresh.
+        leftovers = [p.name for p in out.iterdir() if not _start_leftover(p)]
+        if leftovers:
+            raise invalid("--out exists and is not a run bundle (no manifest.json)", file=out,
+                          hint="give a new or empty directory for --out")
+    return None
+
+
+def _start_leftover(p: Path) -> bool:
+    name = p.name
+    if name in (LOCK, LOCK_HOLDER, PROVENANCE, HISTORY) or is_atomic_temp(name):
+        return True
+    return name in RUN_JSONL and p.stat().st_size == 0
+
+
+def _start(turn: Turn) -> RunSummary:
+    out, r, inputs = turn.out, turn.resolved, turn.inputs
+    warnings = run_warnings(inputs)
+    for w in warnings:
+        turn.reporter.warning(w)
+    write_json_atomic(out / PROVENANCE, new_provenance(turn.argv, warnings))
+    history = copy_history(inputs.checkpoint, out)
+    for name in RUN_JSONL:
+        (out / name).touch()
+    book = TrialBook(inputs.plan)
+    manifest = RunManifest(
+        run_id=f"run-{pysecrets.token_hex(8)}", rig_version=__version__,
+        checkpoint=CheckpointRef(id=inputs.sealed.checkpoint_id, name=inputs.sealed.name,
+                                 sealed_at=inputs.sealed.sealed_at),
+        taskset=taskset_ref(inputs.taskset), repeat=r.repeat, seed=r.seed,
+        settings=r.settings.model_copy(update={"interpreters": inputs.interpreters}),
+        subset=inputs.plan.subset, policy_pin=inputs.policy_pin, plan_digest=inputs.plan.digest,
+        status="running", counts=book.counts(), seal_checks=[inputs.seal], history=history,  # type: ignore[arg-type]
+        created_at=utcnow(),
+    )
+    write_json_atomic(out / MANIFEST, manifest)
+    turn.reporter.started(len(inputs.plan), 0)
+    return _run(turn, manifest, book, book.to_run(), kept=0)
+
+
+def _resume(turn: Turn, manifest: RunManifest, rows: BundleRows) -> RunSummary:
+    out, inputs = turn.out, turn.inputs
+    book = book_from_rows(inputs.plan, rows)
+    repaired = repair_dangling(out, rows, book)
+    to_run = book.to_run()
+    kept = len(inputs.plan) - len(to_run)
+    if not to_run and not repaired and manifest.status == "complete":
+        # Nothing to do: leave a finished bundle byte for byte as it was.
+        return RunSummary(manifest.run_id, manifest.status, manifest.counts, out, False, kept, 0)
+    prov = read_json(out / PROVENANCE, Provenance)
+    said = run_warnings(inputs)
+    new_warnings = [w for w in said if w not in prov.sandbox_warnings]
+    for w in said:
+        turn.reporter.warning(w)
+    prov = prov.model_copy(update={
+        "sandbox_warnings": prov.sandbox_warnings + new_warnings,
+        "resumes": prov.resumes + [Resume(at=utcnow(), kept=kept, rerun=len(to_run))]})
+    write_json_atomic(out / PROVENANCE, prov)
+    manifest = manifest.model_copy(update={
+        "settings": turn.resolved.settings.model_copy(update={"interpreters": inputs.interpreters}),
+        "taskset": taskset_ref(inputs.taskset),
+        "plan_digest": inputs.plan.digest, "status": "running", "counts": book.counts(),
+        "seal_checks": manifest.seal_checks + [inputs.seal], "finished_at": None, "files": {}})
+    write_json_atomic(out / MANIFEST, manifest)
+    turn.reporter.started(len(inputs.plan), kept)
+    return _run(turn, manifest, book, to_run, kept=kept)
+
+
+def _run(turn: Turn, manifest: RunManifest, book: TrialBook, to_run: list[Trial],
+         kept: int) -> RunSummary:
+    """The loop, in a scratch directory of its own that goes when the loop ends."""
+    s = turn.resolved.settings
+    stop = Stop()
+    scratch = scratch_dir("evalrig-attempts-", keep=s.keep_workspaces)
+    try:
+        with stop.handlers():
+            loop = Loop(turn.out, turn.inputs, s, book, turn.reporter, turn.hooks, stop, scratch,
+                        leave_cluster=turn.leave_cluster)
+            loop.execute(to_run)
+    finally:
+        flush_removals()  # the trial removes attempt roots in the background: wait for that first
+        if s.keep_workspaces and s.executor == "local":
+            turn.reporter.warning(f"--keep-workspaces: the attempt workspaces are in {scratch}")
+        else:
+            _remove_scratch(scratch)
+        if s.keep_workspaces and s.executor == "ray":
+            from evalrig.run.executors.ray import KEPT_WHERE  # the optional extra's module
+
+            turn.reporter.warning(f"--keep-workspaces: the attempt workspaces are {KEPT_WHERE}")
+    return _finish(turn, manifest, book, stop.signal is not None, kept, loop.ran)
+
+
+def scratch_dir(prefix: str, keep: bool) -> Path:
+    """Where this run's attempt roots are made: outside every bundle and task set, in the
+    place `trial.scratch_base` chooses."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=scratch_base(keep)))
+
+
+def _remove_scratch(scratch: Path) -> None:
+    """The run's scratch directory, whatever an agent left in it (evidence.remove_tree:
+    any depth or name length); what cannot be removed stays, and never fails the run."""
+    try:
+        remove_tree(scratch)
+    except OSError:
+        pass
+
+
+def _finish(turn: Turn, manifest: RunManifest, book: TrialBook, stopped: bool, kept: int,
+            ran: int) -> RunSummary:
+    counts = book.counts()
+    checks = list(manifest.seal_checks)
+    error = None
+    if not stopped:
+        check, _, error = seal_check(Path(manifest.settings.checkpoint_dir), turn.inputs.home, "end")
+        checks.append(check)
+    status = "complete" if counts.unscored == 0 else "incomplete"
+    final = manifest.model_copy(update={
+        "status": status, "counts": counts, "seal_checks": checks, "finished_at": utcnow(),
+        "files": file_digests(turn.out)})
+    write_json_atomic(turn.out / MANIFEST, final)
+    register_finished(turn.inputs.home, final)
+    if error is not None:
+        raise invalid(f"the checkpoint changed during the run: {error.message}",
+                      file=manifest.settings.checkpoint_dir,
+                      hint="the run's results are void for a release; restore the checkpoint "
+                      "and run again into a new --out")
+    interrupted = stopped and status != "complete"
+    return RunSummary(final.run_id, status, counts, turn.out, interrupted, kept, ran)
+
+
+def register_finished(home: Path, m: RunManifest) -> bool:
+    """Record a finished run in the home's `runs.jsonl` (docs/security.md): compare
+    takes only bundles registered there. False when its digest already was."""
+    assert m.status != "running" and m.finished_at is not None, "only a finished run is registered"
+    return register_run(home, RunEntry(run_id=m.run_id, bundle_digest=bundle_digest(dict(m.files)),
+                                       checkpoint_id=m.checkpoint.id, status=m.status,  # type: ignore[arg-type]
+                                       finished_at=m.finished_at))

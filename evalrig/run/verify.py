@@ -1,0 +1,169 @@
+"""`verify`: a run bundle re-derived from its stored evidence. Every file digest checked,
+every result's evidence digest and canary finding, every verdict re-judged by its
+task's verifier; `verify --register` then records the bundle in the home."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from evalrig.attempt.canary import needle
+from evalrig.attempt.evidence import rederive_canary
+from evalrig.attempt.sandbox import resolve_level
+from evalrig.attempt.verifiers import verify_evidence
+from evalrig.core.errors import Problem, invalid
+from evalrig.models.run import Result, RunManifest
+from evalrig.run.lifecycle import register_finished, scratch_dir
+from evalrig.run.loop import ATTEMPTS_DIR, evidence_digest
+from evalrig.store.bundle import RunBundle, check_run_digests, load_run, manifest_problems
+from evalrig.store.tasks import LoadedTask, load_taskset
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    results: int
+    rederived: int
+    files: int
+    manifest: RunManifest | None = None
+    """The manifest as verified (what `verify --register` records)."""
+
+
+def verify_and_register(dir: Path, home: Path) -> tuple[VerifyReport, bool]:
+    """`verify --register`: re-derive every result from evidence (exit 4 on any mismatch,
+    nothing registered), then record the bundle in the home's `runs.jsonl` so that compare
+    takes it. Idempotent: the bool says whether it was new."""
+    report = verify_run(dir)
+    assert report.manifest is not None
+    return report, register_finished(home, report.manifest)
+
+
+def verify_run(dir: Path) -> VerifyReport:
+    """Re-derive every result from stored evidence and check every digest; exit 4 on any mismatch."""
+    dir = Path(dir)
+    b = load_run(dir)
+    problems = list(check_run_digests(dir))
+    for name, line in sorted(b.torn.items()):
+        problems.append(Problem(str(dir / name), "torn last line (a crash mid-write); "
+                                "resume the run to repair it", line=line))
+    problems += evidence_problems(dir, b)
+    problems += canary_problems(dir, b)
+    problems += manifest_problems(dir, b)
+    rederived, verdict_problems = rederive(dir, b)
+    problems += verdict_problems
+    if problems:
+        raise invalid(f"{len(problems)} mismatch(es) in the run bundle", file=dir,
+                      problems=problems,
+                      hint="the bundle was changed after the run, or a verifier is not "
+                      "deterministic; rerun into a new --out to get a trustworthy bundle")
+    return VerifyReport(results=len(b.results), rederived=rederived, files=len(b.manifest.files),
+                        manifest=b.manifest)
+
+
+def evidence_problems(dir: Path, b: RunBundle) -> list[Problem]:
+    out = []
+    for i, r in enumerate(b.results, start=1):
+        digest, _ = evidence_digest(dir / ATTEMPTS_DIR / r.attempt_id)
+        if digest != r.evidence_digest:
+            out.append(Problem(str(dir / "results.jsonl"),
+                               f"trial {r.trial_id}: evidence of {r.attempt_id} has digest "
+                               f"{digest}, the result records {r.evidence_digest}", line=i))
+    return out
+
+
+def canary_problems(dir: Path, b: RunBundle) -> list[Problem]:
+    """A result that says the canary was not found where its stored evidence holds it.
+
+    The scan is re-run over what was kept (evidence.rederive_canary); a finding in what
+    was not kept (a stream's dropped excess, a link's target) cannot be re-derived, and
+    a recorded `found: true` is taken as it is: it can only block a release.
+    """
+    out = []
+    for i, r in enumerate(b.results, start=1):
+        if r.canary.found or not r.canary.value:
+            continue
+        where = rederive_canary(dir / ATTEMPTS_DIR / r.attempt_id, needle(r.canary.value))
+        if where:
+            out.append(Problem(str(dir / "results.jsonl"),
+                               f"trial {r.trial_id}: the stored evidence of {r.attempt_id} holds "
+                               f"the canary ({', '.join(where[:5])}); the result records it not "
+                               "found", line=i))
+    return out
+
+
+def _superseded(b: RunBundle) -> set[str]:
+    """Attempt ids of results of an earlier version of their task: a resume after the task
+    changed ran the trial again, so their verifier may be gone; they stay on record (and
+    under the digests) but are not re-derived with another verifier."""
+    latest = {r.trial_id: r.inputs_id for r in b.results}
+    return {r.attempt_id for r in b.results if r.inputs_id != latest[r.trial_id]}
+
+
+def _changed_verifiers(b: RunBundle, tasks: dict[str, LoadedTask], path: str,
+                       superseded: set[str]) -> tuple[set[str], list[Problem]]:
+    """Tasks whose verifier is gone or not the one the results record: refused by name."""
+    bad: set[str] = set()
+    problems = []
+    for r in b.results:
+        if r.task_id in bad or r.attempt_id in superseded:
+            continue
+        task = tasks.get(r.task_id)
+        if task is None:
+            bad.add(r.task_id)
+            problems.append(Problem(path, f"task {r.task_id}: no longer in the task set; "
+                                          "its results cannot be re-derived"))
+        elif task.verifier_identity != r.verifier:
+            bad.add(r.task_id)
+            problems.append(Problem(path, f"task {r.task_id}: its verifier changed since the run "
+                                          f"(recorded {r.verifier.digest}, now "
+                                          f"{task.verifier_identity.digest}); refusing to "
+                                          "re-derive with another verifier"))
+    return bad, problems
+
+
+def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
+    """Run each scored result's verifier again on its stored evidence and compare."""
+    tasks_dir = Path(b.manifest.settings.tasks_dir)
+    tasks = {t.id: t for t in load_taskset(tasks_dir).tasks}
+    superseded = _superseded(b)
+    bad, problems = _changed_verifiers(b, tasks, str(tasks_dir), superseded)
+    available = resolve_level("auto").level
+    n = 0
+    path = str(dir / "results.jsonl")
+    scratch = scratch_dir("evalrig-verify-", keep=False)
+    try:
+        for i, r in enumerate(b.results, start=1):
+            recorded = _recorded_verdict(r)
+            if recorded is None or r.task_id in bad:
+                continue
+            if r.attempt_id in superseded and tasks[r.task_id].verifier_identity != r.verifier:
+                continue
+            # Judge under the level the attempt was judged under where this machine has it.
+            level = r.sandbox if available == "bwrap" else available
+            v = verify_evidence(tasks[r.task_id], dir / ATTEMPTS_DIR / r.attempt_id, level, 0,
+                                b.manifest.settings.max_retries, scratch)
+            n += 1
+            now = _verdict_word(v.passed)
+            if now != recorded[0]:
+                problems.append(Problem(path, f"trial {r.trial_id}: recorded {recorded[0]}, "
+                                              f"re-derived {now}", line=i))
+            elif v.reward != recorded[1] or (r.status in ("passed", "failed") and v.checks != r.checks):
+                problems.append(Problem(path, f"trial {r.trial_id}: recorded reward {recorded[1]} "
+                                              f"checks {r.checks}, re-derived reward {v.reward} "
+                                              f"checks {v.checks}", line=i))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return n, problems
+
+
+def _verdict_word(passed: bool | None) -> str:
+    return {True: "passed", False: "failed", None: "a verifier fault"}[passed]
+
+
+def _recorded_verdict(r: Result) -> tuple[str, float | None] | None:
+    """What the verifier said at the time, where it judged: (passed|failed, reward)."""
+    if r.status in ("passed", "failed"):
+        return r.status, r.reward
+    if r.status in ("agent_error", "timeout") and r.diagnostic is not None:
+        return _verdict_word(r.diagnostic.passed), r.diagnostic.reward
+    return None
