@@ -253,6 +253,9 @@ class Finished:
     # The egress proxy's records (spec.egress given and enforced); None: no proxy ran.
     egress: tuple[NetworkConnection, ...] | None = None
     egress_hosts: tuple[str, ...] = ()
+    # Of wall_s and the rig's time around it, what reading, scanning, redacting and
+    # keeping the two streams cost the rig (evalrig.attempt.stages); never recorded.
+    streams_s: float = 0.0
 
 
 # --------------------------------------------------------------------------- levels
@@ -970,6 +973,7 @@ class _Run:
         self.spec = spec
         self.plan = plan
         self.killed_for: str | None = None
+        self.streams_s = 0.0  # the rig's own time on the streams (Finished.streams_s)
         # The namespace's init when it is not our direct child: pid -> pidfd. Its exit
         # means the namespace is empty; as the rig is a subreaper, we reap it (rusage).
         self.inner: dict[int, int] = {}
@@ -977,11 +981,13 @@ class _Run:
     def run(self) -> Finished:
         spec = self.spec
         secrets = spec.redact or {}
+        began = time.perf_counter()
         sinks = {
             "stdout": CappedSink(spec.stdout_path, spec.max_output_bytes, secrets),
             "stderr": CappedSink(spec.stderr_path, spec.max_output_bytes, secrets),
         }
         scanners = {name: StreamScanner(spec.scan_for) for name in sinks}
+        self.streams_s += time.perf_counter() - began
         egress = _Egress(spec.egress) if spec.egress is not None and (
             self.plan.handshake or self.plan.netns_at is not None) else None
         shake = _Handshake(self.plan.rlimits, egress) if self.plan.handshake else None
@@ -1015,8 +1021,10 @@ class _Run:
             self.proc = proc
             status, usages = self._supervise(proc, sinks, scanners, start, shake)
         finally:
+            began = time.perf_counter()
             for sink in sinks.values():
                 sink.close()
+            self.streams_s += time.perf_counter() - began
             for fd in self.inner.values():
                 os.close(fd)
             if shake is not None:
@@ -1033,6 +1041,9 @@ class _Run:
         # Linux charges the rig's peak RSS at the spawn to the child's first exec; the
         # rig's peak only grows, so read after the wait it bounds what was charged.
         peak = _peak_rss(usages, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        began = time.perf_counter()
+        found_in = _found_in(scanners)
+        self.streams_s += time.perf_counter() - began
         return Finished(
             exit_code=exit_code,
             signal=sig,
@@ -1046,12 +1057,13 @@ class _Run:
             stderr_bytes=sinks["stderr"].total,
             stdout_truncated=sinks["stdout"].truncated,
             stderr_truncated=sinks["stderr"].truncated,
-            canary_found_in=_found_in(scanners),
+            canary_found_in=found_in,
             containment=self.plan.containment,
             level=spec.level,
             network=spec.network,
             egress=egress.records() if egress is not None else None,
             egress_hosts=tuple(egress.hosts()) if egress is not None else (),
+            streams_s=self.streams_s,
         )
 
     def _decode(self, status: int) -> tuple[int | None, int | None]:
@@ -1138,9 +1150,13 @@ class _Run:
                             self._adopt(shake.pid)
                             if watch is not None and shake.pid is not None:
                                 watch.see_sandbox(shake.pid)
-                    elif not self._pump(key.fd, view, scanners[key.data], sinks[key.data]):
-                        selector.unregister(key.fd)
-                        open_pipes -= 1
+                    else:
+                        began = time.perf_counter()
+                        more = self._pump(key.fd, view, scanners[key.data], sinks[key.data])
+                        self.streams_s += time.perf_counter() - began
+                        if not more:
+                            selector.unregister(key.fd)
+                            open_pipes -= 1
 
     @staticmethod
     def _pump(fd: int, view: memoryview, scanner: StreamScanner, sink: CappedSink) -> bool:

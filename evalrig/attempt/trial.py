@@ -38,14 +38,14 @@ import shutil
 import stat
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 
-from evalrig.attempt import egress, sandbox
+from evalrig.attempt import egress, sandbox, stages
 from evalrig.attempt.canary import (
     CANARY_ENV,
     CANARY_FILE,
@@ -54,7 +54,7 @@ from evalrig.attempt.canary import (
     new_canary,
     plant_file,
 )
-from evalrig.attempt.evidence import collect
+from evalrig.attempt.evidence import collect, evidence_digest
 from evalrig.attempt.evidence import remove_tree as _remove_tree
 from evalrig.attempt.streams import scan
 from evalrig.attempt.verifiers import (
@@ -75,12 +75,12 @@ from evalrig.models.run import (
 )
 from evalrig.store.checkpoint import Checkpoint
 from evalrig.store.tasks import LoadedTask
-from evalrig.store.tree import hash_tree
 
 __all__ = [
     "AttemptOutcome",
     "AttemptSpec",
     "Verdict",
+    "fault_outcome",
     "flush_removals",
     "run_attempt",
     "run_estimate",
@@ -129,6 +129,8 @@ class AttemptSpec:
 class AttemptOutcome:
     actual: Actual
     result: Result
+    # seconds per stage (evalrig.attempt.stages), for bench/bench_run.py; never recorded
+    stages: Mapping[str, float] = field(default_factory=dict)
 
 
 # -- the workspace -----------------------------------------------------------------------
@@ -582,7 +584,7 @@ class _Record:
     status: str = "infra_error"
     error: str | None = None
     verdict: Verdict | None = None
-    fin: Any = None
+    fin: sandbox.Finished | None = None
     canary_where: tuple[str, ...] = ()
     evidence_truncated: bool = False
     evidence_skipped: tuple[str, ...] = ()
@@ -591,19 +593,21 @@ class _Record:
 
 def run_attempt(spec: AttemptSpec) -> AttemptOutcome:
     """Run one attempt and judge its stored evidence; see the module docstring."""
+    laps = stages.Laps()
     spec.evidence_dir.mkdir(parents=True, exist_ok=True)
     root = spec.scratch_root / spec.attempt_id
     canary = new_canary()
     rec = _Record()
     try:
-        _attempt(spec, root, canary, rec)
+        _attempt(spec, root, canary, rec, laps)
     finally:
         if not spec.keep_workspace:
             _reaper.remove(root)
         if spec.task.spec.verifier.kind == "command":
             _reaper.remove(_verify_scratch(spec))
-    _ensure_streams(spec.evidence_dir)
-    return _outcome(spec, canary, rec)
+    if rec.fin is None or rec.fin.error is not None:  # a launch that ran made both files
+        _ensure_streams(spec.evidence_dir)
+    return _outcome(spec, canary, rec, laps)
 
 
 def _verify_scratch(spec: AttemptSpec) -> Path:
@@ -611,22 +615,27 @@ def _verify_scratch(spec: AttemptSpec) -> Path:
     return spec.scratch_root / f"{spec.attempt_id}.verify"
 
 
-def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record) -> None:
+def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: stages.Laps) -> None:
     try:
         ws = make_workspace(root, spec.task, spec.checkpoint.dir, spec.level)
         plant_file(ws.home, canary)
     except OSError as e:
         rec.status, rec.error = "infra_error", f"the rig could not make the workspace: {e}"
         return
+    finally:
+        laps.lap(stages.WORKSPACE)
     argv = list(spec.checkpoint.spec.agent.command)
     rec.fin = _launch(spec, ws, argv, agent_env(spec, ws, canary), spec.deadline_s,
                       spec.task.spec.max_output_bytes, spec.evidence_dir / "stdout.txt",
                       spec.evidence_dir / "stderr.txt", [needle(canary)],
                       networked=network_of(spec))
+    laps.lap(stages.SPAWN)
+    laps.move(rec.fin.streams_s, stages.SPAWN, stages.STREAMS)
     rec.status, rec.error = _status_of(rec.fin, spec.cancel)
     rec.canary_where = tuple(rec.fin.canary_found_in or ())
     if write_network_log(spec.evidence_dir, rec.fin.egress, [needle(canary)]):
         rec.canary_where += (NETWORK_LOG,)
+    laps.lap(stages.CANARY)
     if rec.fin.error:  # nothing ran: no evidence to take
         return
     try:
@@ -640,6 +649,9 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record) -> None:
     except OSError as e:  # writing the evidence failed (what the agent left is only skipped)
         rec.status, rec.error = "infra_error", f"the rig could not copy the evidence: {e}"
         return
+    finally:
+        laps.lap(stages.EVIDENCE)
+    laps.move(got.scan_s, stages.EVIDENCE, stages.CANARY)
     rec.canary_where += tuple(got.canary_in)
     rec.evidence_truncated, rec.evidence_skipped = got.truncated, tuple(got.skipped)
     rec.evidence_skipped_count = got.skipped_count
@@ -650,6 +662,7 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record) -> None:
         _verify_scratch(spec),
         output_dir=spec.evidence_dir / VERIFIER_DIR, cancel=spec.cancel,
     )
+    laps.lap(stages.VERIFY)
     if spec.cancel is not None and spec.cancel.is_set() and rec.verdict.outcome == "fault":
         rec.status, rec.error = "interrupted", "the rig stopped while the verifier ran"
     elif rec.status == "ok":
@@ -661,17 +674,31 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record) -> None:
         rec.error = f"{rec.error}; the diagnostic verifier run faulted: {rec.verdict.error}"
 
 
-def _outcome(spec: AttemptSpec, canary: str, rec: _Record) -> AttemptOutcome:
-    fin = rec.fin
+def _outcome(spec: AttemptSpec, canary: str, rec: _Record, laps: stages.Laps) -> AttemptOutcome:
     usage = read_usage(spec.evidence_dir)
+    found = Canary(value=canary, found=bool(rec.canary_where), where=list(rec.canary_where[:WHERE_MAX]))
+    return _records(spec, rec, usage, found, network_of(spec), rec.fin.wall_s if rec.fin else 0.0, laps)
+
+
+def fault_outcome(spec: AttemptSpec, status: str, error: str, wall_s: float) -> AttemptOutcome:
+    """The records of an attempt whose own code raised (the runner records it): the
+    evidence there is, and no usage, canary or network claimed."""
+    return _records(spec, _Record(status=status, error=error), Usage("missing"),
+                    Canary(value="", found=False), False, wall_s, stages.Laps())
+
+
+def _records(spec: AttemptSpec, rec: _Record, usage: Usage, canary: Canary, network: bool,
+             wall_s: float, laps: stages.Laps) -> AttemptOutcome:
+    """The attempt's Actual and Result: the one place either is made."""
+    fin = rec.fin
     error = rec.error
     if usage.error:
         error = f"{error}; {usage.error}" if error else usage.error
-    ids: dict[str, Any] = {"trial_id": spec.trial_id, "attempt_id": spec.attempt_id, "task_id": spec.task.id,
-           "rep": spec.rep}
+    ids: dict[str, Any] = {"trial_id": spec.trial_id, "attempt_id": spec.attempt_id,
+                           "task_id": spec.task.id, "rep": spec.rep}
     actual = Actual(
         **ids,
-        wall_s=fin.wall_s if fin else 0.0,
+        wall_s=wall_s,
         cpu_s=fin.cpu_s if fin else None,
         peak_rss=fin.peak_rss if fin else None,
         exit_code=fin.exit_code if fin else None,
@@ -697,7 +724,9 @@ def _outcome(spec: AttemptSpec, canary: str, rec: _Record) -> AttemptOutcome:
     diagnostic = None
     if rec.status in ("agent_error", "timeout") and v is not None:
         diagnostic = Diagnostic(passed=v.passed, reward=v.reward)
-    tree = hash_tree(spec.evidence_dir, exclude=frozenset({VERIFIER_DIR}))
+    laps.lap(stages.RECORD)
+    digest, size = evidence_digest(spec.evidence_dir)
+    laps.lap(stages.EVIDENCE)
     result = Result(
         **ids,
         attempt=spec.attempt,
@@ -714,16 +743,15 @@ def _outcome(spec: AttemptSpec, canary: str, rec: _Record) -> AttemptOutcome:
         sandbox=fin.level if fin else spec.level,
         # never launched (the workspace failed): claim no more than best effort
         containment=fin.containment if fin else "subreaper",
-        network=network_of(spec),
+        network=network,
         network_hosts=list(fin.egress_hosts) if fin else [],
-        canary=Canary(value=canary, found=bool(rec.canary_where),
-                      where=list(rec.canary_where[:WHERE_MAX])),
-        evidence_digest=tree.digest,
-        evidence_bytes=tree.bytes,
+        canary=canary,
+        evidence_digest=digest,
+        evidence_bytes=size,
         evidence_truncated=rec.evidence_truncated,
         evidence_skipped=list(rec.evidence_skipped),
         evidence_skipped_count=rec.evidence_skipped_count,
         error=error,
     )
-    return AttemptOutcome(actual, result)
-
+    laps.lap(stages.RECORD)
+    return AttemptOutcome(actual, result, laps.seconds)

@@ -49,7 +49,6 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from evalrig import __version__
-from evalrig.core.digest import sha256_bytes
 from evalrig.core.errors import EvalrigError, Problem, UsageError, invalid
 from evalrig.core.plan import Filters, OutcomeSettings, Plan, Trial, build_plan
 from evalrig.models.run import (
@@ -57,7 +56,6 @@ from evalrig.models.run import (
     SCORED,
     Actual,
     AttemptEvent,
-    Canary,
     CheckpointRef,
     Estimate,
     InterpreterPin,
@@ -964,22 +962,12 @@ class Run:
 
     def _rig_fault(self, done: Done, item: Launch) -> tuple[Actual, Result]:
         """The attempt's own code raised: an infra_error, with what evidence there is."""
-        t, spec = item.trial, item.spec
-        task = self.inputs.tasks[t.task_id]
+        from evalrig.attempt.trial import fault_outcome
+
         status = "interrupted" if self.stop.event.is_set() else "infra_error"
-        actual = Actual(trial_id=t.trial_id, attempt_id=spec.attempt_id, task_id=t.task_id,
-                        rep=t.rep, wall_s=done.wall_s, exit_code=None, timed_out=False,
-                        usage_source="missing", stdout_bytes=0, stderr_bytes=0,
-                        stdout_truncated=False, stderr_truncated=False)
-        digest, size = evidence_digest(spec.evidence_dir)
-        result = Result(trial_id=t.trial_id, attempt_id=spec.attempt_id, attempt=item.n,
-                        task_id=t.task_id, suite=task.suite, rep=t.rep, inputs_id=t.inputs_id,
-                        status=status, passed=None, verifier=task.verifier_identity,  # type: ignore[arg-type]
-                        sandbox=self.inputs.level.level, containment="subreaper",
-                        network=False, canary=Canary(value="", found=False),
-                        evidence_digest=digest, evidence_bytes=size,
-                        error=f"the rig failed while running the attempt: {done.error}")
-        return actual, result
+        out = fault_outcome(item.spec, status, f"the rig failed while running the attempt: {done.error}",
+                            done.wall_s)
+        return out.actual, out.result
 
     def _report(self) -> None:
         counts = self.book.counts()
@@ -996,18 +984,6 @@ def _estimate_id() -> str:
 def is_verifier_fault(result: Result) -> bool:
     """A verifier that kept failing on stored evidence: never a reason to re-run the agent (§5)."""
     return result.status == "infra_error" and result.verifier_runs > 0
-
-
-def evidence_digest(dir: Path) -> tuple[str, int]:
-    """The digest of an attempt's evidence as the trial records it (the verifier's own
-    output left out: it is re-derived, not evidence)."""
-    from evalrig.attempt.verifiers import VERIFIER_DIR
-    from evalrig.store.tree import hash_tree
-
-    if not Path(dir).is_dir():
-        return sha256_bytes(b""), 0
-    td = hash_tree(Path(dir), exclude=frozenset({VERIFIER_DIR}))
-    return td.digest, td.bytes
 
 
 def _trial_spec_factory() -> SpecFactory:
@@ -1278,6 +1254,8 @@ def verify_run(dir: Path) -> VerifyReport:
 
 
 def evidence_problems(dir: Path, b: RunBundle) -> list[Problem]:
+    from evalrig.attempt.evidence import evidence_digest
+
     out = []
     for i, r in enumerate(b.results, start=1):
         digest, _ = evidence_digest(dir / ATTEMPTS_DIR / r.attempt_id)
