@@ -627,12 +627,15 @@ def _parent_dirs(targets: list[Path]) -> list[str]:
     return args
 
 
-def _setpriv(uid: int | None) -> list[str]:
-    """setpriv to the slot uid with every capability gone (execs in place)."""
+def _setpriv(uid: int | None, pdeathsig: bool = False) -> list[str]:
+    """setpriv to the slot uid with every capability gone (execs in place); with
+    `pdeathsig`, also killed when the thread that started it ends (set after the uid
+    change, which would clear it)."""
     if uid is None:
         return []
     return [
         _tool("setpriv") or "setpriv",  # missing: the probe fails and says so
+        *(["--pdeathsig", "KILL"] if pdeathsig else []),
         f"--reuid={uid}",
         f"--regid={uid}",
         "--clear-groups",
@@ -694,6 +697,7 @@ class _Plan:
     rlimits: tuple[tuple[int, int], ...] = ()  # set on bwrap's init while it is held
     env: Mapping[str, str] | None = None  # the helpers' environment; None: spec.env
     netns_at: int | None = None  # process + egress: where `nsenter --net=...` goes in argv
+    unshare_flags: int = 0  # process as root: namespaces the launching thread makes (unshare(2))
 
 
 # Variables that make the dynamic loader or libc load code or data: the agent may set
@@ -751,8 +755,17 @@ def _plan(spec: Launch) -> _Plan:
         # As root: unshare and prlimit run as root, then setpriv drops to the slot uid, so
         # the agent cannot write the rig's home or its bundles (docs/attempts.md).
         held = _held(spec)
-        drop = _setpriv(uid) + _final_env(spec.env, held)
+        drop = _setpriv(uid) + _process_env(spec.env, held)
         helpers_env = {k: v for k, v in spec.env.items() if k not in held}
+    if unshare is not None and uid is not None and _namespaces_on_thread(unshare, spec):
+        # The rig makes the namespaces on the launching thread (unshare(2)): the chain is
+        # then prlimit and the uid drop's setpriv, whose --pdeathsig outlasts its uid
+        # change, so the agent (PID 1 of its namespace) dies with that thread, which lives
+        # until it is reaped. Each helper exec costs about as much as the agent's own start.
+        flags = _CLONE_NEWPID | (0 if spec.network else _CLONE_NEWNET)
+        chain = limits_argv + _setpriv(uid, pdeathsig=True) + _process_env(spec.env, _held(spec))
+        return _Plan(chain + list(spec.argv), spec.cwd, "namespace", uid, env=helpers_env,
+                     unshare_flags=flags)
     top = _pdeathsig()
     # A grant the rig can enforce: the agent joins the namespace the rig made for its proxy
     # (nsenter goes right after the top helper, while it is still root). Unenforced
@@ -765,6 +778,20 @@ def _plan(spec: Launch) -> _Plan:
     net = [] if spec.network or spec.egress is not None else _unshare_net()
     argv = top + unshare[:-2] + net + unshare[-2:] + tail
     return _Plan(argv, spec.cwd, "namespace", uid, env=helpers_env, netns_at=netns_at)
+
+
+def _namespaces_on_thread(unshare: list[str], spec: Launch) -> bool:
+    """Whether the rig makes this launch's PID (and network) namespace itself: for an
+    agent's launch as root (the one every attempt makes; a command verifier's keeps the
+    `unshare` chain), where `unshare` needs no user namespace (a process that has threads
+    cannot enter a new one), and without an egress proxy (whose namespace `nsenter` joins)."""
+    return spec.unprivileged and "--user" not in unshare and spec.egress is None
+
+
+def _process_env(env: Mapping[str, str], held: Mapping[str, str]) -> list[str]:
+    """`env` as the last helper under process, only when it has variables to hand over:
+    no helper of this level sets PWD, so there is nothing else for it to undo."""
+    return _final_env(env, held) if held or "PWD" in env else []
 
 
 _size_cache: dict[str, bool] = {}
@@ -961,6 +988,8 @@ def launch(spec: Launch) -> Finished:
     except EvalrigError as exc:  # bwrap asked for, and none works here
         return _failed(spec, exc.message, "infra")
     try:
+        if plan.unshare_flags:
+            return _on_thread(lambda: _Run(spec, plan).run_unshared())
         return _Run(spec, plan).run()
     except OSError as exc:
         return _failed(spec, f"starting {spec.argv[0]}: {exc}", "infra")
@@ -977,6 +1006,14 @@ class _Run:
         # The namespace's init when it is not our direct child: pid -> pidfd. Its exit
         # means the namespace is empty; as the rig is a subreaper, we reap it (rusage).
         self.inner: dict[int, int] = {}
+
+    def run_unshared(self) -> Finished:
+        """run() on a thread of its own, in the new namespaces plan.unshare_flags names.
+
+        The thread starts no other thread (one in a new PID namespace cannot) and ends
+        with the launch, taking its namespaces with it; the agent keeps its own."""
+        _check(_libc().unshare(self.plan.unshare_flags), "unshare(CLONE_NEWPID)")
+        return self.run()
 
     def run(self) -> Finished:
         spec = self.spec
@@ -1329,6 +1366,7 @@ class _Handshake:
 # --------------------------------------------------------------------------- egress
 
 _CLONE_NEWNET = 0x40000000
+_CLONE_NEWPID = 0x20000000
 _CLONE_NEWUSER = 0x10000000
 _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
