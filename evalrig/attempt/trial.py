@@ -47,7 +47,6 @@ import orjson
 
 from evalrig.attempt import egress, sandbox, stages
 from evalrig.attempt.canary import (
-    CANARY_ENV,
     CANARY_FILE,
     WHERE_MAX,
     needle,
@@ -64,8 +63,8 @@ from evalrig.attempt.verifiers import (
     read_answer,
     verify_evidence,
 )
+from evalrig.core import environment
 from evalrig.core.digest import canonical_line
-from evalrig.core.environment import minimal_path
 from evalrig.models.run import (
     Actual,
     Canary,
@@ -310,34 +309,14 @@ def flush_removals() -> None:
 # -- environment -------------------------------------------------------------------------
 
 
-def _fmt_seconds(s: float) -> str:
-    return f"{s:.3f}".rstrip("0").rstrip(".")
-
-
 def agent_env(spec: AttemptSpec, ws: Workspace, canary: str | None) -> dict[str, str]:
-    """Exactly the documented variables (DESIGN §4), nothing inherited from the rig."""
-    env = dict(spec.checkpoint.spec.agent.env)
-    env.update(spec.secrets)
-    env.update(
-        {
-            "PATH": minimal_path(),
-            "HOME": str(ws.home),
-            "LANG": "C.UTF-8",
-            "TMPDIR": ws.tmpdir,
-            "EVALRIG_PROMPT": str(ws.prompt),
-            "EVALRIG_WORK": str(ws.work),
-            "EVALRIG_OUT": str(ws.out),
-            "EVALRIG_TASK_ID": spec.task.id,
-            "EVALRIG_ATTEMPT_ID": spec.attempt_id,
-            "EVALRIG_DEADLINE_S": _fmt_seconds(spec.deadline_s),
-            "EVALRIG_SEED": str(spec.seed),
-        }
-    )
-    if canary is not None:
-        env[CANARY_ENV] = canary
-        if network_of(spec):  # the agent's own run, not its estimate: the proxy's address
-            env.update(egress.proxy_env())
-    return env
+    """Exactly the documented variables (evalrig.core.environment), nothing inherited from the rig."""
+    return environment.agent_env(
+        spec.checkpoint.spec.agent.env, spec.secrets, home=str(ws.home), tmpdir=ws.tmpdir,
+        prompt=str(ws.prompt), work=str(ws.work), out=str(ws.out), task_id=spec.task.id,
+        attempt_id=spec.attempt_id, deadline_s=spec.deadline_s, seed=spec.seed, canary=canary,
+        # the agent's own run, not its estimate: the proxy's address
+        proxy_url=egress.PROXY_URL if canary is not None and network_of(spec) else None)
 
 
 def network_of(spec: AttemptSpec) -> bool:

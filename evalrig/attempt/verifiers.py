@@ -26,7 +26,7 @@ from typing import Any, Literal
 import orjson
 
 from evalrig.core.digest import pretty_json
-from evalrig.core.environment import minimal_path
+from evalrig.core.environment import verifier_env
 from evalrig.models.inputs import (
     CommandVerifier,
     ExactVerifier,
@@ -261,17 +261,10 @@ def _run_command_once(
         tmp = str(run_dir / "tmp")
         rw.append(run_dir / "tmp")
         evidence_dir = _private_copy(evidence_dir, run_dir / "evidence")
-    env = {
-        "PATH": minimal_path(),
-        "HOME": str(home),
-        "TMPDIR": tmp,
-        "LANG": "C.UTF-8",
-        "EVALRIG_EVIDENCE": str(evidence_dir),
-        "EVALRIG_VERDICT": str(verdict_dir),
-        # the containment tag: where no PID namespace can be made, the launcher kills
-        # every leftover process carrying it (unique per run: scratch is a fresh mkdtemp)
-        "EVALRIG_ATTEMPT_ID": tag,
-    }
+    # the tag: where no PID namespace can be made, the launcher kills every leftover
+    # process carrying it (unique per run: scratch is a fresh mkdtemp)
+    env = verifier_env(home=str(home), tmpdir=tmp, evidence=str(evidence_dir),
+                       verdict=str(verdict_dir), tag=tag)
     ro = [verifier_dir, evidence_dir, *sandbox.interpreter_binds(spec.command[0])]
     fin = sandbox.launch(
         sandbox.Launch(

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from evalrig import __version__
+from evalrig.core.environment import RIG_SET
 from evalrig.core.errors import EvalrigError, Problem, UsageError, invalid
 from evalrig.core.plan import Filters, OutcomeSettings, Plan, Trial, build_plan
 from evalrig.models.run import (
@@ -426,14 +427,6 @@ def pin_policy(path: str | None) -> PolicyPin | None:
 
     loaded = load_policy(Path(path))
     return PolicyPin(name=loaded.spec.name, version=loaded.spec.version, digest=loaded.digest)
-
-
-RIG_SET = frozenset({"PATH", "HOME", "LANG", "TMPDIR", "EVALRIG_PROMPT", "EVALRIG_WORK",
-                     "EVALRIG_OUT", "EVALRIG_TASK_ID", "EVALRIG_ATTEMPT_ID", "EVALRIG_DEADLINE_S",
-                     "EVALRIG_SEED", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
-                     "https_proxy", "all_proxy"})
-"""Variables the rig gives the agent itself (DESIGN §4), beside the canary's; the proxy's
-(evalrig.attempt.egress.PROXY_VARS) when the operator grants the network."""
 
 
 def secret_values(names: list[str], environ: Mapping[str, str]) -> dict[str, str]:
