@@ -65,6 +65,7 @@ from evalrig.attempt.verifiers import (
 )
 from evalrig.core import environment
 from evalrig.core.digest import canonical_line
+from evalrig.models.agent import EstimateLine, UsageFile
 from evalrig.models.run import (
     Actual,
     Canary,
@@ -431,7 +432,7 @@ def parse_estimate(stdout: bytes) -> dict[str, Any]:
         if not (is_finite_number(lv) and 0 < lv < 1):
             raise ValueError("level: expected a number strictly between 0 and 1")
         out["level"] = float(lv)
-    return out
+    return EstimateLine.model_validate(out).model_dump(exclude_none=True)
 
 
 def run_estimate(spec: AttemptSpec, estimate_id: str, now: datetime) -> Estimate:
@@ -509,8 +510,8 @@ def read_usage(evidence_dir: Path) -> Usage:
         if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
             return Usage("missing", error=f"out/usage.json ignored: {key}: expected an integer >= 0")
         tokens[key] = v
-    return Usage("reported", None if cost is None else float(cost),
-                 tokens["input_tokens"], tokens["output_tokens"])
+    got = UsageFile.model_validate({"cost_usd": cost, **tokens})
+    return Usage("reported", got.cost_usd, got.input_tokens, got.output_tokens)
 
 
 # -- the attempt -------------------------------------------------------------------------

@@ -27,6 +27,7 @@ import orjson
 
 from evalrig.core.digest import pretty_json
 from evalrig.core.environment import verifier_env
+from evalrig.models.agent import RewardFile
 from evalrig.models.inputs import (
     CommandVerifier,
     ExactVerifier,
@@ -202,13 +203,10 @@ def parse_reward(data: bytes) -> Verdict:
         return Verdict("fault", error=f"reward.json: passed: expected true or false, got {explicit!r}")
     if reward is None and explicit is None:
         return Verdict("fault", error="reward.json: needs \"reward\" or \"passed\"")
-    if explicit is None:
-        ok = reward == 1 and all(checks.values())
-    else:
-        ok = explicit
-    if reward is None:
-        reward = 1.0 if ok else 0.0
-    return Verdict("passed" if ok else "failed", float(reward), dict(checks))
+    got = RewardFile.model_validate(doc)
+    ok = got.reward == 1 and all(got.checks.values()) if got.passed is None else got.passed
+    reward = got.reward if got.reward is not None else (1.0 if ok else 0.0)
+    return Verdict("passed" if ok else "failed", reward, dict(got.checks))
 
 
 def _read_usage(path: Path) -> dict[str, Any] | None:
