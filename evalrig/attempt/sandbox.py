@@ -77,8 +77,13 @@ reparented to the rig (none does today).
 
 Chain per level (each helper execs in place; only bwrap and unshare stay as parents):
 ``setpriv --pdeathsig KILL -- unshare --pid --fork --kill-child [prlimit ...] [setpriv
---reuid=U ... -- env -- [HELD=...]] AGENT`` (the first setpriv makes unshare die with the
-rig, as bwrap's ``--die-with-parent`` does; the bracketed drop as root) and, as root,
+--reuid=U ... -- [env -- HELD=...]] AGENT`` (the first setpriv makes unshare die with the
+rig, as bwrap's ``--die-with-parent`` does; the bracketed drop as root). An agent's launch
+as root without an egress grant makes its namespaces on the launching thread instead
+(unshare(2); the agent is PID 1 of them as under ``unshare``): ``prlimit ... -- setpriv
+--pdeathsig KILL --reuid=U ... -- [env -- HELD=...] AGENT``, two helpers, since each exec
+costs about as much as the agent's own start. Under process ``env`` runs only with
+variables to hand over (no helper of this level sets ``PWD``). As root,
 ``bwrap ... -- setpriv --reuid=U ... -- env -u PWD -- [HELD=...] AGENT`` (bwrap always
 sets ``PWD``; ``env`` takes it out again so that the environment is exactly the one given).
 The helpers before the drop run as root, so they are started without the held variables:
@@ -260,6 +265,10 @@ class Finished:
 
 # --------------------------------------------------------------------------- levels
 
+# Probe results, process-wide on purpose: each answers a question about the host (which
+# bwrap runs, whether unshare can make a PID or network namespace, where a helper is, the
+# /etc view) that does not change while the rig runs, and each answer costs a process
+# start, more than an attempt itself. Tests set `_unshare_cache` to pretend a host.
 _probe_lock = threading.RLock()  # the bwrap probe goes through launch()
 _bwrap_cache: dict[str, tuple[str | None, str | None]] = {}
 _unshare_cache: list[list[str] | None] = []
