@@ -9,7 +9,11 @@ Figures:
   copies the same checkpoint, starts the same command and appends four synced lines
   (goal <= 3x);
 - the rig's peak RSS over a 10,000-attempt run (goal <= 150 MB);
-- planning the resume of a bundle that holds 50,000 results (goal <= 2 s).
+- planning the resume of a bundle that holds 50,000 results (goal <= 2 s);
+- where an attempt's time goes: a second run of the rig, in this process, whose attempts
+  hand back their stage timers (evalrig.attempt.stages, kept on each outcome, never in the
+  bundle), beside the bundle writes and the scheduling, and the floor's cost in the same
+  unit (milliseconds of one of the two slots per attempt).
 
 The rig runs as `python -m evalrig run` in a subprocess; its rate is taken from the
 manifest's created_at / finished_at, so interpreter start-up is not counted against it.
@@ -103,6 +107,83 @@ def floor(ck: Path, scratch: Path, n: int, jobs: int = 2, prefix: list[str] | No
     return n / (time.monotonic() - t0)
 
 
+class _TimedJournal:
+    """The runner's Journal, timed: what the bundle writes cost its loop."""
+
+    seconds = 0.0
+
+    def __init__(self, base: Any, *args: Any) -> None:
+        self._inner = base(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name not in ("write", "sync", "close"):
+            return attr
+
+        def timed(*a: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return attr(*a)
+            finally:
+                _TimedJournal.seconds += time.perf_counter() - t0
+        return timed
+
+
+def breakdown(ck: Path, tasks: Path, out: Path, repeat: int, level: str, home: Path) -> dict[str, float]:
+    """Milliseconds of slot time per attempt, by stage, from a run in this process.
+
+    The attempt's own stages come from its outcome; the bundle writes are the runner's
+    Journal calls (its loop's thread); scheduling is what is left of the two slots' time:
+    the slots idle while the loop records, syncs and hands out the next attempts.
+    """
+    from evalrig.attempt import stages, trial
+    from evalrig.run import loop
+    from evalrig.run.executors import AttemptWork
+    from evalrig.run.lifecycle import run_eval
+    from evalrig.run.settings import RunRequest
+
+    got: list[dict[str, float]] = []
+    busy = [0.0]
+    lock = threading.Lock()
+
+    def attempt(spec: Any) -> Any:
+        t0 = time.perf_counter()
+        outcome = trial.run_attempt(spec)
+        spent = time.perf_counter() - t0
+        with lock:
+            got.append(dict(outcome.stages))
+            busy[0] += spent
+        return outcome
+
+    journal = loop.Journal
+    loop.Journal = lambda *a: _TimedJournal(journal, *a)  # type: ignore[assignment,misc]
+    _TimedJournal.seconds = 0.0
+    try:
+        req = RunRequest(out=out, checkpoint=ck, tasks=tasks, repeat=repeat, sandbox=level, jobs=2)
+        run_eval(req, home, {}, hooks=loop.Hooks(work=AttemptWork(trial.run_estimate, attempt)))
+    finally:
+        loop.Journal = journal  # type: ignore[misc]
+    m = load_run(out).manifest
+    assert m.finished_at is not None
+    wall = (m.finished_at - m.created_at).total_seconds()
+    n = len(got)
+    ms = {name: 1000 * sum(g.get(name, 0.0) for g in got) / n for name in stages.ORDER}
+    ms["rest of the attempt"] = 1000 * busy[0] / n - sum(ms.values())
+    ms["bundle writes"] = 1000 * _TimedJournal.seconds / n
+    ms["scheduling (slots idle)"] = 1000 * (2 * wall - busy[0]) / n - ms["bundle writes"]
+    ms["total"] = 1000 * 2 * wall / n
+    return ms
+
+
+def print_breakdown(level: str, ms: dict[str, float], floor_rate: float) -> None:
+    print(f"{'':8s} where an attempt's time goes under {level} (ms of one of 2 slots per attempt; "
+          "an in-process run):")
+    for name, v in ms.items():
+        print(f"{'':10s} {name:28s} {v:7.2f}")
+    fl = 2000 / floor_rate
+    print(f"{'':10s} {'floor, same unit':28s} {fl:7.2f}   (the rig {ms['total'] / fl:.2f}x)")
+
+
 def peak_rss_mb(ck: Path, tasks: Path, out: Path, repeat: int, env: dict[str, str]) -> tuple[float, int]:
     argv = [sys.executable, "-m", "evalrig", "run", "--checkpoint", str(ck), "--tasks", str(tasks),
             "--out", str(out), "--repeat", str(repeat), "--jobs", "2", "--sandbox", "process",
@@ -180,6 +261,10 @@ def build_resume_bundle(root: Path, home: Path, n_results: int) -> Any:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller N for a fast look")
+    ap.add_argument("--level", choices=("process", "bwrap"), action="append",
+                    help="measure only this level (repeatable; default: both)")
+    ap.add_argument("--rates-only", action="store_true",
+                    help="leave out the RSS and resume-planning figures")
     a = ap.parse_args()
     n, n_rss, n_resume = (200, 1000, 5000) if a.quick else (1000, 10000, 50000)
     tmp = Path(tempfile.mkdtemp(prefix="evalrig-bench-"))
@@ -194,6 +279,9 @@ def main() -> int:
         for level, goal in (("process", 150), ("bwrap", 80)):
             from evalrig.attempt.sandbox import resolve_level
 
+            if a.level and level not in a.level:
+                continue
+
             if level == "bwrap" and resolve_level("auto").level != "bwrap":
                 print("bwrap: skipped (bubblewrap cannot run here)")
                 continue
@@ -202,6 +290,7 @@ def main() -> int:
             r = run_rig(ck, tasks, tmp / f"run-{level}", n // 10, level, env)
             after = floor(ck, tmp / f"floor-{level}-b", n)
             fl = (before + after) / 2
+            ms = breakdown(ck, tasks, tmp / f"stages-{level}", n // 10, level, home)
             print(f"{level:8s} {r['attempts']} attempts: {r['rate']:7.1f} attempts/s "
                   f"(goal >= {goal}: {'ok' if r['rate'] >= goal else 'MISSED'}); floor "
                   f"(copy + start + 4 synced lines, 2 threads) {before:.1f} / {after:.1f} "
@@ -212,6 +301,10 @@ def main() -> int:
                                                                   or "bwrap", *BWRAP_FLOOR])
                 print(f"{'':8s} floor with the command started under a minimal bwrap: {bw:.1f} "
                       f"attempts/s; rig cost {bw / r['rate']:.2f}x that floor")
+                fl = bw
+            print_breakdown(level, ms, fl)
+        if a.rates_only:
+            return 0
         rss, attempts = peak_rss_mb(ck, tasks, tmp / "run-rss", n_rss // 10, env)
         print(f"peak RSS over {attempts} attempts: {rss:.1f} MB (goal <= 150: "
               f"{'ok' if rss <= 150 else 'MISSED'})")
@@ -219,6 +312,7 @@ def main() -> int:
         print(f"planning the resume of {n_resume} results: {secs:.2f} s (goal <= 2: "
               f"{'ok' if secs <= 2 else 'MISSED'})")
     finally:
+        print(f"load average at the end: {os.getloadavg()[0]:.1f}")
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

@@ -18,7 +18,10 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-CANARY_ENV = "RELEASE_SIGNING_TOKEN"
+from evalrig.core.environment import CANARY_ENV
+
+__all__ = ["CANARY_ENV", "CANARY_FILE", "PREFIX", "WHERE_MAX", "needle", "new_canary", "plant_file"]
+
 # Directly in HOME: each directory level costs an mkdir and an rmdir per attempt.
 CANARY_FILE = ".release-token"
 PREFIX = "rst_"

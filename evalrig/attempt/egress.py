@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from evalrig.core.environment import PROXY_VARS
 from evalrig.models.run import NetworkConnection
 
 __all__ = [
@@ -57,7 +58,6 @@ PROXY_PORT = 3128
 """The same port in every sandbox: each has a network namespace of its own."""
 PROXY_ADDRESS = ("127.0.0.1", PROXY_PORT)
 PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
-PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 HEAD_LIMIT = 16 * 1024
 HEAD_TIMEOUT_S = 10.0

@@ -39,14 +39,17 @@ import errno
 import os
 import re
 import stat
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from evalrig.attempt.streams import Forms, Redactor, StreamScanner, needle_forms
-from evalrig.core.digest import canonical_json
+from evalrig.attempt.verifiers import VERIFIER_DIR
+from evalrig.core.digest import canonical_json, sha256_bytes
 from evalrig.models.globs import glob_regex, segment_regex
+from evalrig.store.tree import hash_tree
 
 INDEX_NAME = "evidence_index.json"
 RESERVED_TOP = frozenset({
@@ -106,6 +109,7 @@ class EvidenceReport:
     canary_in: list[str] = field(default_factory=list)
     index_entries: int = 0
     index_truncated: bool = False
+    scan_s: float = 0.0  # of the time taken, what the canary scan cost (evalrig.attempt.stages)
     _noted: set[str] = field(default_factory=set, repr=False)
 
     def note(self, rel: str, why: str) -> None:
@@ -558,6 +562,7 @@ class _Copy:
     kept: int = 0
     canary: bool = False
     skip_reason: str | None = None
+    scan_s: float = 0.0
 
 
 def _copy_one(opener: _Opener, rel: str, dst: Path, budget: int, secrets: Mapping[str, bytes],
@@ -582,6 +587,7 @@ def _copy_one(opener: _Opener, rel: str, dst: Path, budget: int, secrets: Mappin
         red = Redactor(secrets)
         scanner = StreamScanner(forms)
         kept = 0
+        scan_s = 0.0
         try:
             while True:
                 try:
@@ -592,7 +598,9 @@ def _copy_one(opener: _Opener, rel: str, dst: Path, budget: int, secrets: Mappin
                     break
                 if not block:
                     break
+                began = time.perf_counter()
                 scanner.feed(block)
+                scan_s += time.perf_counter() - began
                 data = red.feed(block)
                 kept += len(data)
                 if kept > budget:  # the file grew after fstat (nothing should still write)
@@ -611,7 +619,7 @@ def _copy_one(opener: _Opener, rel: str, dst: Path, budget: int, secrets: Mappin
         if kept > budget:
             os.unlink(dst)
             return _Copy(False, skip_reason="over the evidence cap")
-        return _Copy(True, kept, scanner.found)
+        return _Copy(True, kept, scanner.found, scan_s=scan_s)
     finally:
         os.close(fd)
 
@@ -715,6 +723,7 @@ def collect(
             if rep.truncated or opener is None:
                 continue
             got = _copy_one(opener, rel, evidence_dir / rel, cap - rep.bytes, secrets, forms)
+            rep.scan_s += got.scan_s
             if not got.ok:
                 if got.skip_reason == "over the evidence cap":
                     rep.truncated = True
@@ -731,6 +740,7 @@ def collect(
             opener.close()
             os.close(root_fd)
     index = _write_index(evidence_dir, w, kept, rep)
+    began = time.perf_counter()
     if forms and StreamScanner(forms).feed_found(index):
         rep.canary_in.append(INDEX_NAME)
     if look is not None:
@@ -739,7 +749,18 @@ def collect(
             rep.canary_in.append("entry names")
         if look.links.found:
             rep.canary_in.append("link targets")
+    rep.scan_s += time.perf_counter() - began
     return rep
+
+
+def evidence_digest(evidence_dir: Path) -> tuple[str, int]:
+    """The digest and size of an attempt's evidence as its result records them: the
+    verifier's own output left out (it is re-derived, not evidence); an evidence
+    directory that was never made digests as empty."""
+    if not Path(evidence_dir).is_dir():
+        return sha256_bytes(b""), 0
+    tree = hash_tree(Path(evidence_dir), exclude=frozenset({VERIFIER_DIR}))
+    return tree.digest, tree.bytes
 
 
 def _write_index(evidence_dir: Path, w: Walk, kept: set[str], rep: EvidenceReport) -> bytes:

@@ -77,8 +77,13 @@ reparented to the rig (none does today).
 
 Chain per level (each helper execs in place; only bwrap and unshare stay as parents):
 ``setpriv --pdeathsig KILL -- unshare --pid --fork --kill-child [prlimit ...] [setpriv
---reuid=U ... -- env -- [HELD=...]] AGENT`` (the first setpriv makes unshare die with the
-rig, as bwrap's ``--die-with-parent`` does; the bracketed drop as root) and, as root,
+--reuid=U ... -- [env -- HELD=...]] AGENT`` (the first setpriv makes unshare die with the
+rig, as bwrap's ``--die-with-parent`` does; the bracketed drop as root). An agent's launch
+as root without an egress grant makes its namespaces on the launching thread instead
+(unshare(2); the agent is PID 1 of them as under ``unshare``): ``prlimit ... -- setpriv
+--pdeathsig KILL --reuid=U ... -- [env -- HELD=...] AGENT``, two helpers, since each exec
+costs about as much as the agent's own start. Under process ``env`` runs only with
+variables to hand over (no helper of this level sets ``PWD``). As root,
 ``bwrap ... -- setpriv --reuid=U ... -- env -u PWD -- [HELD=...] AGENT`` (bwrap always
 sets ``PWD``; ``env`` takes it out again so that the environment is exactly the one given).
 The helpers before the drop run as root, so they are started without the held variables:
@@ -253,10 +258,17 @@ class Finished:
     # The egress proxy's records (spec.egress given and enforced); None: no proxy ran.
     egress: tuple[NetworkConnection, ...] | None = None
     egress_hosts: tuple[str, ...] = ()
+    # Of wall_s and the rig's time around it, what reading, scanning, redacting and
+    # keeping the two streams cost the rig (evalrig.attempt.stages); never recorded.
+    streams_s: float = 0.0
 
 
 # --------------------------------------------------------------------------- levels
 
+# Probe results, process-wide on purpose: each answers a question about the host (which
+# bwrap runs, whether unshare can make a PID or network namespace, where a helper is, the
+# /etc view) that does not change while the rig runs, and each answer costs a process
+# start, more than an attempt itself. Tests set `_unshare_cache` to pretend a host.
 _probe_lock = threading.RLock()  # the bwrap probe goes through launch()
 _bwrap_cache: dict[str, tuple[str | None, str | None]] = {}
 _unshare_cache: list[list[str] | None] = []
@@ -624,12 +636,15 @@ def _parent_dirs(targets: list[Path]) -> list[str]:
     return args
 
 
-def _setpriv(uid: int | None) -> list[str]:
-    """setpriv to the slot uid with every capability gone (execs in place)."""
+def _setpriv(uid: int | None, pdeathsig: bool = False) -> list[str]:
+    """setpriv to the slot uid with every capability gone (execs in place); with
+    `pdeathsig`, also killed when the thread that started it ends (set after the uid
+    change, which would clear it)."""
     if uid is None:
         return []
     return [
         _tool("setpriv") or "setpriv",  # missing: the probe fails and says so
+        *(["--pdeathsig", "KILL"] if pdeathsig else []),
         f"--reuid={uid}",
         f"--regid={uid}",
         "--clear-groups",
@@ -691,6 +706,7 @@ class _Plan:
     rlimits: tuple[tuple[int, int], ...] = ()  # set on bwrap's init while it is held
     env: Mapping[str, str] | None = None  # the helpers' environment; None: spec.env
     netns_at: int | None = None  # process + egress: where `nsenter --net=...` goes in argv
+    unshare_flags: int = 0  # process as root: namespaces the launching thread makes (unshare(2))
 
 
 # Variables that make the dynamic loader or libc load code or data: the agent may set
@@ -748,8 +764,17 @@ def _plan(spec: Launch) -> _Plan:
         # As root: unshare and prlimit run as root, then setpriv drops to the slot uid, so
         # the agent cannot write the rig's home or its bundles (docs/attempts.md).
         held = _held(spec)
-        drop = _setpriv(uid) + _final_env(spec.env, held)
+        drop = _setpriv(uid) + _process_env(spec.env, held)
         helpers_env = {k: v for k, v in spec.env.items() if k not in held}
+    if unshare is not None and uid is not None and _namespaces_on_thread(unshare, spec):
+        # The rig makes the namespaces on the launching thread (unshare(2)): the chain is
+        # then prlimit and the uid drop's setpriv, whose --pdeathsig outlasts its uid
+        # change, so the agent (PID 1 of its namespace) dies with that thread, which lives
+        # until it is reaped. Each helper exec costs about as much as the agent's own start.
+        flags = _CLONE_NEWPID | (0 if spec.network else _CLONE_NEWNET)
+        chain = limits_argv + _setpriv(uid, pdeathsig=True) + _process_env(spec.env, _held(spec))
+        return _Plan(chain + list(spec.argv), spec.cwd, "namespace", uid, env=helpers_env,
+                     unshare_flags=flags)
     top = _pdeathsig()
     # A grant the rig can enforce: the agent joins the namespace the rig made for its proxy
     # (nsenter goes right after the top helper, while it is still root). Unenforced
@@ -762,6 +787,20 @@ def _plan(spec: Launch) -> _Plan:
     net = [] if spec.network or spec.egress is not None else _unshare_net()
     argv = top + unshare[:-2] + net + unshare[-2:] + tail
     return _Plan(argv, spec.cwd, "namespace", uid, env=helpers_env, netns_at=netns_at)
+
+
+def _namespaces_on_thread(unshare: list[str], spec: Launch) -> bool:
+    """Whether the rig makes this launch's PID (and network) namespace itself: for an
+    agent's launch as root (the one every attempt makes; a command verifier's keeps the
+    `unshare` chain), where `unshare` needs no user namespace (a process that has threads
+    cannot enter a new one), and without an egress proxy (whose namespace `nsenter` joins)."""
+    return spec.unprivileged and "--user" not in unshare and spec.egress is None
+
+
+def _process_env(env: Mapping[str, str], held: Mapping[str, str]) -> list[str]:
+    """`env` as the last helper under process, only when it has variables to hand over:
+    no helper of this level sets PWD, so there is nothing else for it to undo."""
+    return _final_env(env, held) if held or "PWD" in env else []
 
 
 _size_cache: dict[str, bool] = {}
@@ -958,6 +997,8 @@ def launch(spec: Launch) -> Finished:
     except EvalrigError as exc:  # bwrap asked for, and none works here
         return _failed(spec, exc.message, "infra")
     try:
+        if plan.unshare_flags:
+            return _on_thread(lambda: _Run(spec, plan).run_unshared())
         return _Run(spec, plan).run()
     except OSError as exc:
         return _failed(spec, f"starting {spec.argv[0]}: {exc}", "infra")
@@ -970,18 +1011,29 @@ class _Run:
         self.spec = spec
         self.plan = plan
         self.killed_for: str | None = None
+        self.streams_s = 0.0  # the rig's own time on the streams (Finished.streams_s)
         # The namespace's init when it is not our direct child: pid -> pidfd. Its exit
         # means the namespace is empty; as the rig is a subreaper, we reap it (rusage).
         self.inner: dict[int, int] = {}
 
+    def run_unshared(self) -> Finished:
+        """run() on a thread of its own, in the new namespaces plan.unshare_flags names.
+
+        The thread starts no other thread (one in a new PID namespace cannot) and ends
+        with the launch, taking its namespaces with it; the agent keeps its own."""
+        _check(_libc().unshare(self.plan.unshare_flags), "unshare(CLONE_NEWPID)")
+        return self.run()
+
     def run(self) -> Finished:
         spec = self.spec
         secrets = spec.redact or {}
+        began = time.perf_counter()
         sinks = {
             "stdout": CappedSink(spec.stdout_path, spec.max_output_bytes, secrets),
             "stderr": CappedSink(spec.stderr_path, spec.max_output_bytes, secrets),
         }
         scanners = {name: StreamScanner(spec.scan_for) for name in sinks}
+        self.streams_s += time.perf_counter() - began
         egress = _Egress(spec.egress) if spec.egress is not None and (
             self.plan.handshake or self.plan.netns_at is not None) else None
         shake = _Handshake(self.plan.rlimits, egress) if self.plan.handshake else None
@@ -1015,8 +1067,10 @@ class _Run:
             self.proc = proc
             status, usages = self._supervise(proc, sinks, scanners, start, shake)
         finally:
+            began = time.perf_counter()
             for sink in sinks.values():
                 sink.close()
+            self.streams_s += time.perf_counter() - began
             for fd in self.inner.values():
                 os.close(fd)
             if shake is not None:
@@ -1033,6 +1087,9 @@ class _Run:
         # Linux charges the rig's peak RSS at the spawn to the child's first exec; the
         # rig's peak only grows, so read after the wait it bounds what was charged.
         peak = _peak_rss(usages, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        began = time.perf_counter()
+        found_in = _found_in(scanners)
+        self.streams_s += time.perf_counter() - began
         return Finished(
             exit_code=exit_code,
             signal=sig,
@@ -1046,12 +1103,13 @@ class _Run:
             stderr_bytes=sinks["stderr"].total,
             stdout_truncated=sinks["stdout"].truncated,
             stderr_truncated=sinks["stderr"].truncated,
-            canary_found_in=_found_in(scanners),
+            canary_found_in=found_in,
             containment=self.plan.containment,
             level=spec.level,
             network=spec.network,
             egress=egress.records() if egress is not None else None,
             egress_hosts=tuple(egress.hosts()) if egress is not None else (),
+            streams_s=self.streams_s,
         )
 
     def _decode(self, status: int) -> tuple[int | None, int | None]:
@@ -1138,9 +1196,13 @@ class _Run:
                             self._adopt(shake.pid)
                             if watch is not None and shake.pid is not None:
                                 watch.see_sandbox(shake.pid)
-                    elif not self._pump(key.fd, view, scanners[key.data], sinks[key.data]):
-                        selector.unregister(key.fd)
-                        open_pipes -= 1
+                    else:
+                        began = time.perf_counter()
+                        more = self._pump(key.fd, view, scanners[key.data], sinks[key.data])
+                        self.streams_s += time.perf_counter() - began
+                        if not more:
+                            selector.unregister(key.fd)
+                            open_pipes -= 1
 
     @staticmethod
     def _pump(fd: int, view: memoryview, scanner: StreamScanner, sink: CappedSink) -> bool:
@@ -1313,6 +1375,7 @@ class _Handshake:
 # --------------------------------------------------------------------------- egress
 
 _CLONE_NEWNET = 0x40000000
+_CLONE_NEWPID = 0x20000000
 _CLONE_NEWUSER = 0x10000000
 _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914

@@ -38,23 +38,22 @@ import shutil
 import stat
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 
-from evalrig.attempt import egress, sandbox
+from evalrig.attempt import egress, sandbox, stages
 from evalrig.attempt.canary import (
-    CANARY_ENV,
     CANARY_FILE,
     WHERE_MAX,
     needle,
     new_canary,
     plant_file,
 )
-from evalrig.attempt.evidence import collect
+from evalrig.attempt.evidence import collect, evidence_digest
 from evalrig.attempt.evidence import remove_tree as _remove_tree
 from evalrig.attempt.streams import scan
 from evalrig.attempt.verifiers import (
@@ -64,8 +63,9 @@ from evalrig.attempt.verifiers import (
     read_answer,
     verify_evidence,
 )
+from evalrig.core import environment
 from evalrig.core.digest import canonical_line
-from evalrig.core.environment import minimal_path
+from evalrig.models.agent import EstimateLine, UsageFile
 from evalrig.models.run import (
     Actual,
     Canary,
@@ -75,12 +75,12 @@ from evalrig.models.run import (
 )
 from evalrig.store.checkpoint import Checkpoint
 from evalrig.store.tasks import LoadedTask
-from evalrig.store.tree import hash_tree
 
 __all__ = [
     "AttemptOutcome",
     "AttemptSpec",
     "Verdict",
+    "fault_outcome",
     "flush_removals",
     "run_attempt",
     "run_estimate",
@@ -129,6 +129,8 @@ class AttemptSpec:
 class AttemptOutcome:
     actual: Actual
     result: Result
+    # seconds per stage (evalrig.attempt.stages), for bench/bench_run.py; never recorded
+    stages: Mapping[str, float] = field(default_factory=dict)
 
 
 # -- the workspace -----------------------------------------------------------------------
@@ -308,34 +310,14 @@ def flush_removals() -> None:
 # -- environment -------------------------------------------------------------------------
 
 
-def _fmt_seconds(s: float) -> str:
-    return f"{s:.3f}".rstrip("0").rstrip(".")
-
-
 def agent_env(spec: AttemptSpec, ws: Workspace, canary: str | None) -> dict[str, str]:
-    """Exactly the documented variables (DESIGN §4), nothing inherited from the rig."""
-    env = dict(spec.checkpoint.spec.agent.env)
-    env.update(spec.secrets)
-    env.update(
-        {
-            "PATH": minimal_path(),
-            "HOME": str(ws.home),
-            "LANG": "C.UTF-8",
-            "TMPDIR": ws.tmpdir,
-            "EVALRIG_PROMPT": str(ws.prompt),
-            "EVALRIG_WORK": str(ws.work),
-            "EVALRIG_OUT": str(ws.out),
-            "EVALRIG_TASK_ID": spec.task.id,
-            "EVALRIG_ATTEMPT_ID": spec.attempt_id,
-            "EVALRIG_DEADLINE_S": _fmt_seconds(spec.deadline_s),
-            "EVALRIG_SEED": str(spec.seed),
-        }
-    )
-    if canary is not None:
-        env[CANARY_ENV] = canary
-        if network_of(spec):  # the agent's own run, not its estimate: the proxy's address
-            env.update(egress.proxy_env())
-    return env
+    """Exactly the documented variables (evalrig.core.environment), nothing inherited from the rig."""
+    return environment.agent_env(
+        spec.checkpoint.spec.agent.env, spec.secrets, home=str(ws.home), tmpdir=ws.tmpdir,
+        prompt=str(ws.prompt), work=str(ws.work), out=str(ws.out), task_id=spec.task.id,
+        attempt_id=spec.attempt_id, deadline_s=spec.deadline_s, seed=spec.seed, canary=canary,
+        # the agent's own run, not its estimate: the proxy's address
+        proxy_url=egress.PROXY_URL if canary is not None and network_of(spec) else None)
 
 
 def network_of(spec: AttemptSpec) -> bool:
@@ -450,7 +432,7 @@ def parse_estimate(stdout: bytes) -> dict[str, Any]:
         if not (is_finite_number(lv) and 0 < lv < 1):
             raise ValueError("level: expected a number strictly between 0 and 1")
         out["level"] = float(lv)
-    return out
+    return EstimateLine.model_validate(out).model_dump(exclude_none=True)
 
 
 def run_estimate(spec: AttemptSpec, estimate_id: str, now: datetime) -> Estimate:
@@ -528,8 +510,8 @@ def read_usage(evidence_dir: Path) -> Usage:
         if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
             return Usage("missing", error=f"out/usage.json ignored: {key}: expected an integer >= 0")
         tokens[key] = v
-    return Usage("reported", None if cost is None else float(cost),
-                 tokens["input_tokens"], tokens["output_tokens"])
+    got = UsageFile.model_validate({"cost_usd": cost, **tokens})
+    return Usage("reported", got.cost_usd, got.input_tokens, got.output_tokens)
 
 
 # -- the attempt -------------------------------------------------------------------------
@@ -582,7 +564,7 @@ class _Record:
     status: str = "infra_error"
     error: str | None = None
     verdict: Verdict | None = None
-    fin: Any = None
+    fin: sandbox.Finished | None = None
     canary_where: tuple[str, ...] = ()
     evidence_truncated: bool = False
     evidence_skipped: tuple[str, ...] = ()
@@ -591,19 +573,21 @@ class _Record:
 
 def run_attempt(spec: AttemptSpec) -> AttemptOutcome:
     """Run one attempt and judge its stored evidence; see the module docstring."""
+    laps = stages.Laps()
     spec.evidence_dir.mkdir(parents=True, exist_ok=True)
     root = spec.scratch_root / spec.attempt_id
     canary = new_canary()
     rec = _Record()
     try:
-        _attempt(spec, root, canary, rec)
+        _attempt(spec, root, canary, rec, laps)
     finally:
         if not spec.keep_workspace:
             _reaper.remove(root)
         if spec.task.spec.verifier.kind == "command":
             _reaper.remove(_verify_scratch(spec))
-    _ensure_streams(spec.evidence_dir)
-    return _outcome(spec, canary, rec)
+    if rec.fin is None or rec.fin.error is not None:  # a launch that ran made both files
+        _ensure_streams(spec.evidence_dir)
+    return _outcome(spec, canary, rec, laps)
 
 
 def _verify_scratch(spec: AttemptSpec) -> Path:
@@ -611,22 +595,27 @@ def _verify_scratch(spec: AttemptSpec) -> Path:
     return spec.scratch_root / f"{spec.attempt_id}.verify"
 
 
-def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record) -> None:
+def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: stages.Laps) -> None:
     try:
         ws = make_workspace(root, spec.task, spec.checkpoint.dir, spec.level)
         plant_file(ws.home, canary)
     except OSError as e:
         rec.status, rec.error = "infra_error", f"the rig could not make the workspace: {e}"
         return
+    finally:
+        laps.lap(stages.WORKSPACE)
     argv = list(spec.checkpoint.spec.agent.command)
     rec.fin = _launch(spec, ws, argv, agent_env(spec, ws, canary), spec.deadline_s,
                       spec.task.spec.max_output_bytes, spec.evidence_dir / "stdout.txt",
                       spec.evidence_dir / "stderr.txt", [needle(canary)],
                       networked=network_of(spec))
+    laps.lap(stages.SPAWN)
+    laps.move(rec.fin.streams_s, stages.SPAWN, stages.STREAMS)
     rec.status, rec.error = _status_of(rec.fin, spec.cancel)
     rec.canary_where = tuple(rec.fin.canary_found_in or ())
     if write_network_log(spec.evidence_dir, rec.fin.egress, [needle(canary)]):
         rec.canary_where += (NETWORK_LOG,)
+    laps.lap(stages.CANARY)
     if rec.fin.error:  # nothing ran: no evidence to take
         return
     try:
@@ -640,6 +629,9 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record) -> None:
     except OSError as e:  # writing the evidence failed (what the agent left is only skipped)
         rec.status, rec.error = "infra_error", f"the rig could not copy the evidence: {e}"
         return
+    finally:
+        laps.lap(stages.EVIDENCE)
+    laps.move(got.scan_s, stages.EVIDENCE, stages.CANARY)
     rec.canary_where += tuple(got.canary_in)
     rec.evidence_truncated, rec.evidence_skipped = got.truncated, tuple(got.skipped)
     rec.evidence_skipped_count = got.skipped_count
@@ -650,6 +642,7 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record) -> None:
         _verify_scratch(spec),
         output_dir=spec.evidence_dir / VERIFIER_DIR, cancel=spec.cancel,
     )
+    laps.lap(stages.VERIFY)
     if spec.cancel is not None and spec.cancel.is_set() and rec.verdict.outcome == "fault":
         rec.status, rec.error = "interrupted", "the rig stopped while the verifier ran"
     elif rec.status == "ok":
@@ -661,17 +654,31 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record) -> None:
         rec.error = f"{rec.error}; the diagnostic verifier run faulted: {rec.verdict.error}"
 
 
-def _outcome(spec: AttemptSpec, canary: str, rec: _Record) -> AttemptOutcome:
-    fin = rec.fin
+def _outcome(spec: AttemptSpec, canary: str, rec: _Record, laps: stages.Laps) -> AttemptOutcome:
     usage = read_usage(spec.evidence_dir)
+    found = Canary(value=canary, found=bool(rec.canary_where), where=list(rec.canary_where[:WHERE_MAX]))
+    return _records(spec, rec, usage, found, network_of(spec), rec.fin.wall_s if rec.fin else 0.0, laps)
+
+
+def fault_outcome(spec: AttemptSpec, status: str, error: str, wall_s: float) -> AttemptOutcome:
+    """The records of an attempt whose own code raised (the runner records it): the
+    evidence there is, and no usage, canary or network claimed."""
+    return _records(spec, _Record(status=status, error=error), Usage("missing"),
+                    Canary(value="", found=False), False, wall_s, stages.Laps())
+
+
+def _records(spec: AttemptSpec, rec: _Record, usage: Usage, canary: Canary, network: bool,
+             wall_s: float, laps: stages.Laps) -> AttemptOutcome:
+    """The attempt's Actual and Result: the one place either is made."""
+    fin = rec.fin
     error = rec.error
     if usage.error:
         error = f"{error}; {usage.error}" if error else usage.error
-    ids: dict[str, Any] = {"trial_id": spec.trial_id, "attempt_id": spec.attempt_id, "task_id": spec.task.id,
-           "rep": spec.rep}
+    ids: dict[str, Any] = {"trial_id": spec.trial_id, "attempt_id": spec.attempt_id,
+                           "task_id": spec.task.id, "rep": spec.rep}
     actual = Actual(
         **ids,
-        wall_s=fin.wall_s if fin else 0.0,
+        wall_s=wall_s,
         cpu_s=fin.cpu_s if fin else None,
         peak_rss=fin.peak_rss if fin else None,
         exit_code=fin.exit_code if fin else None,
@@ -697,7 +704,9 @@ def _outcome(spec: AttemptSpec, canary: str, rec: _Record) -> AttemptOutcome:
     diagnostic = None
     if rec.status in ("agent_error", "timeout") and v is not None:
         diagnostic = Diagnostic(passed=v.passed, reward=v.reward)
-    tree = hash_tree(spec.evidence_dir, exclude=frozenset({VERIFIER_DIR}))
+    laps.lap(stages.RECORD)
+    digest, size = evidence_digest(spec.evidence_dir)
+    laps.lap(stages.EVIDENCE)
     result = Result(
         **ids,
         attempt=spec.attempt,
@@ -714,16 +723,15 @@ def _outcome(spec: AttemptSpec, canary: str, rec: _Record) -> AttemptOutcome:
         sandbox=fin.level if fin else spec.level,
         # never launched (the workspace failed): claim no more than best effort
         containment=fin.containment if fin else "subreaper",
-        network=network_of(spec),
+        network=network,
         network_hosts=list(fin.egress_hosts) if fin else [],
-        canary=Canary(value=canary, found=bool(rec.canary_where),
-                      where=list(rec.canary_where[:WHERE_MAX])),
-        evidence_digest=tree.digest,
-        evidence_bytes=tree.bytes,
+        canary=canary,
+        evidence_digest=digest,
+        evidence_bytes=size,
         evidence_truncated=rec.evidence_truncated,
         evidence_skipped=list(rec.evidence_skipped),
         evidence_skipped_count=rec.evidence_skipped_count,
         error=error,
     )
-    return AttemptOutcome(actual, result)
-
+    laps.lap(stages.RECORD)
+    return AttemptOutcome(actual, result, laps.seconds)

@@ -26,7 +26,8 @@ from typing import Any, Literal
 import orjson
 
 from evalrig.core.digest import pretty_json
-from evalrig.core.environment import minimal_path
+from evalrig.core.environment import verifier_env
+from evalrig.models.agent import RewardFile
 from evalrig.models.inputs import (
     CommandVerifier,
     ExactVerifier,
@@ -202,13 +203,10 @@ def parse_reward(data: bytes) -> Verdict:
         return Verdict("fault", error=f"reward.json: passed: expected true or false, got {explicit!r}")
     if reward is None and explicit is None:
         return Verdict("fault", error="reward.json: needs \"reward\" or \"passed\"")
-    if explicit is None:
-        ok = reward == 1 and all(checks.values())
-    else:
-        ok = explicit
-    if reward is None:
-        reward = 1.0 if ok else 0.0
-    return Verdict("passed" if ok else "failed", float(reward), dict(checks))
+    got = RewardFile.model_validate(doc)
+    ok = got.reward == 1 and all(got.checks.values()) if got.passed is None else got.passed
+    reward = got.reward if got.reward is not None else (1.0 if ok else 0.0)
+    return Verdict("passed" if ok else "failed", reward, dict(got.checks))
 
 
 def _read_usage(path: Path) -> dict[str, Any] | None:
@@ -261,17 +259,10 @@ def _run_command_once(
         tmp = str(run_dir / "tmp")
         rw.append(run_dir / "tmp")
         evidence_dir = _private_copy(evidence_dir, run_dir / "evidence")
-    env = {
-        "PATH": minimal_path(),
-        "HOME": str(home),
-        "TMPDIR": tmp,
-        "LANG": "C.UTF-8",
-        "EVALRIG_EVIDENCE": str(evidence_dir),
-        "EVALRIG_VERDICT": str(verdict_dir),
-        # the containment tag: where no PID namespace can be made, the launcher kills
-        # every leftover process carrying it (unique per run: scratch is a fresh mkdtemp)
-        "EVALRIG_ATTEMPT_ID": tag,
-    }
+    # the tag: where no PID namespace can be made, the launcher kills every leftover
+    # process carrying it (unique per run: scratch is a fresh mkdtemp)
+    env = verifier_env(home=str(home), tmpdir=tmp, evidence=str(evidence_dir),
+                       verdict=str(verdict_dir), tag=tag)
     ro = [verifier_dir, evidence_dir, *sandbox.interpreter_binds(spec.command[0])]
     fin = sandbox.launch(
         sandbox.Launch(

@@ -1,11 +1,86 @@
 """The environment contract every agent and command verifier starts from (docs/attempts.md,
-"The agent's environment")."""
+"Environment"): which variables the rig sets, said once.
+
+Pure: values in, a mapping out. The attempt code supplies the paths and ids; the runner
+reads `RIG_SET` to refuse a `--secret` that the rig's own value would shadow.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 """The PATH every agent and command verifier gets, and where a bare command name is looked up."""
 
+CANARY_ENV = "RELEASE_SIGNING_TOKEN"
+"""The canary's variable (docs/attempts.md "The canary"): a name a leaky agent would find
+worth printing, and one no real setting of the rig uses."""
+
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+"""The variables that point a networked agent at its egress proxy (upper- and lower-case:
+programs read one or the other)."""
+
 
 def minimal_path() -> str:
     return MINIMAL_PATH
+
+
+def _base(home: str, tmpdir: str) -> dict[str, str]:
+    return {"PATH": MINIMAL_PATH, "HOME": home, "LANG": "C.UTF-8", "TMPDIR": tmpdir}
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.3f}".rstrip("0").rstrip(".")
+
+
+def agent_env(
+    checkpoint_env: Mapping[str, str],
+    secrets: Mapping[str, str],
+    *,
+    home: str,
+    tmpdir: str,
+    prompt: str,
+    work: str,
+    out: str,
+    task_id: str,
+    attempt_id: str,
+    deadline_s: float,
+    seed: int,
+    canary: str | None = None,
+    proxy_url: str | None = None,
+) -> dict[str, str]:
+    """An agent's complete environment: the checkpoint's env, then the secrets, then the
+    rig's own variables, so that neither of the first two overrides what the rig sets.
+    `canary` (the attempt's run, never its estimate) and `proxy_url` (a granted network)
+    add theirs."""
+    env = dict(checkpoint_env)
+    env.update(secrets)
+    env.update(_base(home, tmpdir))
+    env.update({
+        "EVALRIG_PROMPT": prompt,
+        "EVALRIG_WORK": work,
+        "EVALRIG_OUT": out,
+        "EVALRIG_TASK_ID": task_id,
+        "EVALRIG_ATTEMPT_ID": attempt_id,
+        "EVALRIG_DEADLINE_S": _seconds(deadline_s),
+        "EVALRIG_SEED": str(seed),
+    })
+    if canary is not None:
+        env[CANARY_ENV] = canary
+        if proxy_url is not None:
+            env.update(dict.fromkeys(PROXY_VARS, proxy_url))
+    return env
+
+
+def verifier_env(*, home: str, tmpdir: str, evidence: str, verdict: str, tag: str) -> dict[str, str]:
+    """A command verifier's complete environment. `tag` goes in EVALRIG_ATTEMPT_ID, the
+    containment tag of its run (docs/attempts.md "Verifiers")."""
+    return {**_base(home, tmpdir), "EVALRIG_EVIDENCE": evidence, "EVALRIG_VERDICT": verdict,
+            "EVALRIG_ATTEMPT_ID": tag}
+
+
+RIG_SET = frozenset(agent_env({}, {}, home="", tmpdir="", prompt="", work="", out="", task_id="",
+                              attempt_id="", deadline_s=0, seed=0, proxy_url="", canary="")
+                    ) - {CANARY_ENV}
+"""Variables the rig gives an agent itself beside the canary's (the proxy's when the
+operator grants the network): a secret of one of these names would be shadowed."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from evalrig.models import inputs, lock, run
+from evalrig.models import agent, inputs, lock, run
 
 
 def formats() -> dict[str, type[BaseModel]]:
@@ -27,5 +27,8 @@ def formats() -> dict[str, type[BaseModel]]:
         "network-connection": run.NetworkConnection,
         "evidence-index": run.EvidenceIndex,
         "fixed-lock": lock.FixedLock,
+        "usage": agent.UsageFile,
+        "reward": agent.RewardFile,
+        "estimate-output": agent.EstimateLine,
         **comparison.FORMATS,
     }

@@ -21,6 +21,7 @@ import evalrig
 from evalrig.attempt.canary import CANARY_ENV
 from evalrig.attempt.sandbox import LevelChoice, egress_enforced, resolve_level
 from evalrig.attempt.trial import scratch_base
+from evalrig.core.environment import RIG_SET
 from evalrig.core.errors import EvalrigError, Problem, invalid
 from evalrig.core.plan import Filters, OutcomeSettings, Plan, build_plan
 from evalrig.models.run import (
@@ -123,14 +124,6 @@ def pin_policy(path: str | None) -> PolicyPin | None:
         return None
     loaded = load_policy(Path(path))
     return PolicyPin(name=loaded.spec.name, version=loaded.spec.version, digest=loaded.digest)
-
-
-RIG_SET = frozenset({"PATH", "HOME", "LANG", "TMPDIR", "EVALRIG_PROMPT", "EVALRIG_WORK",
-                     "EVALRIG_OUT", "EVALRIG_TASK_ID", "EVALRIG_ATTEMPT_ID", "EVALRIG_DEADLINE_S",
-                     "EVALRIG_SEED", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
-                     "https_proxy", "all_proxy"})
-"""Variables the rig gives the agent itself (docs/attempts.md), beside the canary's; the proxy's
-(evalrig.attempt.egress.PROXY_VARS) when the operator grants the network."""
 
 
 def secret_values(names: list[str], environ: Mapping[str, str]) -> dict[str, str]:

@@ -35,18 +35,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Literal
 
-from evalrig.attempt.trial import AttemptSpec
-from evalrig.attempt.verifiers import VERIFIER_DIR
-from evalrig.core.digest import sha256_bytes
+from evalrig.attempt.trial import AttemptSpec, fault_outcome
 from evalrig.core.plan import Trial
-from evalrig.models.run import Actual, AttemptEvent, Canary, Estimate, Result, RunSettings
+from evalrig.models.run import Actual, AttemptEvent, Estimate, Result, RunSettings
 from evalrig.run.book import TrialBook
 from evalrig.run.executors import AttemptWork, Done, Job, make_executor, trial_work
 from evalrig.run.inputs import Inputs
 from evalrig.run.progress import Reporter, progress_of
 from evalrig.store.bundle import RUN_JSONL, Journal
 from evalrig.store.clock import utcnow
-from evalrig.store.tree import hash_tree
 
 ATTEMPTS_DIR = "attempts"
 WAIT_S = 0.25  # how often the loop looks at the stop flag while attempts run
@@ -278,23 +275,10 @@ class Loop:
 
     def _rig_fault(self, done: Done, item: Launched) -> tuple[Actual, Result]:
         """The attempt's own code raised: an infra_error, with what evidence there is."""
-        t, spec = item.trial, item.spec
-        task = self.inputs.tasks[t.task_id]
-        status: Literal["interrupted", "infra_error"] = (
-            "interrupted" if self.stop.event.is_set() else "infra_error")
-        actual = Actual(trial_id=t.trial_id, attempt_id=spec.attempt_id, task_id=t.task_id,
-                        rep=t.rep, wall_s=done.wall_s, exit_code=None, timed_out=False,
-                        usage_source="missing", stdout_bytes=0, stderr_bytes=0,
-                        stdout_truncated=False, stderr_truncated=False)
-        digest, size = evidence_digest(spec.evidence_dir)
-        result = Result(trial_id=t.trial_id, attempt_id=spec.attempt_id, attempt=item.queued.n,
-                        task_id=t.task_id, suite=task.suite, rep=t.rep, inputs_id=t.inputs_id,
-                        status=status, passed=None, verifier=task.verifier_identity,
-                        sandbox=self.inputs.level.level, containment="subreaper",
-                        network=False, canary=Canary(value="", found=False),
-                        evidence_digest=digest, evidence_bytes=size,
-                        error=f"the rig failed while running the attempt: {done.error}")
-        return actual, result
+        status = "interrupted" if self.stop.event.is_set() else "infra_error"
+        out = fault_outcome(item.spec, status, f"the rig failed while running the attempt: {done.error}",
+                            done.wall_s)
+        return out.actual, out.result
 
 
 def _estimate_id() -> str:
@@ -305,12 +289,3 @@ def is_verifier_fault(result: Result) -> bool:
     """A verifier that kept failing on stored evidence: never a reason to re-run the agent
     (docs/attempts.md)."""
     return result.status == "infra_error" and result.verifier_runs > 0
-
-
-def evidence_digest(dir: Path) -> tuple[str, int]:
-    """The digest of an attempt's evidence as the trial records it (the verifier's own
-    output left out: it is re-derived, not evidence)."""
-    if not Path(dir).is_dir():
-        return sha256_bytes(b""), 0
-    td = hash_tree(Path(dir), exclude=frozenset({VERIFIER_DIR}))
-    return td.digest, td.bytes

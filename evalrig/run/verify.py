@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evalrig.attempt.canary import needle
-from evalrig.attempt.evidence import rederive_canary
+from evalrig.attempt.evidence import evidence_digest, rederive_canary
 from evalrig.attempt.sandbox import resolve_level
 from evalrig.attempt.verifiers import verify_evidence
 from evalrig.core.errors import Problem, invalid
 from evalrig.models.run import Result, RunManifest
 from evalrig.run.lifecycle import register_finished, scratch_dir
-from evalrig.run.loop import ATTEMPTS_DIR, evidence_digest
+from evalrig.run.loop import ATTEMPTS_DIR
 from evalrig.store.bundle import RunBundle, check_run_digests, load_run, manifest_problems
 from evalrig.store.tasks import LoadedTask, load_taskset
 
