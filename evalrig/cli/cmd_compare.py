@@ -62,21 +62,21 @@ def gate_cmd(
     debug: DebugOpt = False,
 ) -> int:
     """Apply the release policy; write the decision and its verdict file. Exit: 0 promote, 1 keep, 3 block."""
-    from evalrig.core.gate import gate_comparison
     from evalrig.store.checkpoint import evalrig_home
     from evalrig.store.clock import utcnow
+    from evalrig.store.decisions import gate_comparison
 
     r = gate_comparison(comparison, policy, exception, advisory, evalrig_home(), utcnow())
     d = r.decision
     if json_out:
         emit_json({"verdict": d.verdict, "reason": d.reason, "summary": d.summary,
                    "decision_file": str(r.decision_file), "verdict_file": str(r.verdict_file),
-                   "advisory": d.advisory, "exit_code": r.exit_code,
+                   "advisory": d.advisory, "exit_code": int(r.exit_code),
                    "rules": [{"name": x.name, "held": x.held} for x in d.rules]})
     else:
         say([f"{d.verdict} ({d.reason})" + (" [advisory]" if d.advisory else ""), d.summary,
              f"verdict file: {r.verdict_file}", f"decision: {r.decision_file}"])
-    return r.exit_code
+    return int(r.exit_code)
 
 
 @command("sign", "evalrig sign trains/t1/decisions/default-v1.json --approve --by alice")

@@ -104,12 +104,6 @@ def sha256_json(obj: Any) -> str:
     return sha256_bytes(canonical_json(obj))
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return "sha256:" + h.hexdigest()
 
 
 def sha256_parts(parts: Iterable[bytes]) -> str:
