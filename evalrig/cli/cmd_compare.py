@@ -9,6 +9,7 @@ import typer
 
 from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, say
 from evalrig.core.errors import ExitCode, UsageError
+from evalrig.store.layout import COMPARISON_JSON, COMPARISON_MD
 
 
 @command("compare", "evalrig compare runs/champion runs/candidate --out trains/t1")
@@ -38,7 +39,7 @@ def compare_cmd(
             f"fresh: {fresh.tasks} tasks, mean_d {_f(fresh.mean_d)}, p better {_f(fresh.p_one_sided)}, "
             f"p worse {_f(fresh.p_worse)}",
             f"fixed: {c.suites['fixed'].tasks} tasks; invariant: {c.suites['invariant'].tasks} tasks",
-            f"wrote {out / 'comparison.json'} and {out / 'comparison.md'}",
+            f"wrote {out / COMPARISON_JSON} and {out / COMPARISON_MD}",
         ])
     return 0
 

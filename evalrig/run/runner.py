@@ -72,6 +72,7 @@ from evalrig.models.run import (
     TasksetRef,
 )
 from evalrig.run.executors import AttemptWork, Done, Executor, Job, make_executor, trial_work
+from evalrig.store import layout
 from evalrig.store.bundle import (
     LOCK,
     LOCK_HOLDER,
@@ -93,9 +94,9 @@ from evalrig.store.bundle import (
 )
 from evalrig.store.clock import utcnow
 
-HISTORY = "history.jsonl"
-PROVENANCE = "provenance.json"
-ATTEMPTS_DIR = "attempts"
+HISTORY = layout.HISTORY
+PROVENANCE = layout.PROVENANCE
+ATTEMPTS_DIR = layout.ATTEMPTS_DIR
 DEFAULT_REPEAT = 5
 DEFAULT_MAX_RETRIES = 2
 WAIT_S = 0.25  # how often the loop looks at the stop flag while attempts run
@@ -666,8 +667,8 @@ class BundleRows:
 
 def read_bundle_rows(out: Path) -> BundleRows:
     """The attempts and results lines (torn tails already cut)."""
-    return BundleRows(read_rows(out / "attempts.jsonl", EVENT_FIELDS).records,
-                      read_rows(out / "results.jsonl", RESULT_FIELDS).records)
+    return BundleRows(read_rows(out / layout.ATTEMPTS_JSONL, EVENT_FIELDS).records,
+                      read_rows(out / layout.RESULTS_JSONL, RESULT_FIELDS).records)
 
 
 def book_from_rows(plan: Plan, rows: BundleRows) -> TrialBook:
@@ -698,7 +699,7 @@ def repair_dangling(out: Path, rows: BundleRows, book: TrialBook) -> int:
                                      attempt=ev["attempt"], task_id=ev["task_id"], rep=ev["rep"],
                                      at=utcnow(), status=status))
             book.ended(status)
-    append_lines(out / "attempts.jsonl", ends)
+    append_lines(out / layout.ATTEMPTS_JSONL, ends)
     return len(ends)
 
 
@@ -849,8 +850,8 @@ class Run:
                                              if self._retry(i, r)]))
                 if not self.stop.event.is_set():
                     got.jobs += self.launch(pending)
-                self.journal.write("actuals.jsonl", [a for _, a, _ in got.records])
-                self.journal.write("results.jsonl", [r for _, _, r in got.records])
+                self.journal.write(layout.ACTUALS_JSONL, [a for _, a, _ in got.records])
+                self.journal.write(layout.RESULTS_JSONL, [r for _, _, r in got.records])
                 self.journal.sync()
                 for job in got.jobs:
                     self.executor.submit(job)
@@ -875,12 +876,12 @@ class Run:
             items.append(self._prepare(pending.popleft()))
         if not items:
             return []
-        self.journal.write("attempts.jsonl", [self._event("start", i, None) for i in items])
+        self.journal.write(layout.ATTEMPTS_JSONL, [self._event("start", i, None) for i in items])
         for i in items:
             self.book.started(i.trial.trial_id, i.n)
             self.inflight[i.spec.attempt_id] = i
         if self.estimate_inline:
-            self.journal.write("estimates.jsonl",
+            self.journal.write(layout.ESTIMATES_JSONL,
                                [self.work.estimate(i.spec, _estimate_id(), utcnow()) for i in items])
             return [Job("attempt", i.spec) for i in items]
         return [Job("estimate", i.spec, estimate_id=_estimate_id()) for i in items]
@@ -917,7 +918,7 @@ class Run:
         estimated = [d for d in batch if d.job.kind == "estimate"]
         if estimated:
             items = [self.inflight[d.job.spec.attempt_id] for d in estimated]
-            self.journal.write("estimates.jsonl",
+            self.journal.write(layout.ESTIMATES_JSONL,
                                [d.estimate or self._missing_estimate(d, i)
                                 for d, i in zip(estimated, items, strict=True)])
             for i in items:
@@ -939,7 +940,7 @@ class Run:
 
     def record_ends(self, got: Collected) -> None:
         """End lines, once their results are on disk; the counters; progress."""
-        self.journal.write("attempts.jsonl", [self._event("end", i, st) for i, st in got.ended])
+        self.journal.write(layout.ATTEMPTS_JSONL, [self._event("end", i, st) for i, st in got.ended])
         for _, _, result in got.records:
             self.book.result(result.trial_id, result.inputs_id, result.status)
         for _, status in got.ended:
@@ -1282,7 +1283,7 @@ def evidence_problems(dir: Path, b: RunBundle) -> list[Problem]:
     for i, r in enumerate(b.results, start=1):
         digest, _ = evidence_digest(dir / ATTEMPTS_DIR / r.attempt_id)
         if digest != r.evidence_digest:
-            out.append(Problem(str(dir / "results.jsonl"),
+            out.append(Problem(str(dir / layout.RESULTS_JSONL),
                                f"trial {r.trial_id}: evidence of {r.attempt_id} has digest "
                                f"{digest}, the result records {r.evidence_digest}", line=i))
     return out
@@ -1304,7 +1305,7 @@ def canary_problems(dir: Path, b: RunBundle) -> list[Problem]:
             continue
         where = rederive_canary(dir / ATTEMPTS_DIR / r.attempt_id, needle(r.canary.value))
         if where:
-            out.append(Problem(str(dir / "results.jsonl"),
+            out.append(Problem(str(dir / layout.RESULTS_JSONL),
                                f"trial {r.trial_id}: the stored evidence of {r.attempt_id} holds "
                                f"the canary ({', '.join(where[:5])}); the result records it not "
                                "found", line=i))
@@ -1353,7 +1354,7 @@ def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
     bad, problems = _changed_verifiers(b, tasks, str(tasks_dir), superseded)
     available = resolve_level("auto").level
     n = 0
-    path = str(dir / "results.jsonl")
+    path = str(dir / layout.RESULTS_JSONL)
     scratch = scratch_dir("evalrig-verify-", keep=False)
     try:
         for i, r in enumerate(b.results, start=1):
