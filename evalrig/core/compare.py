@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -59,7 +58,7 @@ class TrialOutcome(NamedTuple):
     cost: float | None
     wall_s: float | None
     cpu_s: float | None
-    cost_source: str = "reported"
+    cost_source: FigureSource = "reported"
     """`metered` when the rig measured the cost, `reported` when it is the agent's own word
     (docs/attempts.md, Usage); the default is the one that never grants."""
 
@@ -214,7 +213,7 @@ def _source(tasks: Sequence[TaskView], metric: Metric) -> FigureSource | None:
     """Where one side's figures of `metric` came from over these tasks' attempts that count.
     Wall and CPU time are the rig's own measurements; cost is metered only where the rig
     measured it, never when the agent wrote it in usage.json (docs/gate.md)."""
-    seen: set[str] = set()
+    seen: set[FigureSource] = set()
     for t in tasks:
         for o in t.outcomes:
             if metric == "cost":
@@ -225,8 +224,7 @@ def _source(tasks: Sequence[TaskView], metric: Metric) -> FigureSource | None:
         return None
     if len(seen) > 1:
         return "mixed"
-    only = seen.pop()
-    return only if only in ("metered", "reported", "missing") else "mixed"  # type: ignore[return-value]
+    return seen.pop()
 
 
 def _efficiency(pairs: Sequence[tuple[TaskView, TaskView]], metric: Metric, alpha: float) -> Efficiency:
@@ -234,13 +232,8 @@ def _efficiency(pairs: Sequence[tuple[TaskView, TaskView]], metric: Metric, alph
     cand = [b.means[metric] for _, b in pairs]
     missing = sum(not (stats.positive_finite(x) and stats.positive_finite(y)) for x, y in zip(champ, cand, strict=True))
     e = stats.efficiency(champ, cand, alpha)
-    log_mean = log_sd = None
-    if e.ratio is not None:
-        # Carried so that the gate can recompute the bound at the policy's alpha.
-        logs = [math.log(y) - math.log(x) for x, y in zip(champ, cand, strict=True)]  # type: ignore[arg-type]
-        log_mean, log_sd = math.fsum(logs) / len(logs), statistics.stdev(logs)
-    return Efficiency(ratio=e.ratio, upper=e.upper, alpha=alpha, n=len(pairs) - missing, log_mean=log_mean,
-                      log_sd=log_sd, missing=missing, champion_source=_source([a for a, _ in pairs], metric),
+    return Efficiency(ratio=e.ratio, upper=e.upper, alpha=alpha, n=len(pairs) - missing, log_mean=e.log_mean,
+                      log_sd=e.log_sd, missing=missing, champion_source=_source([a for a, _ in pairs], metric),
                       candidate_source=_source([b for _, b in pairs], metric))
 
 

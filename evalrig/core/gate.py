@@ -38,6 +38,7 @@ from evalrig.models.comparison import (
     Verdict,
 )
 from evalrig.models.inputs import INVARIANT_CHECKS, InvariantCheck, PolicyFile
+from evalrig.models.run import SandboxLevel
 
 POWER = 0.8
 
@@ -117,8 +118,8 @@ def rule_isolated(c: Comparison, p: PolicyFile) -> RuleResult:
     ch, ca = _sides(c)
     allow = p.invariants.allow_network
 
-    def count(s: SideFacts, level: str) -> int:
-        return s.sandbox.get(level, 0)  # type: ignore[call-overload]
+    def count(s: SideFacts, level: SandboxLevel) -> int:
+        return s.sandbox.get(level, 0)
 
     bwrap = all(count(s, "process") == 0 and count(s, "bwrap") > 0 for s in (ch, ca))
     networked = ch.network_attempts + ca.network_attempts

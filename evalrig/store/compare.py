@@ -21,7 +21,7 @@ from evalrig.core.compare import (
 )
 from evalrig.core.digest import loads, pretty_json, sha256_bytes
 from evalrig.core.errors import Incomplete, UsageError, invalid
-from evalrig.models.comparison import Comparison, ComparisonManifest, Integrity, RunRef, SideFacts
+from evalrig.models.comparison import Comparison, ComparisonManifest, FigureSource, Integrity, RunRef, SideFacts
 from evalrig.models.inputs import Suite
 from evalrig.models.run import RunManifest
 from evalrig.store import bundle
@@ -126,7 +126,7 @@ def _calibration_inputs(lines: RunLines, final: dict[str, ResultLine]) -> Calibr
     return CalibrationInputs(p_success=tuple(p), passed=tuple(passed), time=time, cost=cost, estimates=valid)
 
 
-def _figures(a: Line | None) -> tuple[float | None, float | None, float | None, str]:
+def _figures(a: Line | None) -> tuple[float | None, float | None, float | None, FigureSource]:
     """cost, wall_s, cpu_s of an actual line (all null without one) and the cost's source."""
     if a is None:
         return None, None, None, "missing"
