@@ -1,17 +1,19 @@
 """Two runs' records in, one Comparison out (docs/statistics.md, docs/gate.md). Pure.
 
-`build_comparison` takes two RunViews (the final scored attempts of every trial, and the
-facts about each run) and the history check, and returns the Comparison; it reads no
-file and no clock. The store (`evalrig.store.compare`) verifies and reads the two run
-bundles into RunViews and writes the comparison bundle. All statistics come from
-`evalrig.core.stats`.
+`run_view` turns one run's records (its manifest, result, actual and estimate lines, and
+what the store found: the digests' integrity, the registered seal) into a RunView: the
+final scored attempt of every trial, and the facts about the run. `build_comparison`
+takes two RunViews and the history check and returns the Comparison. Nothing here reads
+a file or a clock: the store (`evalrig.store.compare`) verifies and reads the two run
+bundles and writes the comparison bundle. All statistics come from `evalrig.core.stats`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
@@ -20,6 +22,7 @@ from typing import NamedTuple
 
 from evalrig.core import stats
 from evalrig.core.digest import loads
+from evalrig.core.outcomes import final_of
 from evalrig.models.comparison import (
     MDE,
     METRICS,
@@ -29,6 +32,7 @@ from evalrig.models.comparison import (
     Facts,
     FigureSource,
     HistoryFacts,
+    Integrity,
     IntervalCalibration,
     McNemar,
     Metric,
@@ -42,6 +46,7 @@ from evalrig.models.comparison import (
     TBounds,
 )
 from evalrig.models.inputs import SUITES, Suite
+from evalrig.models.run import RunManifest, SandboxLevel, SealEntry
 
 REPORT_ALPHA = 0.025
 """The level comparison.json reports t bounds, MDE and efficiency bounds at (docs/statistics.md)."""
@@ -119,6 +124,151 @@ class RunView:
     fresh_created_at: dict[str, datetime] = field(default_factory=dict)
     calibration: CalibrationInputs = CalibrationInputs()
     fresh_content: dict[str, str] = field(default_factory=dict)
+
+
+# -- the records of a run, and its view -------------------------------------------------
+
+
+class ResultRecord(NamedTuple):
+    """The fields of a results.jsonl line that compare uses (10^5 of them: a NamedTuple)."""
+
+    trial_id: str
+    attempt_id: str
+    inputs_id: str
+    task_id: str
+    suite: Suite
+    rep: int
+    status: str
+    passed: bool | None
+    reward: float | None
+    sandbox: SandboxLevel
+    network: bool
+    canary_found: bool
+    network_hosts: tuple[str, ...] = ()
+
+
+class ActualRecord(NamedTuple):
+    """The fields of an actuals.jsonl line that compare uses."""
+
+    wall_s: float
+    cost_usd: float | None
+    cpu_s: float | None
+    usage_source: FigureSource
+
+
+class EstimateRecord(NamedTuple):
+    """The fields of an estimates.jsonl line that compare uses, as the line holds them."""
+
+    state: str
+    p_success: float | None
+    time_s: Sequence[float] | None
+    cost_usd: Sequence[float] | None
+    level: float
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    results: Sequence[ResultRecord]
+    """In file order."""
+    actuals: Mapping[str, ActualRecord]
+    """attempt_id -> its actual line."""
+    estimates: Mapping[str, EstimateRecord]
+
+
+def run_view(manifest: RunManifest, records: RunRecords, integrity: Integrity, seal: SealEntry | None,
+             bundle_digest: str) -> RunView:
+    """One run as compare pairs it: the final scored attempt of every trial, and the facts."""
+    final = final_of(records.results)
+    ref = RunRef(run_id=manifest.run_id, checkpoint_id=manifest.checkpoint.id, bundle_digest=bundle_digest)
+    return RunView(
+        ref=ref, repeat=manifest.repeat, seed=manifest.seed, taskset_id=manifest.taskset.id,
+        tasks=_task_views(records, final), facts=_side_facts(manifest, records, final, integrity, seal),
+        fresh_created_at=dict(manifest.taskset.fresh_created_at),
+        fresh_content=dict(manifest.taskset.fresh_content),
+        calibration=_calibration_inputs(records, final),
+    )
+
+
+def _side_facts(m: RunManifest, records: RunRecords, final: dict[str, ResultRecord], integrity: Integrity,
+                entry: SealEntry | None) -> SideFacts:
+    results = records.results
+    suites: dict[Suite, set[str]] = {}
+    for r in final.values():
+        suites.setdefault(r.suite, set()).add(r.task_id)
+    sandbox = Counter(r.sandbox for r in results)
+    found = sorted(r.attempt_id for r in results if r.canary_found)
+    infra = sum(r.status == "infra_error" for r in results)
+    hosts = sorted({h for r in results if r.network_hosts for h in r.network_hosts})
+    cost_source: Counter[FigureSource] = Counter()
+    for r in final.values():
+        a = records.actuals.get(r.attempt_id)
+        cost_source["missing" if a is None or a.cost_usd is None else a.usage_source] += 1
+    levels: tuple[SandboxLevel, ...] = ("bwrap", "process")
+    return SideFacts(
+        run_id=m.run_id, checkpoint_id=m.checkpoint.id, status=m.status, subset=m.subset, repeat=m.repeat,
+        taskset_suites=dict(sorted(m.taskset.suites.items())),
+        run_suites={s: len(ids) for s, ids in sorted(suites.items())},
+        trials=m.counts.trials, scored=len(final), unscored=max(0, m.counts.trials - len(final)),
+        attempts=len(results), infra_errors=infra,
+        infra_error_rate=infra / len(results) if results else None,
+        sandbox={lvl: sandbox.get(lvl, 0) for lvl in levels},
+        network_attempts=sum(r.network for r in results), hosts_reached=hosts[:1000],
+        cost_source=dict(sorted(cost_source.items())),
+        seal_checks=len(m.seal_checks), seal_checks_matched=sum(c.matched for c in m.seal_checks),
+        seal_check_failures=[f"{c.phase}: {c.message or c.checkpoint_id}" for c in m.seal_checks if not c.matched],
+        registered=entry is not None, sealed_at=entry.sealed_at if entry else None,
+        canary_found=len(found), canary_attempts=found[:100], history=m.history,
+        policy_pin=m.policy_pin, integrity=integrity,
+    )
+
+
+def _calibration_inputs(records: RunRecords, final: dict[str, ResultRecord]) -> CalibrationInputs:
+    p: list[float] = []
+    passed: list[bool] = []
+    cols: dict[str, tuple[list[float], list[float], list[float], list[float]]] = {
+        "time": ([], [], [], []), "cost": ([], [], [], [])}
+    valid = 0
+    # In the results file's order (deterministic for a bundle); the sums are fsum's, exact anyway.
+    for r in final.values():
+        e, a = records.estimates.get(r.attempt_id), records.actuals.get(r.attempt_id)
+        if e is None or e.state != "valid":
+            continue
+        valid += 1
+        level = float(e.level)
+        ps = e.p_success
+        if ps is not None and r.passed is not None:
+            p.append(float(ps))
+            passed.append(r.passed)
+        if a is None:
+            continue
+        for name, rng, actual in (("time", e.time_s, a.wall_s), ("cost", e.cost_usd, a.cost_usd)):
+            if rng is not None and actual is not None:
+                lo, hi, lv, ac = cols[name]
+                lo.append(float(rng[0]))
+                hi.append(float(rng[1]))
+                lv.append(level)
+                ac.append(float(actual))
+    time, cost = (Ranges(*(tuple(c) for c in cols[n])) for n in ("time", "cost"))
+    return CalibrationInputs(p_success=tuple(p), passed=tuple(passed), time=time, cost=cost, estimates=valid)
+
+
+def _outcome(r: ResultRecord, a: ActualRecord | None) -> TrialOutcome:
+    """A trial's final attempt; without an actual line its figures are null (never 0)."""
+    if a is None:
+        return TrialOutcome(bool(r.passed), r.reward, None, None, None, "missing")
+    return TrialOutcome(bool(r.passed), r.reward, a.cost_usd, a.wall_s, a.cpu_s, a.usage_source)
+
+
+def _task_views(records: RunRecords, final: dict[str, ResultRecord]) -> dict[str, TaskView]:
+    by_task: dict[str, list[tuple[int, TrialOutcome]]] = {}
+    suite_of: dict[str, Suite] = {}
+    for r in final.values():
+        by_task.setdefault(r.task_id, []).append((r.rep, _outcome(r, records.actuals.get(r.attempt_id))))
+        suite_of[r.task_id] = r.suite
+    return {
+        t: TaskView(task_id=t, suite=suite_of[t], outcomes=tuple(o for _, o in sorted(rows, key=lambda x: x[0])))
+        for t, rows in sorted(by_task.items())
+    }
 
 
 # -- the history check -------------------------------------------------------------------

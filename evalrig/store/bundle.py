@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel
 
 from evalrig.core.digest import canonical_line, loads, sha256_json
 from evalrig.core.errors import Problem, invalid
-from evalrig.models.run import SCORED, Actual, AttemptEvent, Estimate, Result, RunManifest
+from evalrig.core.outcomes import final_of
+from evalrig.models.run import Actual, AttemptEvent, Estimate, Result, RunManifest
 from evalrig.store.files import exclusive_lock, read_json, sha256_file, write_bytes_atomic
 from evalrig.store.jsonl import read_records_fast
 from evalrig.store.layout import (
@@ -137,32 +137,8 @@ def load_run(dir: Path) -> RunBundle:
 
 
 def final_results(bundle: RunBundle) -> dict[str, Result]:
-    """trial_id → the Result that counts: the trial's last scored attempt.
-
-    Only results made with the trial's current inputs (the inputs id of its latest
-    attempt) count, so a result kept from before a task changed never stands in for the
-    rerun. A trial with no scored attempt is absent.
-    """
+    """trial_id → the Result that counts (`evalrig.core.outcomes.final_of`)."""
     return final_of(bundle.results)
-
-
-class ResultLike(Protocol):
-    @property
-    def trial_id(self) -> str: ...
-    @property
-    def inputs_id(self) -> str: ...
-    @property
-    def status(self) -> str: ...
-
-
-R = TypeVar("R", bound=ResultLike)
-
-
-def final_of(results: Sequence[R]) -> dict[str, R]:
-    """The rule of `final_results` over any result records in file order (compare reads its
-    own lighter ResultLine)."""
-    current = {r.trial_id: r.inputs_id for r in results}
-    return {r.trial_id: r for r in results if r.status in SCORED and r.inputs_id == current[r.trial_id]}
 
 
 def file_digests(dir: Path, exclude: frozenset[str] = NOT_DIGESTED) -> dict[str, str]:

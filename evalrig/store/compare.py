@@ -5,31 +5,25 @@ bundle; and read a comparison bundle back, verified.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from evalrig.core import report
-from evalrig.core.compare import (
-    CalibrationInputs,
-    Ranges,
-    RunView,
-    TaskView,
-    TrialOutcome,
-    build_comparison,
-    history_check,
-)
+from evalrig.core.compare import RunView, build_comparison, history_check, run_view
 from evalrig.core.digest import loads, pretty_json, sha256_bytes
 from evalrig.core.errors import Incomplete, UsageError, invalid
-from evalrig.models.comparison import Comparison, ComparisonManifest, FigureSource, Integrity, RunRef, SideFacts
-from evalrig.models.inputs import Suite
+from evalrig.models.comparison import (
+    Comparison,
+    ComparisonManifest,
+    Integrity,
+)
 from evalrig.models.run import RunManifest
 from evalrig.store import bundle
 from evalrig.store.checkpoint import registered_seal
 from evalrig.store.files import parse_json, read_json, write_bytes_atomic, write_json_atomic
 from evalrig.store.layout import COMPARISON_JSON, COMPARISON_MD, HISTORY, MANIFEST
 from evalrig.store.ledger import registered_run, runs_path
-from evalrig.store.runlines import Line, ResultLine, RunLines, final_results, no_gc, read_run_lines
+from evalrig.store.runlines import no_gc, read_run_lines
 
 
 @dataclass(frozen=True)
@@ -63,92 +57,6 @@ def _integrity(dir: Path, manifest: RunManifest, allow_incomplete: bool) -> Inte
     return Integrity(verified_files=len(manifest.files), problems=[])
 
 
-def _side_facts(m: RunManifest, lines: RunLines, final: dict[str, ResultLine], integrity: Integrity,
-                home: Path) -> SideFacts:
-    results = lines.results
-    entry = registered_seal(home, m.checkpoint.id)
-    suites: dict[str, set[str]] = {}
-    for r in final.values():
-        suites.setdefault(r.suite, set()).add(r.task_id)
-    sandbox = Counter(r.sandbox for r in results)
-    found = sorted(r.attempt_id for r in results if r.canary_found)
-    infra = sum(r.status == "infra_error" for r in results)
-    hosts = sorted({h for r in results if r.network_hosts for h in r.network_hosts})
-    cost_source: Counter[str] = Counter()
-    for r in final.values():
-        a = lines.actuals.get(r.attempt_id)
-        cost_source["missing" if a is None or a.get("cost_usd") is None else a["usage_source"]] += 1
-    return SideFacts(
-        run_id=m.run_id, checkpoint_id=m.checkpoint.id, status=m.status, subset=m.subset, repeat=m.repeat,
-        taskset_suites=dict(sorted(m.taskset.suites.items())),
-        run_suites={s: len(ids) for s, ids in sorted(suites.items())},  # type: ignore[misc]
-        trials=m.counts.trials, scored=len(final), unscored=max(0, m.counts.trials - len(final)),
-        attempts=len(results), infra_errors=infra,
-        infra_error_rate=infra / len(results) if results else None,
-        sandbox={lvl: sandbox.get(lvl, 0) for lvl in ("bwrap", "process")},
-        network_attempts=sum(r.network for r in results), hosts_reached=hosts[:1000],
-        cost_source=dict(sorted(cost_source.items())),
-        seal_checks=len(m.seal_checks), seal_checks_matched=sum(c.matched for c in m.seal_checks),
-        seal_check_failures=[f"{c.phase}: {c.message or c.checkpoint_id}" for c in m.seal_checks if not c.matched],
-        registered=entry is not None, sealed_at=entry.sealed_at if entry else None,
-        canary_found=len(found), canary_attempts=found[:100], history=m.history,
-        policy_pin=m.policy_pin, integrity=integrity,
-    )
-
-
-def _calibration_inputs(lines: RunLines, final: dict[str, ResultLine]) -> CalibrationInputs:
-    p: list[float] = []
-    passed: list[bool] = []
-    cols: dict[str, tuple[list[float], list[float], list[float], list[float]]] = {
-        "time": ([], [], [], []), "cost": ([], [], [], [])}
-    valid = 0
-    # In the results file's order (deterministic for a bundle); the sums are fsum's, exact anyway.
-    for r in final.values():
-        e, a = lines.estimates.get(r.attempt_id), lines.actuals.get(r.attempt_id)
-        if e is None or e["state"] != "valid":
-            continue
-        valid += 1
-        level = float(e.get("level", 0.8))
-        ps = e.get("p_success")
-        if ps is not None and r.passed is not None:
-            p.append(float(ps))
-            passed.append(r.passed)
-        if a is None:
-            continue
-        for name, rng, actual in (("time", e.get("time_s"), a["wall_s"]), ("cost", e.get("cost_usd"), a.get("cost_usd"))):
-            if rng is not None and actual is not None:
-                lo, hi, lv, ac = cols[name]
-                lo.append(float(rng[0]))
-                hi.append(float(rng[1]))
-                lv.append(level)
-                ac.append(float(actual))
-    time, cost = (Ranges(*(tuple(c) for c in cols[n])) for n in ("time", "cost"))
-    return CalibrationInputs(p_success=tuple(p), passed=tuple(passed), time=time, cost=cost, estimates=valid)
-
-
-def _figures(a: Line | None) -> tuple[float | None, float | None, float | None, FigureSource]:
-    """cost, wall_s, cpu_s of an actual line (all null without one) and the cost's source."""
-    if a is None:
-        return None, None, None, "missing"
-    cost, cpu = a.get("cost_usd"), a.get("cpu_s")
-    return ((None if cost is None else float(cost)), float(a["wall_s"]), (None if cpu is None else float(cpu)),
-            a["usage_source"])
-
-
-def _task_views(lines: RunLines, final: dict[str, ResultLine]) -> dict[str, TaskView]:
-    by_task: dict[str, list[tuple[int, TrialOutcome]]] = {}
-    suite_of: dict[str, Suite] = {}
-    for r in final.values():
-        a = lines.actuals.get(r.attempt_id)
-        outcome = TrialOutcome(bool(r.passed), r.reward, *_figures(a))
-        by_task.setdefault(r.task_id, []).append((r.rep, outcome))
-        suite_of[r.task_id] = r.suite
-    return {
-        t: TaskView(task_id=t, suite=suite_of[t], outcomes=tuple(o for _, o in sorted(rows, key=lambda x: x[0])))
-        for t, rows in sorted(by_task.items())
-    }
-
-
 def refuse_a_comparison_bundle(dir: Path) -> None:
     """A comparison bundle given in place of a run is named as such, not by every run
     manifest field it lacks."""
@@ -180,20 +88,12 @@ def load_side(dir: Path, home: Path, allow_incomplete: bool) -> LoadedRun:
     refuse_unregistered(dir, manifest, home)
     lines = read_run_lines(dir)
     integrity = integrity.model_copy(update={"torn": [f"{n}:{t}" for n, t in sorted(lines.torn.items())]})
-    final = final_results(lines.results)
     history = None
     if manifest.history == "declared":
         path = dir / HISTORY
         history = path.read_bytes() if path.is_file() else b""
-    ref = RunRef(run_id=manifest.run_id, checkpoint_id=manifest.checkpoint.id,
-                 bundle_digest=bundle.bundle_digest(dict(manifest.files)))
-    view = RunView(
-        ref=ref, repeat=manifest.repeat, seed=manifest.seed, taskset_id=manifest.taskset.id,
-        tasks=_task_views(lines, final), facts=_side_facts(manifest, lines, final, integrity, home),
-        fresh_created_at=dict(manifest.taskset.fresh_created_at),
-        fresh_content=dict(manifest.taskset.fresh_content),
-        calibration=_calibration_inputs(lines, final),
-    )
+    seal = registered_seal(home, manifest.checkpoint.id)
+    view = run_view(manifest, lines.records, integrity, seal, bundle.bundle_digest(dict(manifest.files)))
     return LoadedRun(view=view, manifest=manifest, history=history)
 
 
