@@ -93,7 +93,7 @@ def check_policies(path: Path, report: Report) -> None:
     seen: dict[tuple[str, int], Any] = {}
     for f in files:
         try:
-            policy = load_policy(f)  # once: it was read and parsed again for the name check
+            policy = load_policy(f)  # read once: the name check below uses it too
         except EvalrigError as e:
             report.problems += error_problems(e)
             continue
