@@ -80,7 +80,7 @@ def build(root: Path, n: int, k: int, home: Path, policy_digest: str) -> tuple[P
 def main() -> int:
     import os
 
-    from evalrig.core.digest import sha256_file
+    from evalrig.store.files import sha256_file
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=10_000)

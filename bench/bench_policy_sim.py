@@ -1,7 +1,7 @@
 """How sound is the default policy? Seeded synthetic release trains through the real core.
 
 Each train draws per-task true pass rates, simulates k trials per task per side, builds the
-Comparison with `evalrig.store.compare.build_comparison` and decides it with `evalrig.core.gate.decide`
+Comparison with `evalrig.core.compare.build_comparison` and decides it with `evalrig.core.gate.decide`
 under `policies/default.toml` — the same code `compare` and `gate` run, not a re-implementation.
 Every invariant is made to hold, so only the statistics decide.
 
@@ -35,11 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
+from evalrig.core.compare import RunView, TaskView, TrialOutcome, build_comparison, history_check
 from evalrig.core.gate import decide
+from evalrig.core.policy import parse_policy
 from evalrig.models.comparison import Integrity, RunRef, SideFacts
 from evalrig.models.run import PolicyPin
-from evalrig.store.compare import RunView, TaskView, TrialOutcome, build_comparison, history_check
-from evalrig.store.policy import parse_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 K = 5

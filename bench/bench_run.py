@@ -36,8 +36,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from evalrig.store.bundle import append_line, load_run, write_json_atomic  # noqa: E402
+from evalrig.store.bundle import load_run  # noqa: E402
 from evalrig.store.checkpoint import seal  # noqa: E402
+from evalrig.store.files import write_json_atomic  # noqa: E402
+from evalrig.store.jsonl import append_line  # noqa: E402
 
 
 def make_inputs(root: Path, home: Path, tasks: int) -> tuple[Path, Path]:

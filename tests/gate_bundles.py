@@ -30,7 +30,9 @@ from evalrig.models.run import (
     VerifierIdentity,
 )
 from evalrig.run.lifecycle import register_finished
-from evalrig.store.bundle import chained_append, file_digests, write_json_atomic
+from evalrig.store.bundle import file_digests
+from evalrig.store.files import write_json_atomic
+from evalrig.store.jsonl import chained_append
 
 T0 = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
 POLICY_DIGEST = sha256_bytes(b"policy")
@@ -236,8 +238,8 @@ def counts_tasks(fresh_counts: list[int], k: int = 5, fixed: int = 3, invariant:
 
 def view_from_counts(name: str, fresh: list[int], k: int = 5, fixed: list[int] | None = None):
     """A RunView of fresh (and fixed) tasks with the given pass counts, every invariant holding."""
+    from evalrig.core.compare import RunView, TaskView, TrialOutcome
     from evalrig.models.comparison import Integrity, RunRef, SideFacts
-    from evalrig.store.compare import RunView, TaskView, TrialOutcome
 
     tasks = {}
     for suite, counts in (("fresh", fresh), ("fixed", fixed or [])):

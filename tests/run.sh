@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # The project's test command (README; .ci/run runs exactly this).
-# Sets up .venv through eval.sh, adds the dev tools, then lints, type-checks and tests.
+# Sets up .venv through eval.sh, adds the dev tools, then lints, checks the layers' imports,
+# type-checks and tests.
 set -euo pipefail
 root=$(cd -P "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 ./eval.sh --version >/dev/null   # bootstraps .venv on a fresh clone (exit 6 if it cannot)
 py=.venv/bin/python
-if ! "$py" -c 'import pytest, hypothesis, ruff, mypy, ray' 2>/dev/null; then
+if ! "$py" -c 'import pytest, hypothesis, ruff, mypy, importlinter, ray' 2>/dev/null; then
   echo "tests/run.sh: installing the dev tools and the ray extra into .venv" >&2
   "$py" -m pip install --disable-pip-version-check -q -e '.[dev,ray]'
 fi
 
 echo "== ruff"
 "$py" -m ruff check evalrig tests bench examples
+echo "== import-linter (the layers of docs/internals.md)"
+.venv/bin/lint-imports --no-cache
 echo "== mypy"
 "$py" -m mypy
 echo "== pytest"

@@ -23,15 +23,13 @@ from evalrig.models.run import (
 )
 from evalrig.store.bundle import (
     BundleLock,
-    append_line,
     check_run_digests,
-    cut_torn_tail,
     file_digests,
     final_results,
     load_run,
-    read_rows,
-    write_json_atomic,
 )
+from evalrig.store.files import write_json_atomic
+from evalrig.store.jsonl import append_line, cut_torn_tail, read_rows
 
 D = "sha256:" + "0" * 64
 T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)

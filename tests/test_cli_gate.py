@@ -336,7 +336,7 @@ def test_compare_of_a_missing_bundle_names_it(tmp_path: Path, evalrig_home: Path
 def test_gate_prints_verdict_reason_and_where(tmp_path: Path, evalrig_home: Path) -> None:
     pol = tmp_path / "policy.toml"
     pol.write_bytes((ROOT / "policies" / "default.toml").read_bytes())
-    from evalrig.core.digest import sha256_file
+    from evalrig.store.files import sha256_file
 
     a = write_run(tmp_path / "a", Side("champ", counts_tasks([3] * 4), policy_digest=sha256_file(pol)), evalrig_home)
     b = write_run(tmp_path / "b", Side("cand", counts_tasks([3] * 4), policy_digest=sha256_file(pol)), evalrig_home)
@@ -378,7 +378,7 @@ def test_check_release_says_what_to_do_when_not_approved(tmp_path: Path, evalrig
     assert r.exit_code == 1 and "evalrig gate" in json.loads(r.stdout)["hint"]  # type: ignore[attr-defined]
     pol = tmp_path / "policy.toml"
     pol.write_bytes((ROOT / "policies" / "default.toml").read_bytes())
-    from evalrig.core.digest import sha256_file
+    from evalrig.store.files import sha256_file
 
     a = write_run(tmp_path / "a", Side("champ", counts_tasks([3] * 4), policy_digest=sha256_file(pol)), evalrig_home)
     b = write_run(tmp_path / "b", Side("cand", counts_tasks([3] * 4), policy_digest=sha256_file(pol)), evalrig_home)
@@ -397,7 +397,7 @@ def test_sign_of_the_verdict_file_or_the_comparison_names_the_decision_to_give(
         tmp_path: Path, evalrig_home: Path) -> None:
     pol = tmp_path / "policy.toml"
     pol.write_bytes((ROOT / "policies" / "default.toml").read_bytes())
-    from evalrig.core.digest import sha256_file
+    from evalrig.store.files import sha256_file
 
     a = write_run(tmp_path / "a", Side("champ", counts_tasks([3] * 4), policy_digest=sha256_file(pol)), evalrig_home)
     b = write_run(tmp_path / "b", Side("cand", counts_tasks([3] * 4), policy_digest=sha256_file(pol)), evalrig_home)

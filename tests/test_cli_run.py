@@ -8,9 +8,9 @@ import orjson
 import pytest
 from agents.run_kit import add_task, cli, make_checkpoint, make_tasks, results_by_trial
 
-from evalrig.core.digest import sha256_file
 from evalrig.core.plan import trial_seed
 from evalrig.store.bundle import file_digests, load_run
+from evalrig.store.files import sha256_file
 
 
 @pytest.fixture

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from gate_bundles import Side, Task, chain, counts_tasks, redigest, write_run
 
+from evalrig.core.compare import build_comparison, history_check
 from evalrig.core.digest import sha256_bytes
 from evalrig.core.errors import EvalrigError, ExitCode
-from evalrig.store.compare import build_comparison, compare_bundles, history_check, load_side
+from evalrig.store.compare import compare_bundles, load_side
 
 REF_CHAMP = [5, 4, 5, 3, 2, 5, 0, 1, 4, 5, 3, 2, 5, 4, 1, 0, 5, 3, 4, 2]
 REF_CAND = [5, 5, 4, 4, 4, 5, 1, 3, 3, 5, 4, 1, 5, 5, 3, 0, 5, 4, 5, 3]

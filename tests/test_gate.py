@@ -22,13 +22,15 @@ from gate_bundles import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from evalrig.core.compare import build_comparison, history_check
 from evalrig.core.digest import sha256_bytes
 from evalrig.core.errors import EvalrigError, ExitCode
-from evalrig.core.gate import decide, gate_comparison
+from evalrig.core.gate import decide
+from evalrig.core.policy import parse_policy
 from evalrig.models.comparison import Decision
 from evalrig.models.inputs import PolicyFile
-from evalrig.store.compare import build_comparison, compare_bundles, history_check
-from evalrig.store.policy import parse_policy
+from evalrig.store.compare import compare_bundles
+from evalrig.store.decisions import gate_comparison
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = tomllib.loads((ROOT / "policies" / "default.toml").read_text())

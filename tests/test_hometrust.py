@@ -16,15 +16,15 @@ from pydantic import ValidationError
 
 from evalrig.core.errors import EvalrigError, ExitCode
 from evalrig.models.run import Result, SealEntry
-from evalrig.store.bundle import (
-    BundleLock,
+from evalrig.store.bundle import BundleLock
+from evalrig.store.files import write_bytes_atomic
+from evalrig.store.jsonl import (
     Journal,
     append_line,
     chained_append,
     cut_torn_tail,
     read_chained,
     read_records,
-    write_bytes_atomic,
 )
 
 T = datetime(2026, 1, 1, tzinfo=UTC)

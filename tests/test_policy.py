@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from evalrig.core.errors import EvalrigError, ExitCode
+from evalrig.core.policy import parse_policy
 from evalrig.models.inputs import INVARIANT_CHECKS, PolicyFile
-from evalrig.store.policy import load_policy, parse_policy, policy_problems
+from evalrig.store.policy import load_policy, policy_problems
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "policies" / "default.toml"

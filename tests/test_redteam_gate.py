@@ -32,7 +32,7 @@ from redteam import (
     write_policy,
 )
 
-from evalrig.core.digest import sha256_file
+from evalrig.store.files import sha256_file
 
 ROOT = Path(__file__).resolve().parent.parent
 

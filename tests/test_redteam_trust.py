@@ -221,7 +221,8 @@ def test_a_bundle_from_another_home_is_brought_in_by_verify_register(mine: Copy,
 
 def test_every_finished_run_is_registered_in_the_home(train: Train) -> None:
     from evalrig.models.run import RunEntry
-    from evalrig.store.bundle import bundle_digest, read_chained
+    from evalrig.store.bundle import bundle_digest
+    from evalrig.store.jsonl import read_chained
 
     entries = read_chained(train.home / "runs.jsonl", RunEntry).records
     for side in ("champion", "candidate"):
@@ -332,7 +333,7 @@ def test_a_torn_last_seal_line_is_ignored_and_cut_before_the_next_append(mine: C
     data = registry.read_bytes()
     assert data.startswith(whole) and b'"sha\n' not in data and data.count(b"\n") == whole.count(b"\n") + 1
     from evalrig.models.run import SealEntry
-    from evalrig.store.bundle import read_chained
+    from evalrig.store.jsonl import read_chained
 
     assert [e.name for e in read_chained(registry, SealEntry).records][-1] == "other"
 
@@ -356,7 +357,7 @@ def test_legacy_seal_lines_are_accepted_and_the_chain_starts_after_them(tmp_path
 
 def _append_many(home: str, tag: str, n: int) -> None:
     from evalrig.models.run import SealEntry
-    from evalrig.store.bundle import chained_append
+    from evalrig.store.jsonl import chained_append
 
     for i in range(n):
         with chained_append(Path(home) / "seals.jsonl", SealEntry) as registry:
@@ -366,7 +367,7 @@ def _append_many(home: str, tag: str, n: int) -> None:
 
 def test_two_processes_appending_never_interleave(tmp_path: Path) -> None:
     from evalrig.models.run import SealEntry
-    from evalrig.store.bundle import read_chained
+    from evalrig.store.jsonl import read_chained
 
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_append_many, args=(str(tmp_path), tag, 200)) for tag in ("a", "b")]

@@ -16,7 +16,8 @@ import pytest
 from agents.run_kit import add_task, cli, make_checkpoint, make_tasks, results_by_trial
 
 from evalrig.models.run import SCORED
-from evalrig.store.bundle import load_run, write_json_atomic
+from evalrig.store.bundle import load_run
+from evalrig.store.files import write_json_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 

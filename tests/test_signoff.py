@@ -11,9 +11,9 @@ from gate_bundles import Side, counts_tasks, write_run
 
 from evalrig.core.digest import sha256_bytes
 from evalrig.core.errors import EvalrigError, ExitCode
-from evalrig.core.gate import gate_comparison
 from evalrig.store.checkpoint import checkpoint_id, seal
 from evalrig.store.compare import compare_bundles
+from evalrig.store.decisions import gate_comparison
 from evalrig.store.signoff import check_release, sign
 
 ROOT = Path(__file__).resolve().parent.parent

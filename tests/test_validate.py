@@ -16,7 +16,8 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from evalrig.cli import app
-from evalrig.core.digest import canonical_line, pretty_json, sha256_file
+from evalrig.core.digest import canonical_line, pretty_json
+from evalrig.store.files import sha256_file
 
 ROOT = Path(__file__).resolve().parent.parent
 EXACT = '[verifier]\nkind = "exact"\nexpected = "42"\n'
@@ -424,7 +425,7 @@ def test_bundles_written_by_compare(tmp_path: Path, evalrig_home: Path) -> None:
 
 
 def test_key_lines() -> None:
-    from evalrig.store.tomlerr import key_lines, line_of
+    from evalrig.core.tomlerr import key_lines, line_of
 
     text = (
         'id = "x"\n'                       # 1

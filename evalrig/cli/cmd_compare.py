@@ -9,6 +9,7 @@ import typer
 
 from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, say
 from evalrig.core.errors import ExitCode, UsageError
+from evalrig.store.layout import COMPARISON_JSON, COMPARISON_MD
 
 
 @command("compare", "evalrig compare runs/champion runs/candidate --out trains/t1")
@@ -38,7 +39,7 @@ def compare_cmd(
             f"fresh: {fresh.tasks} tasks, mean_d {_f(fresh.mean_d)}, p better {_f(fresh.p_one_sided)}, "
             f"p worse {_f(fresh.p_worse)}",
             f"fixed: {c.suites['fixed'].tasks} tasks; invariant: {c.suites['invariant'].tasks} tasks",
-            f"wrote {out / 'comparison.json'} and {out / 'comparison.md'}",
+            f"wrote {out / COMPARISON_JSON} and {out / COMPARISON_MD}",
         ])
     return 0
 
@@ -62,21 +63,21 @@ def gate_cmd(
     debug: DebugOpt = False,
 ) -> int:
     """Apply the release policy; write the decision and its verdict file. Exit: 0 promote, 1 keep, 3 block."""
-    from evalrig.core.gate import gate_comparison
     from evalrig.store.checkpoint import evalrig_home
     from evalrig.store.clock import utcnow
+    from evalrig.store.decisions import gate_comparison
 
     r = gate_comparison(comparison, policy, exception, advisory, evalrig_home(), utcnow())
     d = r.decision
     if json_out:
         emit_json({"verdict": d.verdict, "reason": d.reason, "summary": d.summary,
                    "decision_file": str(r.decision_file), "verdict_file": str(r.verdict_file),
-                   "advisory": d.advisory, "exit_code": r.exit_code,
+                   "advisory": d.advisory, "exit_code": int(r.exit_code),
                    "rules": [{"name": x.name, "held": x.held} for x in d.rules]})
     else:
         say([f"{d.verdict} ({d.reason})" + (" [advisory]" if d.advisory else ""), d.summary,
              f"verdict file: {r.verdict_file}", f"decision: {r.decision_file}"])
-    return r.exit_code
+    return int(r.exit_code)
 
 
 @command("sign", "evalrig sign trains/t1/decisions/default-v1.json --approve --by alice")

@@ -14,6 +14,7 @@ import typer
 
 from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, say
 from evalrig.core.errors import ExitCode, UsageError
+from evalrig.store.layout import MANIFEST, RUNS
 
 if TYPE_CHECKING:  # the run package is imported when a command runs, not at start-up
     from evalrig.run.lifecycle import RunSummary
@@ -233,7 +234,7 @@ def verify(
         lines = [f"verified {bundle}: {report.files} file digests, {report.results} results "
                  f"({report.rederived} re-derived from evidence) agree"]
         if register:
-            lines.append(f"registered in {evalrig_home() / 'runs.jsonl'}" if new
+            lines.append(f"registered in {evalrig_home() / RUNS}" if new
                          else "already registered in the rig's home")
         say(lines)
     return 0
@@ -249,7 +250,7 @@ def refuse_what_is_not_a_run_bundle(bundle: Path) -> None:
     if bundle.exists() and not bundle.is_dir():
         raise invalid("not a run bundle (a file, not a directory)", file=bundle, hint=hint)
     try:
-        kind = loads((bundle / "manifest.json").read_bytes()).get("kind")
+        kind = loads((bundle / MANIFEST).read_bytes()).get("kind")
     except (OSError, ValueError, AttributeError):
         return  # verify_run reports a missing or broken manifest, naming it
     if kind == "comparison":

@@ -70,26 +70,26 @@ def _default(obj: Any) -> Any:
     raise TypeError(f"cannot encode {type(obj).__name__} as canonical JSON")
 
 
-def to_plain(obj: Any) -> Any:
+def to_plain(obj: object) -> Any:
     """A value of JSON types only (models dumped in JSON mode)."""
     if hasattr(obj, "model_dump"):
         return obj.model_dump(mode="json")
     return obj
 
 
-def canonical_json(obj: Any) -> bytes:
+def canonical_json(obj: object) -> bytes:
     """The canonical bytes of `obj` (no trailing newline)."""
     plain = to_plain(obj)
     _check_finite(plain)
     return orjson.dumps(plain, option=_OPTS, default=_default)
 
 
-def canonical_line(obj: Any) -> bytes:
+def canonical_line(obj: object) -> bytes:
     """One JSONL record: canonical JSON and a newline."""
     return canonical_json(obj) + b"\n"
 
 
-def pretty_json(obj: Any) -> bytes:
+def pretty_json(obj: object) -> bytes:
     """Canonical JSON indented for people (still sorted, still deterministic)."""
     plain = to_plain(obj)
     _check_finite(plain)
@@ -100,16 +100,10 @@ def sha256_bytes(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def sha256_json(obj: Any) -> str:
+def sha256_json(obj: object) -> str:
     return sha256_bytes(canonical_json(obj))
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return "sha256:" + h.hexdigest()
 
 
 def sha256_parts(parts: Iterable[bytes]) -> str:

@@ -1,4 +1,5 @@
-"""The gate: a Comparison and a policy in, a Decision out (DESIGN §10). Pure.
+"""The gate: a Comparison and a parsed policy in, a Decision out (docs/gate.md). Pure: the
+store (`evalrig.store.decisions`) reads the bundle and the policy file and writes the decision.
 
 Every rule is recorded under its DESIGN name with its numbers and `held`, where `held`
 means "the condition the rule states is true" (for `fresh.loss` that is "a loss was
@@ -18,11 +19,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 from evalrig.core import stats
-from evalrig.core.errors import EvalrigError, invalid
+from evalrig.core.errors import ExitCode, invalid
+from evalrig.models.base import format_ts
 from evalrig.models.comparison import (
     CandidateRef,
     ChampionRef,
@@ -36,7 +37,8 @@ from evalrig.models.comparison import (
     SuiteStats,
     Verdict,
 )
-from evalrig.models.inputs import PolicyFile
+from evalrig.models.inputs import INVARIANT_CHECKS, InvariantCheck, PolicyFile
+from evalrig.models.run import SandboxLevel
 
 POWER = 0.8
 
@@ -116,8 +118,8 @@ def rule_isolated(c: Comparison, p: PolicyFile) -> RuleResult:
     ch, ca = _sides(c)
     allow = p.invariants.allow_network
 
-    def count(s: SideFacts, level: str) -> int:
-        return s.sandbox.get(level, 0)  # type: ignore[call-overload]
+    def count(s: SideFacts, level: SandboxLevel) -> int:
+        return s.sandbox.get(level, 0)
 
     bwrap = all(count(s, "process") == 0 and count(s, "bwrap") > 0 for s in (ch, ca))
     networked = ch.network_attempts + ca.network_attempts
@@ -228,7 +230,7 @@ def rule_invariant_suite(c: Comparison, p: PolicyFile) -> RuleResult:
     )
 
 
-INVARIANT_RULES: dict[str, Callable[[Comparison, PolicyFile], RuleResult]] = {
+INVARIANT_RULES: dict[InvariantCheck, Callable[[Comparison, PolicyFile], RuleResult]] = {
     "complete": rule_complete,
     "sealed": rule_sealed,
     "isolated": rule_isolated,
@@ -237,15 +239,9 @@ INVARIANT_RULES: dict[str, Callable[[Comparison, PolicyFile], RuleResult]] = {
     "bundle-integrity": rule_bundle_integrity,
     "invariant-suite": rule_invariant_suite,
 }
-INVARIANT_ORDER = (
-    "complete", "sealed", "isolated", "policy-pinned", "fresh-after-seal",
-    "no-secret-leak", "history-preserved", "bundle-integrity", "invariant-suite",
-)
 
 
-def _ts(ts: Any) -> str | None:
-    from evalrig.models.base import format_ts
-
+def _ts(ts: datetime | None) -> str | None:
     return None if ts is None else format_ts(ts)
 
 
@@ -528,7 +524,7 @@ def decide(
                       field="exceptions", hint="name one of the policy's [exceptions], or gate without --exception")
     listed = set(policy.invariants.checks)
     invariants = []
-    for name in INVARIANT_ORDER:
+    for name in INVARIANT_CHECKS:  # in the order the docs list them, whatever the policy's
         if name not in listed:
             continue  # only the invariants the policy lists are applied
         if name == "policy-pinned":
@@ -552,116 +548,7 @@ def decide(
     )
 
 
-EXIT_OF_VERDICT: dict[str, int] = {"promote": 0, "promote-maintenance": 0, "keep-champion": 1, "block": 3}
-
-
-# -- the shell: reading the comparison bundle, writing decisions -------------------------
-
-DECISIONS = "decisions"
-ADVISORY = "advisory"
-
-
-@dataclass(frozen=True)
-class GateResult:
-    decision: Decision
-    decision_file: Path
-    verdict_file: Path
-    exit_code: int
-
-
-def seen_fresh(home: Path, candidate_id: str) -> dict[str, str]:
-    """content digest -> candidate id, for every fresh task of every earlier gate of another
-    candidate in the gate ledger (the earliest gate's candidate where several share one).
-    Exports of fresh tasks recorded in the home would be added here once `export` exists
-    (docs/gate.md)."""
-    from evalrig.store import ledger
-
-    out: dict[str, str] = {}
-    for e in ledger.all_gates(home):
-        if e.candidate_id != candidate_id:
-            for d in e.fresh_content:
-                out.setdefault(d, e.candidate_id)
-    return out
-
-
-def refuse_unregistered_runs(dir: Path, comparison: Comparison, home: Path) -> None:
-    """A comparison counts only for runs this home registered (docs/security.md, "Trust lives
-    in the rig's home"): `compare` takes no other, so a comparison naming a run bundle the
-    home does not know was written by hand or compared in another home."""
-    from evalrig.store import ledger
-
-    for role, ref in (("champion", comparison.champion), ("candidate", comparison.candidate)):
-        entry = ledger.registered_run(home, ref.bundle_digest)
-        if entry is None or entry.checkpoint_id != ref.checkpoint_id:
-            raise invalid(
-                f"names a {role} run bundle ({ref.run_id}, digest {ref.bundle_digest}) that this rig's home "
-                f"did not register ({ledger.runs_path(home)})",
-                file=Path(dir) / "comparison.json", field=f"{role}.bundle_digest",
-                hint="gate only a comparison `evalrig compare` wrote with this EVALRIG_HOME; a run "
-                "bundle from elsewhere is brought in by `evalrig verify --register BUNDLE`, then compared",
-            )
-
-
-def decision_name(policy: PolicyFile, exception: str | None) -> str:
-    return f"{policy.name}-v{policy.version}" + (f"+{exception}" if exception else "")
-
-
-def gate_comparison(dir: Path, policy_path: Path, exception: str | None, advisory: bool, home: Path,
-                    now: datetime) -> GateResult:
-    """Apply the policy file to the comparison bundle `dir` and write the decision and verdict file."""
-    from evalrig.core import report
-    from evalrig.core.digest import pretty_json, sha256_bytes
-    from evalrig.models.comparison import GateLedgerEntry, Issued
-    from evalrig.store import ledger
-    from evalrig.store.bundle import write_bytes_atomic
-    from evalrig.store.compare import read_comparison
-    from evalrig.store.policy import load_policy
-
-    dir = Path(dir)
-    comparison, comparison_digest = read_comparison(dir)
-    loaded = load_policy(Path(policy_path))
-    pins = comparison.facts.policy_pins
-    pinned = {d for d in (pins.champion, pins.candidate) if d is not None}
-    if pinned and pinned != {loaded.digest} and not advisory:
-        raise invalid(
-            f"the runs pinned the policy {sorted(pinned)[0]}, but this file's digest is {loaded.digest}",
-            file=policy_path, field="digest",
-            hint="gate with the policy file the runs pinned (run --policy), or pass --advisory to "
-            "preview this policy (an advisory decision cannot be signed)",
-        )
-    # The home must be usable before its ledger is read or a decision issued.
-    ledger.ensure_dir(Path(home))
-    refuse_unregistered_runs(dir, comparison, home)
-    seen = seen_fresh(home, comparison.candidate.checkpoint_id)
-    try:
-        decision = decide(comparison, loaded.spec, loaded.digest, exception, advisory, comparison_digest, seen)
-    except EvalrigError as e:  # decide() is pure and knows no paths: name the policy it refused
-        if e.file is None:
-            e.file = str(policy_path)
-        raise
-    out_dir = dir / DECISIONS / ADVISORY if advisory else dir / DECISIONS
-    ledger.ensure_dir(out_dir)
-    name = decision_name(loaded.spec, exception)
-    path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
-    data = pretty_json(decision)
-    if path.exists():
-        if path.read_bytes() != data:
-            raise invalid(
-                "exists with other bytes; a decision is never overwritten",
-                file=path,
-                hint="this comparison was already gated under this policy name and version with a different "
-                "outcome: bump the policy's version, or compare into a new directory",
-            )
-    else:
-        write_bytes_atomic(path, data)
-    digest = sha256_bytes(data)
-    earlier = ledger.gates_of(home, decision.candidate.checkpoint_id)
-    write_bytes_atomic(md_path, report.verdict_markdown(decision, earlier, str(path)).encode())
-    ledger.record_issued(out_dir, Issued(decision_digest=digest, decision_file=path.name, issued_at=now))
-    ledger.record_gate(home, GateLedgerEntry(
-        candidate_id=decision.candidate.checkpoint_id, champion_id=decision.champion.checkpoint_id,
-        comparison_digest=comparison_digest, comparison_dir=str(dir.resolve()), policy=decision.policy,
-        exception=exception, advisory=advisory, verdict=decision.verdict, reason=decision.reason,
-        decision_digest=digest, at=now, fresh_content=sorted(set(comparison.facts.fresh_content.values())),
-    ))
-    return GateResult(decision, path, md_path, EXIT_OF_VERDICT[decision.verdict])
+EXIT_OF_VERDICT: dict[Verdict, ExitCode] = {
+    "promote": ExitCode.OK, "promote-maintenance": ExitCode.OK, "keep-champion": ExitCode.KEEP,
+    "block": ExitCode.BLOCK,
+}

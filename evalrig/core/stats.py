@@ -14,6 +14,7 @@ third of the time of `scipy.stats`; the tests check them against `scipy.stats`.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -603,6 +604,8 @@ class Efficiency:
     ratio: float | None  # exp(mean log r_i)
     upper: float | None  # exp(mean + t_{1−α, n−1}·sd/√n) of the log ratios
     n: int  # tasks
+    log_mean: float | None = None  # mean log r_i, and its sample sd (statistics.stdev): carried
+    log_sd: float | None = None  # in comparison.json so that the gate can recompute the bound
 
 
 def efficiency(
@@ -625,13 +628,14 @@ def efficiency(
     if n < 2 or not usable:
         return Efficiency(ratio=None, upper=None, n=n)
     logs = [
-        math.log(b) - math.log(a)  # type: ignore[arg-type]  # checked by positive_finite
+        math.log(b) - math.log(a)
         for a, b in zip(champion_values, candidate_values, strict=True)
+        if a is not None and b is not None  # all are: checked by positive_finite
     ]
     mean = math.fsum(logs) / n
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in logs) / (n - 1))
     upper = mean + t_quantile(1.0 - alpha, n - 1) * sd / math.sqrt(n)
-    return Efficiency(ratio=math.exp(mean), upper=math.exp(upper), n=n)
+    return Efficiency(ratio=math.exp(mean), upper=math.exp(upper), n=n, log_mean=mean, log_sd=statistics.stdev(logs))
 
 
 def positive_finite(value: float | None) -> bool:

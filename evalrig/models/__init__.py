@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from evalrig.models import agent, inputs, lock, run
+from evalrig.models import agent, comparison, inputs, lock, run
 
 
 def formats() -> dict[str, type[BaseModel]]:
     """Name → model of every file format the rig reads or writes."""
-    from evalrig.models import comparison  # written by the compare/gate work
-
     return {
         "checkpoint": inputs.CheckpointFile,
         "task": inputs.TaskFile,

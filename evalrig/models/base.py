@@ -102,7 +102,7 @@ class Record(Strict):
 class ChainedRecord(Record):
     """A line of one of the rig's hash-chained home files (seals, gates, runs, sign-offs).
 
-    The chain's store (`evalrig.store.bundle.chained_append`) sets `prev`; a record written
+    The chain's store (`evalrig.store.jsonl.chained_append`) sets `prev`; a record written
     anywhere else (a bundle's copy of a sign-off) has none, and leaves the key out rather
     than writing null, so that no unchained line ever looks chained.
     """

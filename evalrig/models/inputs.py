@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import typing
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
@@ -66,7 +67,7 @@ def _env_value(value: str) -> str:
     return value
 
 
-# A key's error is reported at `agent.env.<KEY>` (evalrig.store.tomlerr), a value's likewise.
+# A key's error is reported at `agent.env.<KEY>` (evalrig.core.tomlerr), a value's likewise.
 EnvName = Annotated[str, AfterValidator(_env_name)]
 EnvValue = Annotated[str, AfterValidator(_env_value)]
 
@@ -227,17 +228,6 @@ class TaskFile(HandWritten):
 
 # -- policy ------------------------------------------------------------------------------
 
-INVARIANT_CHECKS = (
-    "complete",
-    "sealed",
-    "isolated",
-    "policy-pinned",
-    "fresh-after-seal",
-    "no-secret-leak",
-    "history-preserved",
-    "bundle-integrity",
-    "invariant-suite",
-)
 InvariantCheck = Literal[
     "complete",
     "sealed",
@@ -249,13 +239,16 @@ InvariantCheck = Literal[
     "bundle-integrity",
     "invariant-suite",
 ]
+INVARIANT_CHECKS: tuple[InvariantCheck, ...] = typing.get_args(InvariantCheck)
+"""Every invariant the gate knows, in the order it applies and reports them: the one list the
+policy's `[invariants] checks`, the gate and the policy schema read (docs/gate.md)."""
 Alpha = Annotated[float, Field(gt=0, lt=1)]
 Rate = Annotated[float, Field(ge=0, le=1)]
 Margin = Annotated[float, Field(ge=0)]
 
 
 def _all_checks() -> list[InvariantCheck]:
-    return list(INVARIANT_CHECKS)  # type: ignore[arg-type]
+    return list(INVARIANT_CHECKS)
 
 
 class PolicyInvariants(HandWritten):

@@ -15,8 +15,9 @@ from typing import Any
 
 from evalrig.core.plan import Plan, Trial
 from evalrig.models.run import SCORED, AttemptEvent, RunCounts
-from evalrig.store.bundle import Fields, append_lines, read_rows
+from evalrig.store import layout
 from evalrig.store.clock import utcnow
+from evalrig.store.jsonl import Fields, append_lines, read_rows
 
 
 @dataclass
@@ -84,8 +85,8 @@ class BundleRows:
 
 def read_bundle_rows(out: Path) -> BundleRows:
     """The attempts and results lines (torn tails already cut)."""
-    return BundleRows(read_rows(out / "attempts.jsonl", EVENT_FIELDS).records,
-                      read_rows(out / "results.jsonl", RESULT_FIELDS).records)
+    return BundleRows(read_rows(out / layout.ATTEMPTS_JSONL, EVENT_FIELDS).records,
+                      read_rows(out / layout.RESULTS_JSONL, RESULT_FIELDS).records)
 
 
 def book_from_rows(plan: Plan, rows: BundleRows) -> TrialBook:
@@ -116,5 +117,5 @@ def repair_dangling(out: Path, rows: BundleRows, book: TrialBook) -> int:
                                      attempt=ev["attempt"], task_id=ev["task_id"], rep=ev["rep"],
                                      at=utcnow(), status=status))
             book.ended(status)
-    append_lines(out / "attempts.jsonl", ends)
+    append_lines(out / layout.ATTEMPTS_JSONL, ends)
     return len(ends)

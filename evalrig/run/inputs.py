@@ -33,7 +33,6 @@ from evalrig.models.run import (
     SealEntry,
 )
 from evalrig.run.settings import Resolved, shown
-from evalrig.store.bundle import MANIFEST
 from evalrig.store.checkpoint import (
     CHECKPOINT_TOML,
     Checkpoint,
@@ -46,6 +45,7 @@ from evalrig.store.checkpoint import (
     resolve_commands,
 )
 from evalrig.store.clock import utcnow
+from evalrig.store.layout import MANIFEST
 from evalrig.store.policy import load_policy
 from evalrig.store.tasks import LoadedTask, TaskSet, load_taskset
 

@@ -49,22 +49,13 @@ from evalrig.run.executors import check_executor
 from evalrig.run.inputs import Inputs, gather_inputs, refuse_other_inputs, run_warnings, seal_check
 from evalrig.run.loop import Hooks, Loop, Stop
 from evalrig.run.progress import Reporter, SilentReporter
-from evalrig.run.provenance import HISTORY, PROVENANCE, copy_history, new_provenance, taskset_ref
+from evalrig.run.provenance import copy_history, new_provenance, taskset_ref
 from evalrig.run.settings import Resolved, RunRequest, resolve_settings
-from evalrig.store.bundle import (
-    LOCK,
-    LOCK_HOLDER,
-    MANIFEST,
-    RUN_JSONL,
-    BundleLock,
-    bundle_digest,
-    cut_torn_tail,
-    file_digests,
-    is_atomic_temp,
-    read_json,
-    write_json_atomic,
-)
+from evalrig.store.bundle import BundleLock, bundle_digest, file_digests, is_atomic_temp
 from evalrig.store.clock import utcnow
+from evalrig.store.files import read_json, write_json_atomic
+from evalrig.store.jsonl import cut_torn_tail
+from evalrig.store.layout import HISTORY, LOCK, LOCK_HOLDER, MANIFEST, PROVENANCE, RUN_JSONL
 from evalrig.store.ledger import register_run
 
 

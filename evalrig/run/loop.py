@@ -42,10 +42,11 @@ from evalrig.run.book import TrialBook
 from evalrig.run.executors import AttemptWork, Done, Job, make_executor, trial_work
 from evalrig.run.inputs import Inputs
 from evalrig.run.progress import Reporter, progress_of
-from evalrig.store.bundle import RUN_JSONL, Journal
+from evalrig.store import layout
 from evalrig.store.clock import utcnow
+from evalrig.store.jsonl import Journal
+from evalrig.store.layout import RUN_JSONL
 
-ATTEMPTS_DIR = "attempts"
 WAIT_S = 0.25  # how often the loop looks at the stop flag while attempts run
 
 
@@ -141,7 +142,7 @@ class Loop:
         self.estimate_inline = inputs.checkpoint.spec.agent.estimate is None
         self.ran = 0
         self.t0 = time.monotonic()
-        (out / ATTEMPTS_DIR).mkdir(exist_ok=True)
+        (out / layout.ATTEMPTS_DIR).mkdir(exist_ok=True)
         self.journal = Journal(out, RUN_JSONL)
 
     def execute(self, trials: list[Trial]) -> None:
@@ -163,8 +164,8 @@ class Loop:
                                              if self._retry(i, r)]))
                 if not self.stop.event.is_set():
                     got.jobs += self.launch(pending)
-                self.journal.write("actuals.jsonl", [a for _, a, _ in got.records])
-                self.journal.write("results.jsonl", [r for _, _, r in got.records])
+                self.journal.write(layout.ACTUALS_JSONL, [a for _, a, _ in got.records])
+                self.journal.write(layout.RESULTS_JSONL, [r for _, _, r in got.records])
                 self.journal.sync()
                 for job in got.jobs:
                     self.executor.submit(job)
@@ -189,12 +190,12 @@ class Loop:
             items.append(self._prepare(pending.popleft()))
         if not items:
             return []
-        self.journal.write("attempts.jsonl", [self._event("start", i, None) for i in items])
+        self.journal.write(layout.ATTEMPTS_JSONL, [self._event("start", i, None) for i in items])
         for i in items:
             self.book.started(i.trial.trial_id, i.queued.n)
             self.inflight[i.spec.attempt_id] = i
         if self.estimate_inline:
-            self.journal.write("estimates.jsonl",
+            self.journal.write(layout.ESTIMATES_JSONL,
                                [self.work.estimate(i.spec, _estimate_id(), utcnow()) for i in items])
             return [Job("attempt", i.spec) for i in items]
         return [Job("estimate", i.spec, estimate_id=_estimate_id()) for i in items]
@@ -208,7 +209,7 @@ class Loop:
             checkpoint=self.inputs.checkpoint, level=self.inputs.level.level,
             slot=self.free_slots.pop(), timeout_scale=self.settings.timeout_scale,
             secrets=self.inputs.secrets, scratch_root=self.scratch,
-            evidence_dir=self.out / ATTEMPTS_DIR / attempt_id,
+            evidence_dir=self.out / layout.ATTEMPTS_DIR / attempt_id,
             keep_workspace=self.settings.keep_workspaces,
             verifier_retries=self.settings.max_retries, cancel=self.stop.event,
             interpreter_prefixes=tuple(Path(p) for p in self.settings.interpreter_prefixes),
@@ -231,7 +232,7 @@ class Loop:
         estimated = [d for d in batch if d.job.kind == "estimate"]
         if estimated:
             items = [self.inflight[d.job.spec.attempt_id] for d in estimated]
-            self.journal.write("estimates.jsonl",
+            self.journal.write(layout.ESTIMATES_JSONL,
                                [d.estimate or self._missing_estimate(d, i)
                                 for d, i in zip(estimated, items, strict=True)])
             for i in items:
@@ -253,7 +254,7 @@ class Loop:
 
     def record_ends(self, got: Collected) -> None:
         """End lines, once their results are on disk; the counters; progress."""
-        self.journal.write("attempts.jsonl", [self._event("end", i, st) for i, st in got.ended])
+        self.journal.write(layout.ATTEMPTS_JSONL, [self._event("end", i, st) for i, st in got.ended])
         for _, _, result in got.records:
             self.book.result(result.trial_id, result.inputs_id, result.status)
         for _, status in got.ended:

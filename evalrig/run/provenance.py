@@ -14,12 +14,11 @@ from pathlib import Path
 
 from evalrig import __version__
 from evalrig.models.run import Provenance, TasksetRef
-from evalrig.store.bundle import write_bytes_atomic
+from evalrig.store import layout
 from evalrig.store.checkpoint import Checkpoint, history_log
+from evalrig.store.files import write_bytes_atomic
 from evalrig.store.tasks import TaskSet
 
-HISTORY = "history.jsonl"
-PROVENANCE = "provenance.json"
 _REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
@@ -51,7 +50,7 @@ def copy_history(checkpoint: Checkpoint, out: Path) -> str:
     src = history_log(checkpoint)
     if src is None:
         return "none"
-    write_bytes_atomic(out / HISTORY, src.read_bytes())
+    write_bytes_atomic(out / layout.HISTORY, src.read_bytes())
     return "declared"
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from evalrig.attempt.egress import parse_allow_host
 from evalrig.core.errors import Problem, UsageError, invalid
 from evalrig.models.run import MAY_CHANGE_ON_RESUME, RunManifest, RunSettings
-from evalrig.store.bundle import MANIFEST
+from evalrig.store.layout import MANIFEST
 
 DEFAULT_REPEAT = 5
 DEFAULT_MAX_RETRIES = 2

@@ -15,7 +15,7 @@ from evalrig.attempt.verifiers import verify_evidence
 from evalrig.core.errors import Problem, invalid
 from evalrig.models.run import Result, RunManifest
 from evalrig.run.lifecycle import register_finished, scratch_dir
-from evalrig.run.loop import ATTEMPTS_DIR
+from evalrig.store import layout
 from evalrig.store.bundle import RunBundle, check_run_digests, load_run, manifest_problems
 from evalrig.store.tasks import LoadedTask, load_taskset
 
@@ -63,9 +63,9 @@ def verify_run(dir: Path) -> VerifyReport:
 def evidence_problems(dir: Path, b: RunBundle) -> list[Problem]:
     out = []
     for i, r in enumerate(b.results, start=1):
-        digest, _ = evidence_digest(dir / ATTEMPTS_DIR / r.attempt_id)
+        digest, _ = evidence_digest(dir / layout.ATTEMPTS_DIR / r.attempt_id)
         if digest != r.evidence_digest:
-            out.append(Problem(str(dir / "results.jsonl"),
+            out.append(Problem(str(dir / layout.RESULTS_JSONL),
                                f"trial {r.trial_id}: evidence of {r.attempt_id} has digest "
                                f"{digest}, the result records {r.evidence_digest}", line=i))
     return out
@@ -82,9 +82,9 @@ def canary_problems(dir: Path, b: RunBundle) -> list[Problem]:
     for i, r in enumerate(b.results, start=1):
         if r.canary.found or not r.canary.value:
             continue
-        where = rederive_canary(dir / ATTEMPTS_DIR / r.attempt_id, needle(r.canary.value))
+        where = rederive_canary(dir / layout.ATTEMPTS_DIR / r.attempt_id, needle(r.canary.value))
         if where:
-            out.append(Problem(str(dir / "results.jsonl"),
+            out.append(Problem(str(dir / layout.RESULTS_JSONL),
                                f"trial {r.trial_id}: the stored evidence of {r.attempt_id} holds "
                                f"the canary ({', '.join(where[:5])}); the result records it not "
                                "found", line=i))
@@ -129,7 +129,7 @@ def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
     bad, problems = _changed_verifiers(b, tasks, str(tasks_dir), superseded)
     available = resolve_level("auto").level
     n = 0
-    path = str(dir / "results.jsonl")
+    path = str(dir / layout.RESULTS_JSONL)
     scratch = scratch_dir("evalrig-verify-", keep=False)
     try:
         for i, r in enumerate(b.results, start=1):
@@ -140,7 +140,7 @@ def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
                 continue
             # Judge under the level the attempt was judged under where this machine has it.
             level = r.sandbox if available == "bwrap" else available
-            v = verify_evidence(tasks[r.task_id], dir / ATTEMPTS_DIR / r.attempt_id, level, 0,
+            v = verify_evidence(tasks[r.task_id], dir / layout.ATTEMPTS_DIR / r.attempt_id, level, 0,
                                 b.manifest.settings.max_retries, scratch)
             n += 1
             now = _verdict_word(v.passed)

@@ -17,14 +17,15 @@ from datetime import datetime
 from pathlib import Path
 
 from evalrig.core.errors import EvalrigError, Problem, invalid
+from evalrig.core.tomlerr import raise_problems, validate_doc
 from evalrig.models.inputs import CheckpointFile
 from evalrig.models.run import SealEntry, SealFile
-from evalrig.store.tomlerr import raise_problems, read_toml, validate_doc
+from evalrig.store.files import read_toml
+from evalrig.store.layout import SEALS as REGISTRY
 from evalrig.store.tree import TreeDigest, hash_tree
 
 CHECKPOINT_TOML = "checkpoint.toml"
 SEAL_JSON = "SEAL.json"
-REGISTRY = "seals.jsonl"
 _EXCLUDE = frozenset({SEAL_JSON})
 
 
@@ -99,7 +100,7 @@ def registry_path(home: Path) -> Path:
 
 def _read_registry(home: Path) -> list[SealEntry]:
     """The registry's records, its hash chain verified first (exit 4 naming a broken line)."""
-    from evalrig.store.bundle import read_chained
+    from evalrig.store.jsonl import read_chained
 
     return read_chained(registry_path(home), SealEntry).records
 
@@ -124,7 +125,8 @@ def _make_home(home: Path) -> None:
 
 def seal(dir: Path, home: Path, now: datetime) -> SealFile:
     """Hash the checkpoint, register it if it is new, and write `dir/SEAL.json`."""
-    from evalrig.store.bundle import chained_append, write_json_atomic
+    from evalrig.store.files import write_json_atomic
+    from evalrig.store.jsonl import chained_append
 
     dir = Path(dir)
     ckpt = load_checkpoint(dir)
@@ -382,6 +384,6 @@ def check_interpreter_prefixes(given: Sequence[str],
 
 def program_digest(path: Path) -> str:
     """sha256 of a program file, recorded for a program under an interpreter prefix."""
-    from evalrig.core.digest import sha256_file
+    from evalrig.store.files import sha256_file
 
     return sha256_file(Path(path))

@@ -8,7 +8,7 @@ its sign-offs, for people. Trust lives in the rig's home (docs/security.md):
 until it passes shows up in the next verdict file of the same candidate, and so that
 `check-release` can tell a decision a gate issued from a hand-written one),
 `$EVALRIG_HOME/signoffs.jsonl` every sign-off, and `$EVALRIG_HOME/runs.jsonl` every run
-that finished here. The home's files are hash-chained (`evalrig.store.bundle.chained_append`).
+that finished here. The home's files are hash-chained (`evalrig.store.jsonl.chained_append`).
 """
 
 from __future__ import annotations
@@ -18,18 +18,14 @@ from pathlib import Path
 from evalrig.core.errors import EvalrigError, invalid
 from evalrig.models.comparison import GateLedgerEntry, Issued, SignOff
 from evalrig.models.run import RunEntry
-from evalrig.store.bundle import (
+from evalrig.store.jsonl import (
     append_line,
     chained_append,
     cut_torn_tail,
     read_chained,
     read_records,
 )
-
-ISSUED = "issued.jsonl"
-SIGNOFFS = "signoffs.jsonl"
-GATES = "gates.jsonl"
-RUNS = "runs.jsonl"
+from evalrig.store.layout import GATES, HOME_SIGNOFFS, ISSUED, RUNS, SIGNOFFS
 
 
 def ledger_path(home: Path) -> Path:
@@ -41,7 +37,7 @@ def runs_path(home: Path) -> Path:
 
 
 def home_signoffs_path(home: Path) -> Path:
-    return Path(home) / SIGNOFFS
+    return Path(home) / HOME_SIGNOFFS
 
 
 def _unwritable(path: Path, e: OSError) -> EvalrigError:

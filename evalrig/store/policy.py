@@ -1,26 +1,20 @@
-"""The release policy: parsing (pure) and loading (DESIGN §10).
+"""Loading the release policy file (docs/gate.md).
 
-`parse_policy` takes the parsed TOML and returns the model; the range checks (alpha in
-(0, 1), margins ≥ 0, unknown keys, exceptions without a description) live in the model,
-models/inputs.py. `load_policy` reads the file; a policy's digest is the sha256 of the
-file's bytes, exactly as they are (comments and spacing included), because that is what a
-run pins and what the gate compares.
+A policy's digest is the sha256 of the file's bytes, exactly as they are (comments and
+spacing included), because that is what a run pins and what the gate compares. Parsing
+is the core's (`evalrig.core.policy.parse_policy`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from pydantic import ValidationError
 
 from evalrig.core.digest import sha256_bytes
 from evalrig.core.errors import EvalrigError, Problem, invalid
+from evalrig.core.policy import POLICY_HINT, parse_policy
+from evalrig.core.tomlerr import error_problems, parse_toml, raise_problems
 from evalrig.models.inputs import PolicyFile
-from evalrig.store.tomlerr import error_problems, parse_toml, raise_problems, validation_problems
-
-_HINT = "fix the policy (evalrig schema policy shows every key; policies/default.toml is an example)"
 
 
 @dataclass(frozen=True)
@@ -37,15 +31,6 @@ class LoadedPolicy:
     @property
     def version(self) -> int:
         return self.spec.version
-
-
-def parse_policy(data: dict[str, Any], source: str, text: str | None = None) -> PolicyFile:
-    """The policy in `data` (parsed TOML). `source` names it in errors; `text`, when given,
-    lets errors name the line of the bad key."""
-    try:
-        return PolicyFile.model_validate(data)
-    except ValidationError as e:
-        raise_problems(validation_problems(e, PolicyFile, source, text), _HINT)
 
 
 def policy_problems(path: Path) -> list[Problem]:
@@ -71,6 +56,6 @@ def load_policy(path: Path) -> LoadedPolicy:
         raise invalid(f"cannot be read ({e.strerror})", file=path) from None
     doc = parse_toml(str(path), raw)
     if isinstance(doc, Problem):
-        raise_problems([doc], _HINT)
+        raise_problems([doc], POLICY_HINT)
     spec = parse_policy(doc.data, str(path), doc.text)
     return LoadedPolicy(spec, sha256_bytes(raw), path)

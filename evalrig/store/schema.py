@@ -45,7 +45,7 @@ def schema_bytes(name: str) -> bytes:
 
 def write_schemas(out: Path, names: list[str] | None = None) -> list[Path]:
     """Write `out/<name>.schema.json` for each format (all by default); atomic per file."""
-    from evalrig.store.bundle import write_bytes_atomic
+    from evalrig.store.files import write_bytes_atomic
 
     out = Path(out)
     try:

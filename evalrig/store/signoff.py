@@ -18,9 +18,10 @@ from evalrig.core.digest import loads, sha256_bytes
 from evalrig.core.errors import EvalrigError, UsageError, invalid
 from evalrig.models.comparison import Decision, SignOff
 from evalrig.store import ledger
-from evalrig.store.bundle import parse_json
 from evalrig.store.checkpoint import checkpoint_id, registered_seal
 from evalrig.store.compare import read_comparison
+from evalrig.store.files import parse_json
+from evalrig.store.layout import ADVISORY, COMPARISON_JSON, ISSUED
 
 PROMOTIONS = frozenset({"promote", "promote-maintenance"})
 
@@ -69,19 +70,19 @@ def refuse_other_kinds(path: Path, data: bytes) -> None:
 def _verified(path: Path) -> OpenDecision:
     """The decision, refused (exit 4) when advisory or when it or its comparison changed."""
     d = read_decision(path)
-    if d.decision.advisory or d.decisions_dir.name == "advisory":
+    if d.decision.advisory or d.decisions_dir.name == ADVISORY:
         raise invalid("is an advisory decision; it applies a policy the runs did not pin and cannot be signed",
                       file=path, field="advisory",
                       hint="gate with the pinned policy (without --advisory) and sign that decision")
     if not ledger.issued_of(d.decisions_dir, d.digest):
-        raise invalid(f"does not verify: its digest {d.digest} matches no decision in {ledger.ISSUED}",
+        raise invalid(f"does not verify: its digest {d.digest} matches no decision in {ISSUED}",
                       file=path, hint="the decision was edited after gate wrote it; run gate again")
     _, comparison_digest = read_comparison(d.comparison_dir)
     if comparison_digest != d.decision.comparison_digest:
         raise invalid(
             f"does not verify: the comparison's digest is now {comparison_digest}, the decision names "
             f"{d.decision.comparison_digest}",
-            file=d.comparison_dir / "comparison.json", hint="the comparison changed after the gate; compare and gate again",
+            file=d.comparison_dir / COMPARISON_JSON, hint="the comparison changed after the gate; compare and gate again",
         )
     return d
 
@@ -122,7 +123,7 @@ def _comparison_problem(d: OpenDecision, gated: str) -> str | None:
     except EvalrigError as e:
         return f"its comparison does not verify ({e.message}: {e.file})"
     if now != d.decision.comparison_digest or now != gated:
-        return (f"its comparison does not verify: {d.comparison_dir / 'comparison.json'} has the digest "
+        return (f"its comparison does not verify: {d.comparison_dir / COMPARISON_JSON} has the digest "
                 f"{now}, the decision and the gate ledger name {gated}")
     return None
 

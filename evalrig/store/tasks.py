@@ -27,10 +27,11 @@ from typing import NamedTuple
 
 from evalrig.core.digest import sha256_bytes, sha256_json
 from evalrig.core.errors import EvalrigError, Problem, invalid
+from evalrig.core.tomlerr import error_problems, key_lines, line_of, validate_doc
 from evalrig.models.inputs import SUITES, Suite, TaskFile
 from evalrig.models.lock import FixedLock
 from evalrig.models.run import VerifierIdentity
-from evalrig.store.tomlerr import error_problems, key_lines, line_of, read_toml, validate_doc
+from evalrig.store.files import read_toml
 from evalrig.store.tree import hash_tree
 
 TASK_TOML = "task.toml"
@@ -266,7 +267,7 @@ def _subdirs(dir: Path) -> list[Path]:
 
 
 def read_lock(dir: Path) -> FixedLock | None:
-    from evalrig.store.bundle import read_json
+    from evalrig.store.files import read_json
 
     path = Path(dir) / FIXED_LOCK
     if not path.exists():
@@ -388,7 +389,7 @@ def lock_fixed(dir: Path) -> FixedLock:
 
 
 def write_lock(dir: Path, lock: FixedLock) -> Path:
-    from evalrig.store.bundle import write_json_atomic
+    from evalrig.store.files import write_json_atomic
 
     path = Path(dir) / FIXED_LOCK
     write_json_atomic(path, lock)

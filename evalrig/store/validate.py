@@ -18,7 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from evalrig.core.errors import EvalrigError, Problem
-from evalrig.store.tomlerr import error_problems
+from evalrig.core.tomlerr import error_problems
+from evalrig.store.jsonl import whole_lines
+from evalrig.store.layout import (
+    ACTUALS_JSONL,
+    ADVISORY,
+    ATTEMPTS_JSONL,
+    COMPARISON_JSON,
+    DECISIONS,
+    ESTIMATES_JSONL,
+    ISSUED,
+    MANIFEST,
+    PROVENANCE,
+    RESULTS_JSONL,
+    SIGNOFFS,
+)
 
 
 @dataclass
@@ -79,7 +93,7 @@ def check_policies(path: Path, report: Report) -> None:
     seen: dict[tuple[str, int], Any] = {}
     for f in files:
         try:
-            policy = load_policy(f)  # once: it was read and parsed again for the name check
+            policy = load_policy(f)  # read once: the name check below uses it too
         except EvalrigError as e:
             report.problems += error_problems(e)
             continue
@@ -138,31 +152,24 @@ def check_checkpoint(dir: Path, home: Path, report: Report) -> None:
 # -- bundles -----------------------------------------------------------------------------
 
 RUN_FILES = {
-    "attempts.jsonl": "attempt",
-    "estimates.jsonl": "estimate",
-    "actuals.jsonl": "actual",
-    "results.jsonl": "result",
+    ATTEMPTS_JSONL: "attempt",
+    ESTIMATES_JSONL: "estimate",
+    ACTUALS_JSONL: "actual",
+    RESULTS_JSONL: "result",
 }
-RUN_JSON = {"provenance.json": "provenance"}
-COMPARISON_JSON = {"comparison.json": "comparison"}
-COMPARISON_JSONL = {"decisions/issued.jsonl": "issued", "decisions/signoffs.jsonl": "signoff"}
+RUN_JSON = {PROVENANCE: "provenance"}
+COMPARISON_FILES = {COMPARISON_JSON: "comparison"}
+COMPARISON_JSONL = {f"{DECISIONS}/{ISSUED}": "issued", f"{DECISIONS}/{SIGNOFFS}": "signoff"}
 
 
 def _formats() -> dict[str, Any]:
     from evalrig.models import formats
 
-    try:
-        return formats()
-    except ImportError:  # a module another piece of the rig has not written yet
-        from evalrig.models import inputs, run
-
-        return {"run-manifest": run.RunManifest, "provenance": run.Provenance,
-                "attempt": run.AttemptEvent, "estimate": run.Estimate, "actual": run.Actual,
-                "result": run.Result, "checkpoint": inputs.CheckpointFile}
+    return formats()
 
 
 def _validation(e: Any, model: Any, path: Path, line: int | None) -> list[Problem]:
-    from evalrig.store.tomlerr import validation_problems
+    from evalrig.core.tomlerr import validation_problems
 
     return validation_problems(e, model, str(path), None, line)
 
@@ -203,11 +210,10 @@ def check_jsonl(path: Path, model: Any, report: Report) -> int:
     if not path.exists():
         return 0
     try:
-        lines = path.read_bytes().split(b"\n")
+        body, torn = whole_lines(path.read_bytes())
     except OSError as e:
         report.problems.append(Problem(str(path), f"cannot be read ({e.strerror})"))
         return 0
-    body, tail = lines[:-1], lines[-1]
     good = 0
     for n, raw in enumerate(body, start=1):
         try:
@@ -218,16 +224,16 @@ def check_jsonl(path: Path, model: Any, report: Report) -> int:
                 report.problems += _validation(e, model, path, n)
             else:
                 report.problems.append(Problem(str(path), f"not JSON ({e})", None, n))
-    if tail:
+    if torn is not None:
         report.problems.append(Problem(
             str(path), "torn last line (no trailing newline: a crash cut it short); "
             "`evalrig run --out BUNDLE --resume` cuts it off and runs the trial again",
-            None, len(lines)))
+            None, torn))
     return good
 
 
 def _digest_problems(dir: Path, files: dict[str, str]) -> list[Problem]:
-    from evalrig.core.digest import sha256_file
+    from evalrig.store.files import sha256_file
 
     out = []
     for rel, want in sorted(files.items()):
@@ -243,7 +249,7 @@ def check_bundle(dir: Path, report: Report) -> None:
     from evalrig.core.digest import loads
 
     dir = Path(dir)
-    manifest_path = dir / "manifest.json"
+    manifest_path = dir / MANIFEST
     if not dir.is_dir():
         what = "not a directory" if dir.exists() else "no such directory"
         report.problems.append(Problem(str(dir), f"{what} (expected a bundle)"))
@@ -272,7 +278,7 @@ def check_bundle(dir: Path, report: Report) -> None:
 
 
 def _check_run(dir: Path, fmts: dict[str, Any], report: Report) -> None:
-    manifest = check_json(dir / "manifest.json", fmts["run-manifest"], report)
+    manifest = check_json(dir / MANIFEST, fmts["run-manifest"], report)
     for name, fmt in RUN_JSON.items():
         check_json(dir / name, fmts[fmt], report, required=False)
     for name, fmt in RUN_FILES.items():
@@ -280,7 +286,7 @@ def _check_run(dir: Path, fmts: dict[str, Any], report: Report) -> None:
     if manifest is None:
         return
     if manifest.status == "running":
-        report.warnings.append(Problem(str(dir / "manifest.json"), "the run has not finished "
+        report.warnings.append(Problem(str(dir / MANIFEST), "the run has not finished "
                                        "(status running): its files have no digests to check yet",
                                        "status"))
         return
@@ -311,19 +317,19 @@ def _run_digest_problems(dir: Path) -> list[Problem]:
 def _check_comparison(dir: Path, fmts: dict[str, Any], report: Report) -> None:
     model = fmts.get("comparison-manifest")
     if model is None:
-        report.warnings.append(Problem(str(dir / "manifest.json"),
+        report.warnings.append(Problem(str(dir / MANIFEST),
                                        "comparison bundles are not checked by this version"))
         return
-    manifest = check_json(dir / "manifest.json", model, report)
-    for name, fmt in COMPARISON_JSON.items():
+    manifest = check_json(dir / MANIFEST, model, report)
+    for name, fmt in COMPARISON_FILES.items():
         if fmt in fmts:
             check_json(dir / name, fmts[fmt], report)
     for name, fmt in COMPARISON_JSONL.items():
         if fmt in fmts:
             check_jsonl(dir / name, fmts[fmt], report)
-    decisions = dir / "decisions"
+    decisions = dir / DECISIONS
     if "decision" in fmts and decisions.is_dir():
-        for sub in (decisions, decisions / "advisory"):
+        for sub in (decisions, decisions / ADVISORY):
             if sub.is_dir():
                 for p in sorted(sub.glob("*.json")):
                     check_json(p, fmts["decision"], report)

@@ -1,4 +1,5 @@
-"""Reading hand-written TOML and turning parser and model errors into `Problem`s.
+"""Parsing hand-written TOML and turning parser and model errors into `Problem`s (pure: the
+file is read by `evalrig.store.files.read_toml`).
 
 Every problem reads `file:line: field.path: message` (STYLE.md). tomllib gives the line of
 a syntax error; for a model error we find the line by scanning the text for the offending
@@ -15,7 +16,6 @@ import tomllib
 import types
 import typing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -34,7 +34,7 @@ class TomlDoc:
     data: dict[str, Any]
 
 
-# -- reading -----------------------------------------------------------------------------
+# -- parsing -----------------------------------------------------------------------------
 
 _AT_LINE = re.compile(r"^(?P<msg>.*?)\s*\(at line (?P<line>\d+), column (?P<col>\d+)\)\s*$")
 _AT_END = re.compile(r"^(?P<msg>.*?)\s*\(at end of document\)\s*$")
@@ -71,20 +71,6 @@ def parse_toml(file: str, raw: bytes) -> TomlDoc | Problem:
     except tomllib.TOMLDecodeError as e:
         return toml_syntax_problem(file, text, e)
     return TomlDoc(file, text, data)
-
-
-def read_toml(path: Path, what: str = "file") -> TomlDoc | Problem:
-    """Read and parse `path`; a missing or unreadable file is a Problem too."""
-    file = str(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return Problem(file, f"missing (expected the {what} here)")
-    except IsADirectoryError:
-        return Problem(file, "is a directory, not a TOML file")
-    except OSError as e:
-        return Problem(file, f"cannot be read ({e.strerror})")
-    return parse_toml(file, raw)
 
 
 def validate_doc(doc: TomlDoc, model: type[M], data: dict[str, Any] | None = None) -> M | list[Problem]:

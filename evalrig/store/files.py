@@ -1,0 +1,203 @@
+"""The rig's own files on disk: atomic replaces, links refused, locks, JSON documents.
+
+Every file the rig appends to or replaces is opened with O_NOFOLLOW: a symbolic link in
+its place is refused (exit 4, naming it), never written through (docs/security.md). A
+replaced file is written to a temp file, synced and renamed over, so a reader sees the old
+bytes or the new, never half. JSONL files are `evalrig.store.jsonl`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from evalrig.core.digest import loads, pretty_json
+from evalrig.core.errors import EvalrigError, Problem, invalid
+from evalrig.core.tomlerr import TomlDoc, parse_toml
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def is_symlink(path: Path) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def symlink_refused(path: Path) -> EvalrigError:
+    return invalid("is a symbolic link; the rig never writes through a link (it could point "
+                   "at any file)", file=path,
+                   hint="remove the link (the rig writes this file itself) and run the command "
+                   "again; if the file it points to is the rig's, move that file here instead")
+
+
+def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
+    """`os.open` that never follows a symbolic link in the last component: a link there is
+    refused (exit 4, naming it). Other OSErrors pass through for the caller to word."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP and is_symlink(path):
+            raise symlink_refused(path) from None
+        raise
+
+
+def refuse_symlink(path: Path) -> None:
+    if is_symlink(path):
+        raise symlink_refused(path)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:  # a single write almost always; loop only on a short write
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def read_fd(fd: int) -> bytes:
+    """Every byte of an open file, from its start."""
+    chunks: list[bytes] = []
+    offset = 0
+    while True:
+        chunk = os.pread(fd, 1 << 20, offset)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        offset += len(chunk)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Replace `path` with the canonical (indented) JSON of `obj`: temp file, sync, rename."""
+    write_bytes_atomic(path, pretty_json(obj))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` by `data`: a new temp file (O_EXCL, never a link), synced, renamed over.
+
+    A symbolic link at `path` is refused rather than replaced (the rename would replace the
+    link, but a link where the rig's file belongs is a sign of tampering, named to a person).
+    """
+    refuse_symlink(path)
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        fd = open_nofollow(tmp, flags)
+    except FileExistsError:  # left by a crashed process that had our pid; unlink removes a link itself
+        os.unlink(tmp)
+        fd = open_nofollow(tmp, flags)
+    try:
+        try:
+            write_all(fd, data)  # one os.write may be short (over 2 GiB, a signal)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        # No stray temp file: beside SEAL.json it would change the checkpoint's content.
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, wait: bool = True) -> Iterator[int]:
+    """An exclusive flock on `path` (created, never through a link), held for the block.
+
+    Raises BlockingIOError when `wait` is false and another process holds it. The kernel
+    drops the lock when its holder dies, so a crash never leaves it held.
+    """
+    fd = open_nofollow(path, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        yield fd
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def read_json(path: Path, model: type[M]) -> M:
+    """One JSON document validated against its model; errors name the file and field."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise invalid("missing", file=path, hint="is this a bundle directory the rig wrote?") from None
+    except IsADirectoryError:
+        raise invalid("is a directory, not a JSON file", file=path,
+                      hint="remove or rename the directory; the rig writes this file itself") from None
+    except OSError as e:
+        raise invalid(f"cannot be read ({e.strerror})", file=path,
+                      hint="check that the path is the rig's file and that you may read it") from None
+    return parse_json(path, data, model)
+
+
+def parse_json(path: Path, data: bytes, model: type[M]) -> M:
+    """As `read_json`, from bytes already read: a caller that digests the bytes validates
+    those very bytes, not a second read that may differ."""
+    try:
+        obj = loads(data)
+    except ValueError as e:
+        raise invalid(f"not JSON ({e})", file=path,
+                      hint="the file was edited or cut short; restore the rig's copy, or rerun "
+                      "the command that wrote it") from None
+    return _validated(obj, path, model)
+
+
+def _validated(obj: Any, path: Path, model: type[M]) -> M:
+    try:
+        return model.model_validate(obj)
+    except ValidationError as e:
+        raise invalid_from_validation(e, path, None) from None
+
+
+def invalid_from_validation(e: ValidationError, path: Path, line_no: int | None) -> Exception:
+    problems = [
+        Problem(str(path), err["msg"], ".".join(str(p) for p in err["loc"]) or None, line_no)
+        for err in e.errors()
+    ]
+    first = problems[0]
+    return invalid(first.message, file=path, field=first.field, line=line_no,
+                   problems=problems[1:],
+                   hint="the record does not match its schema (evalrig schema shows it)")
+
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+
+def read_toml(path: Path, what: str = "file") -> TomlDoc | Problem:
+    """Read and parse `path`; a missing or unreadable file is a Problem too."""
+    file = str(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return Problem(file, f"missing (expected the {what} here)")
+    except IsADirectoryError:
+        return Problem(file, "is a directory, not a TOML file")
+    except OSError as e:
+        return Problem(file, f"cannot be read ({e.strerror})")
+    return parse_toml(file, raw)
+

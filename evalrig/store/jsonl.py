@@ -1,0 +1,448 @@
+"""JSONL: the one reader and writer of every record file the rig keeps (docs/internals.md).
+
+A record is one canonical JSON line written with a single write and fsync'd. A crash can
+leave at most one torn (unterminated) last line: readers report it and read every whole
+line before it (`whole_lines`, the one torn-line rule), and `cut_torn_tail` removes it
+before a file is appended to again. A malformed *whole* line is an error naming
+`file:line` and the field path.
+
+Run bundles (results, attempts, estimates, actuals), a comparison's `issued.jsonl` and
+`signoffs.jsonl`, and the home's hash-chained files (seals, runs, gates, sign-offs) are all
+read and written here; the chained ones are verified before a record is believed and
+appended under an exclusive lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import operator
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from evalrig.core.digest import canonical_json, canonical_line, loads, to_plain
+from evalrig.core.errors import EvalrigError, invalid
+from evalrig.store.files import (
+    exclusive_lock,
+    invalid_from_validation,
+    open_nofollow,
+    read_fd,
+    write_all,
+)
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+
+def whole_lines(data: bytes) -> tuple[list[bytes], int | None]:
+    """The complete lines of a JSONL file's bytes, and the 1-based number of its torn
+    (unterminated) last line, if any: the one torn-line rule of every reader."""
+    lines = data.split(b"\n")
+    tail = lines.pop()
+    return lines, (len(lines) + 1 if tail else None)
+
+
+# -- appending ---------------------------------------------------------------------------
+
+
+def append_line(path: Path, record: Any) -> None:
+    """Append one record as one canonical line, synced before returning."""
+    append_lines(path, [record])
+
+
+def append_lines(path: Path, records: list[Any]) -> None:
+    """Append several records with one write and one fsync (a group commit).
+
+    Each is still a whole canonical line; a crash mid-write can tear only the last.
+    """
+    if not records:
+        return
+    data = b"".join(canonical_line(r) for r in records)
+    fd = open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Journal:
+    """The run's JSONL files held open for appending, with one sync point for them all.
+
+    `write` appends whole canonical lines (one write per call); `sync` fsyncs every file
+    written since the last sync, in parallel, and returns when all are on disk. Used by
+    the runner, whose loop writes a few lines to several files per turn: syncing them
+    together costs one disk round trip instead of one per file.
+    """
+
+    def __init__(self, dir: Path, names: tuple[str, ...]) -> None:
+        self._fds: dict[str, int] = {}
+        try:
+            for n in names:
+                self._fds[n] = open_nofollow(Path(dir) / n, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        except BaseException:
+            for fd in self._fds.values():
+                os.close(fd)
+            raise
+        self._dirty: set[str] = set()
+        self._pool: Any = None
+
+    def write(self, name: str, records: list[Any]) -> None:
+        if not records:
+            return
+        write_all(self._fds[name], b"".join(canonical_line(r) for r in records))
+        self._dirty.add(name)
+
+    def sync(self) -> None:
+        fds = [self._fds[n] for n in sorted(self._dirty)]
+        self._dirty.clear()
+        if len(fds) == 1:
+            os.fsync(fds[0])
+        elif fds:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(len(self._fds), thread_name_prefix="evalrig-fsync")
+            list(self._pool.map(os.fsync, fds))  # list(): re-raise the first error here
+
+    def close(self) -> None:
+        try:
+            self.sync()
+        finally:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds = {}
+            if self._pool is not None:
+                self._pool.shutdown()
+
+
+def cut_torn_tail(path: Path) -> bool:
+    """Remove an unterminated last line before appending again. True if one was cut."""
+    try:
+        fd = open_nofollow(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+            return False
+        content = read_fd(fd)
+        os.ftruncate(fd, content.rfind(b"\n") + 1)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
+
+# -- reading -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Records(Generic[M]):
+    records: list[M]
+    torn_line: int | None
+    """1-based number of an unterminated last line that was ignored, if any."""
+
+
+def _read_bytes(path: Path) -> bytes:
+    """A record file's bytes; a directory or an unreadable file in its place is invalid input."""
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise invalid(f"cannot be read ({e.strerror})", file=path,
+                      hint="the rig writes this file itself; restore it from the run") from None
+
+
+def read_records(path: Path, model: type[M], missing_ok: bool = True) -> Records[M]:
+    """Every whole line of a JSONL file, validated; a torn last line is reported, not read.
+
+    A malformed *whole* line is an error naming `file:line` and the field path.
+    """
+    if not path.exists():
+        if missing_ok:
+            return Records([], None)
+        raise invalid("missing", file=path, hint="is this a bundle directory the rig wrote?")
+    lines, torn = whole_lines(_read_bytes(path))
+    return Records([parse_line(path, i, raw, model) for i, raw in enumerate(lines, start=1)], torn)
+
+
+def read_records_fast(path: Path, model: type[M]) -> Records[M]:
+    """As `read_records`, validating each line straight from its bytes (pydantic's parser).
+
+    About twice as fast as parse-then-validate, which matters when a resume reads a
+    bundle of 50,000 results; a bad line is re-parsed the slow way for its message.
+    """
+    if not path.exists():
+        return Records([], None)
+    lines, torn = whole_lines(_read_bytes(path))
+    out: list[M] = []
+    validate = model.model_validate_json
+    for i, raw in enumerate(lines, start=1):
+        try:
+            out.append(validate(raw))
+        except ValidationError:
+            out.append(parse_line(path, i, raw, model))  # raises with file:line: field
+    return Records(out, torn)
+
+
+def parse_line(path: Path, line_no: int, raw: bytes, model: type[M]) -> M:
+    try:
+        obj = loads(raw)
+    except ValueError as e:
+        raise invalid(f"not JSON ({e})", file=path, line=line_no,
+                      hint="the line was edited or corrupted; restore it or rerun") from None
+    try:
+        return model.model_validate(obj)
+    except ValidationError as e:
+        raise invalid_from_validation(e, path, line_no) from None
+
+
+Fields = dict[str, tuple[type, ...]]
+
+
+@dataclass(frozen=True)
+class Rows:
+    records: list[dict[str, Any]]
+    torn_line: int | None
+
+
+def read_rows(path: Path, fields: Fields) -> Rows:
+    """Only the named fields of each whole line, type-checked; a torn last line reported.
+
+    For a resume, which needs a few fields of every line of a large bundle: an order of
+    magnitude faster than validating whole records (load_run does that, for verify and
+    compare). A line that is not JSON, or lacks a field, or has one of the wrong type,
+    is an error naming `file:line: field`.
+    """
+    if not path.exists():
+        return Rows([], None)
+    lines, torn = whole_lines(_read_bytes(path))
+    names = tuple(fields)
+    kinds = tuple(fields.values())
+    pick = operator.itemgetter(*names)
+    get = pick if len(names) > 1 else (lambda obj: (pick(obj),))
+    out: list[dict[str, Any]] = []
+    for i, raw in enumerate(lines, start=1):
+        try:
+            vals = get(loads(raw))
+        except (ValueError, KeyError, TypeError):
+            _row_problem(path, i, raw, fields)
+        # exact types: a bool is no int here, as in the models
+        if not all(type(v) in k for v, k in zip(vals, kinds)):  # noqa: B905 - same length
+            _row_problem(path, i, raw, fields)
+        out.append(dict(zip(names, vals)))  # noqa: B905
+    return Rows(out, torn)
+
+
+def _row_problem(path: Path, line: int, raw: bytes, fields: Fields) -> Any:
+    """Raise the error for a line `read_rows` cannot use, naming what is wrong with it."""
+    try:
+        obj = loads(raw)
+    except ValueError as e:
+        raise invalid(f"not JSON ({e})", file=path, line=line,
+                      hint="the line was edited or corrupted; restore it or rerun") from None
+    if not isinstance(obj, dict):
+        raise invalid("not a JSON object", file=path, line=line)
+    for name, kinds in fields.items():
+        v = obj.get(name)
+        if type(v) not in kinds:
+            got = "missing" if name not in obj else f"got {v!r}"
+            raise invalid(f"expected {' or '.join(k.__name__ for k in kinds)}, {got}",
+                          file=path, line=line, field=name,
+                          hint="the record does not match its schema (evalrig schema shows it)")
+    raise AssertionError("unreachable: the line was usable")
+
+
+class LineProblem(Exception):
+    """What a line checker raises: the field (a dotted path, or "") and what is wrong."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field, self.message = field, message
+
+
+_RECORD_HINT = "the record does not match its schema (evalrig schema shows it)"
+
+
+def read_checked(path: Path, major: str, fast: Callable[[dict[str, Any]], T | None],
+                 check: Callable[[dict[str, Any]], T], key: str = "attempt_id",
+                 ) -> tuple[list[tuple[str, T]], int | None]:
+    """(the line's `key`, its record) for every whole line, and the torn line: the reader of
+    files that were verified against their digests just before, so only the fields the caller
+    uses are checked. `fast` takes the common case in one expression (None: not sure);
+    `check` then names the field (raising LineProblem). Errors name `file:line` and the field;
+    a line whose `schema_version` is not of this `major` ("1") is refused."""
+    if not path.exists():
+        return [], None
+    lines, torn = whole_lines(path.read_bytes())
+    out: list[tuple[str, T]] = []
+    decode, prefix = orjson.loads, f"{major}."
+    for i, raw in enumerate(lines, start=1):
+        try:
+            d = decode(raw)
+            if type(d) is not dict:
+                raise LineProblem("", "expected a JSON object")
+            version = d.get("schema_version")
+            if not (type(version) is str and version.startswith(prefix)):
+                raise LineProblem("schema_version", f"{version!r} is not readable by this rig (major {major})")
+            rec = fast(d)
+            if rec is None:
+                rec = check(d)
+            out.append((d[key], rec))
+        except orjson.JSONDecodeError as e:
+            raise invalid(f"not JSON ({e})", file=path, line=i) from None
+        except KeyError as e:
+            raise invalid("field required", file=path, line=i, field=str(e.args[0]), hint=_RECORD_HINT) from None
+        except (LineProblem, TypeError) as e:
+            field_ = e.field if isinstance(e, LineProblem) else None
+            raise invalid(getattr(e, "message", str(e)), file=path, line=i, field=field_ or None,
+                          hint=_RECORD_HINT) from None
+    return out, torn
+
+
+
+# -- the hash-chained files of the rig's home (docs/security.md) ---------------
+#
+# Each chained line carries `prev`: the bare hex sha256 of the previous line's bytes without
+# its newline; the first chained line's `prev` is the sha256 of every byte before it (of b""
+# in a file that starts chained). Lines at the start of a file without a `prev` key were
+# written before chaining and are accepted as legacy. A last line without its newline is
+# torn: ignored on read, cut before the next append. Any complete line that does not parse,
+# or whose `prev` does not match, or that lacks `prev` after a chained line, breaks the chain:
+# the file is refused (exit 4) at that line. A chain detects edits and insertions, not the
+# removal of its last lines, and not a rewrite by someone who recomputes every hash.
+
+
+def chain_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Chain:
+    objs: list[Any]
+    """The parsed complete lines, in order."""
+    end: int
+    """Bytes up to and including the last complete line's newline."""
+    torn_line: int | None
+    next_prev: str
+    """The `prev` of a line appended now."""
+
+
+def _broken(path: Path, line: int, why: str) -> EvalrigError:
+    return invalid(
+        f"the file's hash chain breaks at this line: {why}", file=path, line=line,
+        hint="this record file is the rig's own, and something other than the rig edited it, "
+        "inserted a line or appended one by hand; nothing was read from it or written to it. "
+        "Restore the file from a backup; if there is none, move it aside (the rig starts a new "
+        "chain) and seal, run and gate again what its records covered",
+    )
+
+
+def _verify_chain(path: Path, data: bytes) -> _Chain:
+    lines, torn = whole_lines(data)
+    end = data.rfind(b"\n") + 1
+    body = data[:end]
+    chained = False
+    last = ""
+    offset = 0
+    objs: list[Any] = []
+    for i, raw in enumerate(lines, start=1):
+        try:
+            obj = loads(raw)
+        except ValueError as e:
+            raise _broken(path, i, f"it does not parse ({e})") from None
+        if not isinstance(obj, dict):
+            raise _broken(path, i, "it is not a JSON object")
+        if "prev" in obj:
+            want = last if chained else chain_hash(body[:offset])
+            if obj["prev"] != want:
+                what = "the previous line" if chained else "every byte before it"
+                raise _broken(path, i, f"its prev {obj['prev']!r} is not the sha256 of {what} ({want})")
+            chained = True
+        elif chained:
+            raise _broken(path, i, "it has no prev, after chained lines")
+        last = chain_hash(raw)
+        offset += len(raw) + 1
+        objs.append(obj)
+    return _Chain(objs, end, torn, last if chained else chain_hash(body))
+
+
+def _chain_records(path: Path, chain: _Chain, model: type[M]) -> list[M]:
+    out = []
+    for i, obj in enumerate(chain.objs, start=1):
+        try:
+            out.append(model.model_validate(obj))
+        except ValidationError as e:
+            raise invalid_from_validation(e, path, i) from None
+    return out
+
+
+def read_chained(path: Path, model: type[M]) -> Records[M]:
+    """Every record of a hash-chained file, after verifying the whole chain (exit 4 naming
+    the first line that breaks it); a torn last line is reported, not read. A missing file
+    has no records."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return Records([], None)
+    except OSError as e:
+        raise invalid(f"cannot be read ({e.strerror})", file=path,
+                      hint="the rig keeps this file in its home ($EVALRIG_HOME); check that it is a "
+                      "file you may read") from None
+    chain = _verify_chain(Path(path), data)
+    return Records(_chain_records(Path(path), chain, model), chain.torn_line)
+
+
+class ChainWriter(Generic[M]):
+    """What `chained_append` yields: the file's records as verified, and `append`."""
+
+    def __init__(self, path: Path, fd: int, model: type[M], records: list[M], next_prev: str) -> None:
+        self.path = path
+        self.records = records
+        self._fd = fd
+        self._model = model
+        self._next = next_prev
+
+    def append(self, record: M) -> M:
+        """Append `record` with its `prev` set, synced before returning; returns it as written."""
+        plain = to_plain(record)
+        plain["prev"] = self._next
+        raw = canonical_json(plain)
+        write_all(self._fd, raw + b"\n")
+        os.fsync(self._fd)
+        self._next = chain_hash(raw)
+        written = self._model.model_validate(plain)
+        self.records.append(written)
+        return written
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file beside a chained file: `.NAME.lock`."""
+    return Path(path).with_name(f".{Path(path).name}.lock")
+
+
+@contextlib.contextmanager
+def chained_append(path: Path, model: type[M]) -> Iterator[ChainWriter[M]]:
+    """Hold the file's exclusive lock from the chain's verification to the sync of every line
+    appended in the block. A torn last line is cut first; a broken chain is refused (exit 4)
+    before anything is written."""
+    path = Path(path)
+    with exclusive_lock(lock_path(path)):
+        fd = open_nofollow(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        try:
+            data = read_fd(fd)
+            chain = _verify_chain(path, data)
+            records = _chain_records(path, chain, model)
+            if chain.end < len(data):
+                os.ftruncate(fd, chain.end)
+                os.fsync(fd)
+            yield ChainWriter(path, fd, model, records, chain.next_prev)
+        finally:
+            os.close(fd)
+

@@ -1,0 +1,48 @@
+"""The name of every file the rig keeps: a run bundle, a comparison bundle, the rig's home.
+
+Each name is written here once; code builds paths from these constants, so that a reader
+finds the whole layout in one place (docs/internals.md, docs/security.md for the home).
+"""
+
+from __future__ import annotations
+
+# -- every bundle ------------------------------------------------------------------------
+
+MANIFEST = "manifest.json"
+
+# -- a run bundle (docs/attempts.md) -----------------------------------------------------
+
+ATTEMPTS_JSONL = "attempts.jsonl"
+ESTIMATES_JSONL = "estimates.jsonl"
+ACTUALS_JSONL = "actuals.jsonl"
+RESULTS_JSONL = "results.jsonl"
+RUN_JSONL = (ATTEMPTS_JSONL, ESTIMATES_JSONL, ACTUALS_JSONL, RESULTS_JSONL)
+"""The run's record files, in the order an attempt writes to them."""
+PROVENANCE = "provenance.json"
+HISTORY = "history.jsonl"
+"""The checkpoint's declared event log, copied as sealed."""
+ATTEMPTS_DIR = "attempts"
+"""One folder of evidence per attempt."""
+LOCK = ".lock"
+LOCK_HOLDER = ".lock.holder"
+NOT_DIGESTED = frozenset({MANIFEST, LOCK, LOCK_HOLDER})
+"""Never digested: the manifest holds the digests, the lock files are the live process's."""
+
+# -- a comparison bundle (docs/gate.md) --------------------------------------------------
+
+COMPARISON_JSON = "comparison.json"
+COMPARISON_MD = "comparison.md"
+DECISIONS = "decisions"
+ADVISORY = "advisory"
+"""decisions/advisory/: decisions under a policy the runs did not pin (never signed)."""
+ISSUED = "issued.jsonl"
+"""decisions/issued.jsonl: each time gate issued a decision."""
+SIGNOFFS = "signoffs.jsonl"
+"""decisions/signoffs.jsonl (the bundle's copy, for people) and the home's record."""
+
+# -- the rig's home, $EVALRIG_HOME (docs/security.md) ------------------------------------
+
+SEALS = "seals.jsonl"
+RUNS = "runs.jsonl"
+GATES = "gates.jsonl"
+HOME_SIGNOFFS = SIGNOFFS
