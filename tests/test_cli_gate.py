@@ -160,8 +160,13 @@ def test_clearly_better_promotes_on_quality(train: Train, tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_identical_keeps_the_champion(train: Train, tmp_path: Path) -> None:
+    # 22 tasks of 3 trials cannot show +5 points (the quality rule needs 6 discordant
+    # tasks: +9.1 points at least), so identical sides are inconclusive, not a tie.
     code, out = train.gate(tmp_path, train.run("same", mode="same"))
-    assert (code, out["verdict"], out["reason"]) == (1, "keep-champion", "tie"), out
+    assert (code, out["verdict"], out["reason"]) == (1, "keep-champion", "inconclusive"), out
+    decision = json.loads((out["cmp"] / "decisions" / "default-v1.json").read_text())
+    assert decision["detectable"]["mde"] == pytest.approx(6 / 66)
+    assert decision["detectable"]["tasks_needed"] == 40  # 6 / (3 * 0.05)
 
 
 @pytest.mark.slow
@@ -184,9 +189,9 @@ def test_leaking_the_canary_blocks(train: Train, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_as_good_at_a_third_of_the_self_reported_cost_keeps_the_champion(train: Train, tmp_path: Path) -> None:
     # The agents write their cost into out/usage.json: their own word, which never grants
-    # (DESIGN §10 fresh.efficiency); the rule says why, the verdict file too.
+    # (docs/gate.md: self-reported cost never grants); the rule says why, the verdict file too.
     code, out = train.gate(tmp_path, train.run("cheap", mode="same", cost=0.01))
-    assert (code, out["verdict"], out["reason"]) == (1, "keep-champion", "tie"), out
+    assert (code, out["verdict"], out["reason"]) == (1, "keep-champion", "inconclusive"), out
     decision = json.loads((out["cmp"] / "decisions" / "default-v1.json").read_text())
     eff = next(r for r in decision["rules"] if r["name"] == "fresh.efficiency")
     assert not eff["held"] and eff["ratio"] < 0.9 and eff["candidate_source"] == "reported"

@@ -103,10 +103,29 @@ def test_identical_is_a_tie(tmp_path: Path, evalrig_home: Path) -> None:
     d = run_gate(tmp_path, evalrig_home, *sides(CHAMP, CHAMP))
     assert (d.verdict, d.reason) == ("keep-champion", "tie")
     assert rules(d)["fresh.noninferior"] and not rules(d)["fresh.quality"]
-    # se_d = 0: the MDE is 0, and noninferiority floors se_d at 1/(k n)
+    # se_d = 0: noninferiority floors se_d at 1/(k n), and so does the MDE, which is never
+    # below min_discordant/(k n) = 6/150: the smallest mean difference quality could grant
     nf = rule(d, "fresh.noninferior")
     assert nf["se_d"] == 0 and nf["se_floored"] == pytest.approx(1 / 150)
-    assert d.detectable.mde == 0
+    assert d.detectable.mde == pytest.approx(6 / 150)
+    assert d.detectable.tasks_needed == 24  # 6 discordant tasks of 5 trials for +5 points
+
+
+def test_identical_deterministic_sides_on_a_small_suite_are_inconclusive_not_a_tie(
+        tmp_path: Path, evalrig_home: Path) -> None:
+    """20 tasks of 5 trials cannot show +5 points: the quality rule needs 6 discordant
+    tasks, a mean difference of at least 6/100. se_d = 0 is no evidence of precision."""
+    d = run_gate(tmp_path, evalrig_home, *sides(CHAMP[:20], CHAMP[:20]))
+    assert (d.verdict, d.reason) == ("keep-champion", "inconclusive")
+    assert d.detectable.mde == pytest.approx(0.06) and d.detectable.tasks_needed == 24
+    assert "+6.0 points" in d.summary
+
+
+def test_an_exception_promotes_a_suite_too_small_to_judge_and_says_so(tmp_path: Path, evalrig_home: Path) -> None:
+    d = run_gate(tmp_path, evalrig_home, *sides(CHAMP[:5], CHAMP[:5]), exception="security-patch")
+    assert (d.verdict, d.reason) == ("promote-maintenance", "maintenance")
+    assert not rules(d)["fresh.min_tasks"]
+    assert "5 tasks, fewer than 20, too few to judge" in d.summary
 
 
 def test_worse_is_a_loss(tmp_path: Path, evalrig_home: Path) -> None:

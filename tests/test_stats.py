@@ -476,3 +476,39 @@ def test_importing_stats_does_not_import_scipy() -> None:
     code = "import sys, evalrig.core.stats; print('scipy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_floored_mde_is_never_below_what_quality_could_grant() -> None:
+    z = sps.norm.ppf(0.975) + sps.norm.ppf(0.8)
+    # deterministic sides: se_d = 0 floors at 1/(k n), and 6 discordant tasks of 30 x 5 trials
+    assert stats.floored_mde(0.0, 30, 5, 0.025, 6) == pytest.approx(6 / 150)
+    assert stats.floored_mde(0.0, 30, 5, 0.025, 0) == pytest.approx(z / 150)
+    assert stats.floored_mde(0.1, 30, 5, 0.025, 6) == pytest.approx(z * 0.1)  # a real spread wins
+    assert stats.floored_mde(None, 30, 5, 0.025, 6) is None
+
+
+def test_tasks_for_margin_examples() -> None:
+    assert stats.tasks_for_margin(0.0, 30, 5, 0.025, 0.05, 20, 6) == 24  # 6 / (5 * 0.05)
+    assert stats.tasks_for_margin(0.0, 30, 5, 0.025, 0.5, 20, 6) == 20  # never fewer than min_tasks
+    assert stats.tasks_for_margin(0.0, 30, 5, 0.025, 0.5, 0, 0) == 2  # never 0 (z / (k m) = 1.12)
+    assert stats.tasks_for_margin(None, 30, 5, 0.025, 0.05, 20, 6) is None
+    with pytest.raises(ValueError):
+        stats.tasks_for_margin(0.1, 30, 5, 0.025, 0.0, 20, 6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(se=st.floats(0.0, 0.5), n=st.integers(1, 400), k=st.integers(1, 10),
+       margin=st.floats(0.01, 0.5), min_tasks=st.integers(0, 100), min_discordant=st.integers(0, 20))
+def test_tasks_for_margin_is_the_smallest_size_whose_floored_mde_reaches_the_margin(
+        se: float, n: int, k: int, margin: float, min_tasks: int, min_discordant: int) -> None:
+    need = stats.tasks_for_margin(se, n, k, 0.025, margin, min_tasks, min_discordant)
+    assert need is not None and need >= max(min_tasks, 1)
+
+    def at(size: int) -> float:
+        got = stats.floored_mde(se * math.sqrt(n / size), size, k, 0.025, min_discordant)
+        assert got is not None
+        return got
+
+    assert at(need) <= margin * (1 + 1e-9)
+    if need > max(min_tasks, 1):
+        assert at(need - 1) > margin * (1 - 1e-9)

@@ -399,8 +399,9 @@ def fresh_rules(c: Comparison, p: PolicyFile) -> FreshRules:
         p_worse=s.p_worse, p_worse_exact=s.p_exact.worse if s.p_exact else None, alpha=f.alpha,
     )
 
-    mde = None if s.se_d is None else stats.mde(s.se_d, f.alpha, POWER)
-    needed = stats.tasks_needed(n, mde, f.win_margin) if f.win_margin > 0 else None
+    mde = stats.floored_mde(s.se_d, n, k, f.alpha, f.min_discordant, POWER)
+    needed = (stats.tasks_for_margin(s.se_d, n, k, f.alpha, f.win_margin, f.min_tasks, f.min_discordant, POWER)
+              if f.win_margin > 0 else None)
     detectable = Inconclusiveness(alpha=f.alpha, mde=mde, win_margin=f.win_margin, tasks=n,
                                   tasks_needed=needed)
     return FreshRules(min_tasks, quality, noninferior, efficiency, loss, detectable)
@@ -440,10 +441,15 @@ def _verdict(
         return Outcome("promote", "efficiency",
                        f"Promote: the candidate is as good and its {p.fresh.efficiency_metric} is "
                        f"{_num(fr.efficiency.figures()['ratio'])}x the champion's.")
-    if promotable and exception is not None and (fr.noninferior.held or s.tasks == 0):
+    if promotable and exception is not None and fr.noninferior.held:
         return Outcome("promote-maintenance", "maintenance",
                        f"Promote under the exception {exception!r}: the candidate is not worse than the "
                        "champion and needs no win.")
+    if promotable and exception is not None and not fr.min_tasks.held:
+        return Outcome("promote-maintenance", "maintenance",
+                       f"Promote under the exception {exception!r}: the fresh suite has {paired(s)} tasks, "
+                       f"fewer than {p.fresh.min_tasks}, too few to judge whether the candidate is worse; "
+                       "the exception needs no win.")
     if fr.loss.held:
         return Outcome("keep-champion", "loss",
                        f"Keep the champion: the candidate is worse on the fresh suite by {_pts(-(s.mean_d or 0))} "

@@ -41,6 +41,7 @@ __all__ = [
     "interval_score_one",
     "majority_pass",
     "mcnemar",
+    "floored_mde",
     "mde",
     "paired_summary",
     "scale_diffs",
@@ -48,6 +49,7 @@ __all__ = [
     "sign_flip",
     "t_bounds",
     "t_quantile",
+    "tasks_for_margin",
     "tasks_needed",
     "z_quantile",
 ]
@@ -294,6 +296,42 @@ def tasks_needed(n: int, mde_value: float | None, margin: float) -> int | None:
         return None
     need = n * (mde_value / margin) ** 2
     return math.ceil(need * (1 - 1e-9))
+
+
+def floored_mde(se_d: float | None, n: int, k: int, alpha: float, min_discordant: int,
+                power: float = 0.8) -> float | None:
+    """The smallest fresh-suite win the gate could show with n tasks of k trials
+    (docs/statistics.md, "What the suite could detect").
+
+    `mde` with `se_d` floored at 1/(k·n), as `fresh.noninferior` floors it (identical
+    deterministic sides have se_d = 0, which is no evidence of precision), and never below
+    min_discordant/(k·n), the smallest mean difference `fresh.quality` could ever grant.
+    """
+    if se_d is None or n < 1 or k < 1:
+        return None
+    raw = mde(max(se_d, 1.0 / (k * n)), alpha, power)
+    assert raw is not None
+    return max(raw, min_discordant / (k * n))
+
+
+def tasks_for_margin(se_d: float | None, n: int, k: int, alpha: float, margin: float,
+                     min_tasks: int, min_discordant: int, power: float = 0.8) -> int | None:
+    """The smallest n' >= max(min_tasks, 1) at which `floored_mde`, with se_d scaled by
+    √(n/n'), reaches `margin`.
+
+    Each term of the floored MDE falls as n' grows, so n' is the largest of the sizes at
+    which each term alone reaches the margin: n·(z·se_d/m)² for the spread, z/(k·m) for
+    the floor of se_d, min_discordant/(k·m) for the quality rule. A relative slack of 1e-9
+    keeps float noise (60.0000000001) from adding a task. None when se_d is None.
+    """
+    if margin <= 0:
+        raise ValueError(f"margin must be positive, got {margin!r}")
+    if se_d is None or n < 1 or k < 1:
+        return None
+    _check_alpha(alpha)
+    z = z_quantile(1.0 - alpha) + z_quantile(power)
+    sizes = (n * (z * se_d / margin) ** 2, z / (k * margin), min_discordant / (k * margin))
+    return max(math.ceil(max(sizes) * (1 - 1e-9)), min_tasks, 1)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

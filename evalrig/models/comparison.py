@@ -330,13 +330,15 @@ class ChampionRef(Strict):
 
 
 class Inconclusiveness(Strict):
-    """The minimum detectable effect of the fresh suite at the policy's alpha (raw se_d)."""
+    """The smallest win the fresh suite could show at the policy's alpha: the minimum
+    detectable effect with se_d floored at 1/(k*n) and never below min_discordant/(k*n)."""
 
     alpha: float
     mde: float | None
     win_margin: float
     tasks: int = Field(ge=0)
-    tasks_needed: int | None = Field(description="ceil(n * (MDE / win_margin)^2).")
+    tasks_needed: int | None = Field(
+        description="The smallest suite size, at least min_tasks, at which the floored MDE reaches win_margin.")
 
 
 class Decision(Record):
