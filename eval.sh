@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # eval.sh — the entry point a release flow calls. The first call creates .venv beside this
 # file and installs evalrig into it; every later call is a plain exec of .venv/bin/evalrig.
-# Its own failures exit 6 (DESIGN §3), never 1 or 3, so that no script mistakes them for
+# Its own failures exit 6 (docs/release-flow.md, "Exit codes"), never 1 or 3, so that no script mistakes them for
 # a verdict.
 set -u
 

@@ -2,7 +2,7 @@
 
 Prints attempts/s for each level beside a floor measured in the same run (a bare
 `subprocess.run(["/bin/true"])` in 2 threads) and the ratio floor / level, i.e. what
-containment costs. Targets (DESIGN §4 / issue 3): >= 150/s under process, >= 80/s under
+containment costs. Targets (issue 3): >= 150/s under process, >= 80/s under
 bwrap, on a 2-core machine. Each launch carries the limits a trial sets (memory, file
 size, process count, disk watch), so the figures are those the runner will see.
 

@@ -1,3 +1,3 @@
-"""evalrig: the evaluation rig behind eval.sh (see DESIGN.md)."""
+"""evalrig: the evaluation rig behind eval.sh (README.md; the contract in docs/)."""
 
 __version__ = "0.1.0"

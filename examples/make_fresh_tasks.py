@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate a fresh task set for one release train (DESIGN §5).
+"""Generate a fresh task set for one release train (docs/tasks.md, "Fresh tasks and created_at").
 
     python3 examples/make_fresh_tasks.py OUT_DIR [--count 30] [--seed N] [--created-at TS] [--replace]
 
@@ -594,7 +594,7 @@ def fresh_set(count: int, seed: int) -> list[tuple[str, Draft]]:
 
 def task_document(draft: Draft, *, task_id: str | None, suite: str | None, created_at: dt.datetime | None,
                   limits: dict[str, object] | None = None) -> dict[str, object]:  # fmt: skip
-    """task.toml as a dict, in the order DESIGN §5 lists the keys."""
+    """task.toml as a dict, in the order docs/tasks.md lists the keys."""
     doc: dict[str, object] = {}
     if task_id is not None:
         doc["id"] = task_id

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A whole release train on the bundled examples, written as a release flow writes one:
-# every step is an eval.sh call, and the flow branches on exit codes (DESIGN §9).
+# every step is an eval.sh call, and the flow branches on exit codes (docs/release-flow.md).
 #
 #   examples/release-train.sh [TRAIN_DIR]
 #

@@ -71,7 +71,7 @@ _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 
 
 def proxy_env() -> dict[str, str]:
-    """The variables that point an agent at its proxy (DESIGN: upper- and lower-case)."""
+    """The variables that point an agent at its proxy (upper- and lower-case: clients read either; docs/attempts.md, "Network")."""
     return {name: PROXY_URL for name in PROXY_VARS}
 
 

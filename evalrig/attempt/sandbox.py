@@ -1,4 +1,4 @@
-"""Starting one agent process under containment and limits (DESIGN §4).
+"""Starting one agent process under containment and limits (docs/attempts.md, "Limits"; docs/security.md).
 
 `launch(spec)` starts `spec.argv` with exactly `spec.env`, reads its stdout and stderr to
 the end (capped, scanned for canaries, redacted), enforces the wall-clock limit, the disk
@@ -676,7 +676,7 @@ def _prlimit(limits: list[tuple[int, int]]) -> list[str]:
         return []
     prlimit = _tool("prlimit")
     if prlimit is None:
-        return []  # the limits are "where the platform allows" (DESIGN §4)
+        return []  # the limits are "where the platform allows" (docs/attempts.md, "Limits")
     return [prlimit, *(f"{_PRLIMIT_FLAG[r]}={v}" for r, v in limits), "--"]
 
 

@@ -1,4 +1,4 @@
-"""One attempt, end to end: workspace, estimate, agent, evidence, canary, verdict (DESIGN §4–§6).
+"""One attempt, end to end: workspace, estimate, agent, evidence, canary, verdict (docs/attempts.md).
 
 Used by every executor, from worker threads: `run_estimate` then `run_attempt`. Neither
 raises for anything the agent or the verifier does (those are statuses); a rig bug

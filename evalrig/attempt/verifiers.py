@@ -1,4 +1,4 @@
-"""The verifiers: judging an attempt from its stored evidence, on the rig's side (DESIGN §5).
+"""The verifiers: judging an attempt from its stored evidence, on the rig's side (docs/tasks.md, "Verifiers").
 
 `exact`, `regex` and `json` are pure functions of the answer text and the task's settings.
 `command` runs the task's `verifier.command` from the task's `verifier/` folder in its

@@ -49,7 +49,7 @@ def render() -> str:
         "# evalrig command-line reference",
         "",
         f"Generated from every command's `--help` by `{REGENERATE}`; do not edit by hand.",
-        "Exit codes are those of DESIGN §9: 0 success, 1 keep the champion / not approved, "
+        "Exit codes ([release-flow.md](release-flow.md#exit-codes)): 0 success, 1 keep the champion / not approved, "
         "2 usage error, 3 block, 4 invalid input, 5 incomplete, 6 internal error, 130 interrupted.",
         "",
         "## evalrig",

@@ -1,4 +1,4 @@
-"""The plan of a run: which trials exist, their seeds and their inputs ids (DESIGN §4, §6).
+"""The plan of a run: which trials exist, their seeds and their inputs ids (docs/release-flow.md, "Resume after a crash").
 
 Pure: values in, values out. The same task set, checkpoint and settings always give the
 same trials in the same order with the same ids, so a champion run and a candidate run
@@ -101,7 +101,7 @@ class Plan:
 
 
 def trial_seed(seed: int, task_id: str, rep: int) -> int:
-    """DESIGN §4: first 8 bytes of sha256("<seed>:<task_id>:<rep>"), big-endian, mod 2^31."""
+    """docs/agents.md, "Its environment": first 8 bytes of sha256("<seed>:<task_id>:<rep>"), big-endian, mod 2^31."""
     h = hashlib.sha256(f"{seed}:{task_id}:{rep}".encode()).digest()
     return int.from_bytes(h[:8], "big") % SEED_MODULUS
 
@@ -118,7 +118,7 @@ def inputs_id(
     seed: int,
     settings: OutcomeSettings,
 ) -> str:
-    """The digest a kept result must still have on resume (DESIGN §6 "Resume").
+    """The digest a kept result must still have on resume (docs/release-flow.md, "Resume after a crash").
 
     sha256 of the canonical JSON of `{"rep", "seed", "task": {checkpoint_id, task_digest,
     verifier, settings}}`.

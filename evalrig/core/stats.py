@@ -1,4 +1,4 @@
-"""The pure statistics of DESIGN §8: paired task-level comparison of two runs.
+"""The pure statistics of docs/statistics.md: paired task-level comparison of two runs.
 
 Everything here is a function of values: no files, no clock, no randomness, and no
 import from the shell. The task is the unit: callers pass per-task counts, never pooled
@@ -336,7 +336,7 @@ def tasks_for_margin(se_d: float | None, n: int, k: int, alpha: float, margin: f
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PairedSummary:
-    """The paired statistics of one suite (DESIGN §8); None where undefined."""
+    """The paired statistics of one suite (docs/statistics.md); None where undefined."""
 
     n: int  # tasks paired (scored on both sides)
     unpaired: int  # tasks left out: a side had no scored trial
@@ -367,7 +367,7 @@ def paired_summary(
     alpha: float = 0.025,
     margin: float = 0.05,
 ) -> PairedSummary:
-    """Paired task-level statistics of a suite, per DESIGN §8.
+    """Paired task-level statistics of a suite (docs/statistics.md).
 
     Inputs are per task, aligned: passes and scored-trial counts of each side. A task
     with no scored trial on a side has no d_i; it is counted in `unpaired` and left out.
@@ -460,7 +460,7 @@ def discordant_from_majority(
     champion_n: Sequence[int],
     candidate_n: Sequence[int],
 ) -> Discordant:
-    """Discordant tasks by per-task majority outcome (DESIGN §8's McNemar input).
+    """Discordant tasks by per-task majority outcome (the McNemar input, docs/statistics.md).
 
     Tasks with no scored trial on a side are left out, as in `paired_summary`.
     """
@@ -651,7 +651,7 @@ def efficiency(
     candidate_values: Sequence[float | None],
     alpha: float,
 ) -> Efficiency:
-    """Efficiency ratio of a metric (cost, wall_s, cpu_s), per DESIGN §8.
+    """Efficiency ratio of a metric (cost, wall_s, cpu_s) (docs/statistics.md).
 
     r_i = candidate_i / champion_i; ratio = exp(mean log r_i); upper =
     exp(mean + t_{1−α, n−1}·sd/√n) with sd the sample sd (n − 1) of log r_i.

@@ -1,4 +1,4 @@
-"""Comparison, decision, issued, ledger and sign-off formats (DESIGN §6, §7, §10, §11).
+"""Comparison, decision, issued, ledger and sign-off formats (docs/gate.md).
 
 A comparison bundle is `manifest.json` (ComparisonManifest), `comparison.json`
 (Comparison) and `comparison.md`, with `decisions/` beside them: one Decision per policy
@@ -92,7 +92,7 @@ class SideFacts(Strict):
 
 
 class HistoryFacts(Strict):
-    """The history check of DESIGN §10, computed by compare from both runs' history.jsonl."""
+    """The history check (docs/gate.md, "The history check"), computed by compare from both runs' history.jsonl."""
 
     champion_declared: bool
     candidate_declared: bool
@@ -236,7 +236,7 @@ class IntervalCalibration(Strict):
 
 
 class Calibration(Strict):
-    """The reward channel (DESIGN §8); the gate never reads it."""
+    """The reward channel (docs/statistics.md); the gate never reads it."""
 
     estimates: int = Field(ge=0, description="Final scored attempts with a valid estimate.")
     brier: float | None
@@ -276,7 +276,7 @@ class ComparisonManifest(Record):
 
 
 class RuleResult(BaseModel):
-    """One rule of DESIGN §10: its name, whether it held, and its numbers.
+    """One rule of the gate (docs/policy.md): its name, whether it held, and its numbers.
 
     The numbers are written twice: flat beside `name` and `held` (the first form), and
     as the object `numbers`, so that a script can read them without knowing which keys

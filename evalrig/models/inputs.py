@@ -1,4 +1,4 @@
-"""Formats people write: checkpoint.toml, task.toml, the release policy (DESIGN §4, §5, §10).
+"""Formats people write: checkpoint.toml, task.toml, the release policy (docs/checkpoint.md, docs/tasks.md, docs/policy.md).
 
 These carry no schema_version (they are hand-written TOML); the rig's own records do.
 Loaders (checkpoint.py, tasks.py, policy.py) read the files and turn pydantic errors into

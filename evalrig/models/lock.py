@@ -1,4 +1,4 @@
-"""`tasks/fixed.lock`: the digests of the fixed suite, which only grows (DESIGN §5)."""
+"""`tasks/fixed.lock`: the digests of the fixed suite, which only grows (docs/tasks.md, "Locking the fixed suite")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Formats the rig writes for seals and run bundles (DESIGN §6, §7)."""
+"""Formats the rig writes for seals and run bundles (docs/release-flow.md, "What a script may read")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checkpoints: `checkpoint.toml`, sealing, and the seal registry (DESIGN §4, §6 `seal`).
+"""Checkpoints: `checkpoint.toml`, sealing, and the seal registry (docs/checkpoint.md).
 
 A checkpoint's id is the content hash of its directory (evalrig.store.tree, `SEAL.json` left
 out). Sealing registers `{checkpoint_id, name, sealed_at}` in `$EVALRIG_HOME/seals.jsonl`;
@@ -58,7 +58,7 @@ def load_checkpoint(dir: Path) -> Checkpoint:
             "no checkpoint.toml: this is not a checkpoint directory",
             file=dir,
             hint="a checkpoint has a checkpoint.toml saying how to start the agent "
-            "(name, [agent] command); see DESIGN §4",
+            "(name, [agent] command); see docs/checkpoint.md",
         )
     if path.is_symlink():
         # The content hash takes a link's target string, not what it points to: the
@@ -90,7 +90,7 @@ def history_log(ckpt: Checkpoint) -> Path | None:
 
 
 def checkpoint_id(dir: Path) -> TreeDigest:
-    """The content hash of the directory, `SEAL.json` excluded (DESIGN §6)."""
+    """The content hash of the directory, `SEAL.json` excluded (docs/checkpoint.md, "Sealing and what it covers")."""
     return hash_tree(Path(dir), exclude=_EXCLUDE, exclude_dirs=False)
 
 

@@ -1,4 +1,4 @@
-"""The JSON Schema of every file format, generated from the models (DESIGN §6 `schema`).
+"""The JSON Schema of every file format, generated from the models (`evalrig schema`; docs/cli.md).
 
 `schemas/<name>.schema.json` holds the committed copy (canonical pretty JSON);
 tests/test_schema.py fails when it drifts from the models and when a change is not

@@ -1,4 +1,4 @@
-"""Loading tasks and task sets (DESIGN §5).
+"""Loading tasks and task sets (docs/tasks.md).
 
 Layout: `tasks/<suite>/<folder>/task.toml` beside `prompt.md`, optional `files/` and
 `verifier/`. The suite comes from the parent folder; a `suite` key that disagrees with it
@@ -180,7 +180,7 @@ def _links_out(task_dir: Path) -> list[Problem]:
 
     A task's digest (and so fixed.lock) hashes a link's target string, not what it points
     to: a locked task whose files/ is a link to a folder elsewhere would change with that
-    folder under an unchanged digest (DESIGN §5). Links that stay inside the task are its
+    folder under an unchanged digest (docs/tasks.md, "validate"). Links that stay inside the task are its
     own content and are allowed."""
     if task_dir.is_symlink():
         return [Problem(str(task_dir), f"the task folder is a symbolic link (to {os.readlink(task_dir)}); "
@@ -284,7 +284,7 @@ def _lock_line(text: str, task_id: str) -> int | None:
 
 
 def lock_problems(dir: Path, loaded: dict[str, LoadedTask], unreadable: set[str]) -> list[Problem]:
-    """A locked fixed task removed, moved out of fixed/, or edited (DESIGN §5)."""
+    """A locked fixed task removed, moved out of fixed/, or edited (docs/tasks.md, "Locking the fixed suite")."""
     path = Path(dir) / FIXED_LOCK
     try:
         lock = read_lock(dir)

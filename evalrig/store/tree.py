@@ -1,4 +1,4 @@
-"""Content hash of a directory tree, with the byte framing of DESIGN §6 (`seal`).
+"""Content hash of a directory tree, with the byte framing `seal` uses (docs/checkpoint.md, "Sealing and what it covers").
 
 Every entry except the excluded names, in order of its `/`-separated relative path
 compared as bytes; for each: a type byte (`f` file, `x` owner-executable file, `l`

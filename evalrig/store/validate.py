@@ -2,7 +2,7 @@
 
 Runs nothing. Gathers every problem (not only the first) as `file:line: field: message`.
 
-Decisions written down here (DESIGN is silent on them):
+Choices made here, where the documented contract leaves room:
 - A checkpoint that is not sealed is a *warning* (sealing is the step after a checkpoint
   is made; validate is also run before it), while a checkpoint whose SEAL.json names a
   registered seal that its content no longer matches is a *problem*: it was changed after

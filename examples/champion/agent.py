@@ -237,7 +237,7 @@ def estimate(task):
 
 def main(argv):
     if "EVALRIG_PROMPT" not in os.environ:
-        print(f"{BUILD}: EVALRIG_PROMPT is not set; this agent runs under evalrig (DESIGN §4)", file=sys.stderr)
+        print(f"{BUILD}: EVALRIG_PROMPT is not set; this agent runs under evalrig (docs/agents.md)", file=sys.stderr)
         return 2
     with open(os.environ["EVALRIG_PROMPT"], encoding="utf-8") as f:
         task = Task(f.read())
