@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, say
+from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, quiet, say
 from evalrig.core.errors import ExitCode, UsageError
 
 
@@ -58,6 +58,16 @@ class PlainReporter:
 
 def _rate(p: Any) -> float:
     return p.ran / p.elapsed_s if p.elapsed_s > 0 else 0.0
+
+
+class QuietReporter(PlainReporter):
+    """--quiet: warnings only; no progress."""
+
+    def started(self, total: int, kept: int) -> None:
+        pass
+
+    def progress(self, p: Any) -> None:
+        pass
 
 
 class BarReporter:
@@ -171,7 +181,8 @@ def run(
         allow_network=True if allow_network else None,
         allow_hosts=tuple(allow_host) if allow_host else None,
     )
-    reporter: Any = BarReporter() if sys.stderr.isatty() and not json_out else PlainReporter()
+    reporter: Any = (QuietReporter() if quiet() else BarReporter() if sys.stderr.isatty() and not json_out
+                     else PlainReporter())
     try:
         summary = run_eval(req, evalrig_home(), os.environ, reporter)
     finally:
