@@ -10,6 +10,7 @@ from evalrig.cli import (  # noqa: E402,F401  isort: skip
     cmd_validate,
     cmd_run,
     cmd_compare,
+    cmd_tasks,
 )
 
 
