@@ -11,6 +11,7 @@ from evalrig.cli import (  # noqa: E402,F401  isort: skip
     cmd_run,
     cmd_compare,
     cmd_tasks,
+    cmd_init,
 )
 
 

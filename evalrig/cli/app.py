@@ -39,7 +39,7 @@ from evalrig import __version__  # noqa: E402
 from evalrig.core.errors import EvalrigError, ExitCode  # noqa: E402
 
 
-def _help_markup() -> Any:
+def help_markup() -> Any:
     """Rich help only for a person at a colour terminal, plain otherwise (as for output,
     DESIGN §6); plain help also spares importing rich's markdown stack (~0.2 s)."""
     return "rich" if sys.stdout.isatty() and "NO_COLOR" not in os.environ else None
@@ -107,7 +107,7 @@ def report_usage_error(e: click_exceptions.UsageError, argv: Sequence[str]) -> N
 app = typer.Typer(
     name="evalrig",
     cls=EvalrigGroup,
-    rich_markup_mode=_help_markup(),
+    rich_markup_mode=help_markup(),
     help=(
         "Decide, by measuring, whether a candidate agent build may replace the champion.\n\n"
         "Example:  evalrig validate --tasks tasks --policies policies"

@@ -17,9 +17,14 @@ REGENERATE = "python -m evalrig.cli.gendocs"
 
 
 def command_names() -> list[str]:
+    """Every command, those of a group as "group command" (`init task`) after the group."""
     from evalrig.cli import app
 
     names = [c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands]
+    for group in app.registered_groups:
+        sub = group.typer_instance
+        names.append(group.name or sub.info.name or "")
+        names += [f"{names[-1]} {c.name}" for c in sub.registered_commands if c.name]
     return sorted(n for n in names if n)
 
 
@@ -59,7 +64,7 @@ def render() -> str:
         "```",
     ]
     for name in command_names():
-        parts += ["", f"## evalrig {name}", "", "```text", help_of([name]), "```"]
+        parts += ["", f"## evalrig {name}", "", "```text", help_of(name.split()), "```"]
     return "\n".join(parts) + "\n"
 
 
