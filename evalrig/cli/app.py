@@ -41,7 +41,7 @@ from evalrig.core.errors import EvalrigError, ExitCode  # noqa: E402
 
 def help_markup() -> Any:
     """Rich help only for a person at a colour terminal, plain otherwise (as for output,
-    DESIGN §6); plain help also spares importing rich's markdown stack (~0.2 s)."""
+    docs/cli.md); plain help also spares importing rich's markdown stack (~0.2 s)."""
     return "rich" if sys.stdout.isatty() and "NO_COLOR" not in os.environ else None
 
 
@@ -180,7 +180,7 @@ def command(name: str, example: str, on: typer.Typer | None = None) -> Callable[
             except KeyboardInterrupt:
                 err("interrupted: nothing more was done; run the same command again")
                 raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-            except Exception as e:  # noqa: BLE001 - the CLI catches everything (DESIGN §9)
+            except Exception as e:  # noqa: BLE001 - the CLI catches everything (docs/release-flow.md)
                 if isinstance(e, BrokenPipeError) and stdout_reader_gone():
                     report_closed_stdout()
                     raise typer.Exit(int(ExitCode.INTERNAL)) from None
@@ -238,7 +238,7 @@ def root_settings(command_quiet: bool) -> RootSettings:
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM (kill, a CI timeout) ends a command as Ctrl-C does: exit 130 with a message
-    (DESIGN §9) rather than a silent 143. `run` installs its own handlers inside this."""
+    (docs/release-flow.md "Exit codes") rather than a silent 143. `run` installs its own handlers inside this."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
