@@ -15,8 +15,8 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Sequence
 import typing
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Annotated, Any, TypeVar
 
 # The rig uses no pydantic plugins; looking for them scans every installed package's entry

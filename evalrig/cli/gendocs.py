@@ -23,6 +23,8 @@ def command_names() -> list[str]:
     names = [c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands]
     for group in app.registered_groups:
         sub = group.typer_instance
+        if sub is None:
+            continue
         names.append(group.name or sub.info.name or "")
         names += [f"{names[-1]} {c.name}" for c in sub.registered_commands if c.name]
     return sorted(n for n in names if n)
