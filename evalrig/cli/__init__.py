@@ -10,6 +10,8 @@ from evalrig.cli import (  # noqa: E402,F401  isort: skip
     cmd_validate,
     cmd_run,
     cmd_compare,
+    cmd_tasks,
+    cmd_init,
 )
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+import typing
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Annotated, Any, TypeVar
 
 # The rig uses no pydantic plugins; looking for them scans every installed package's entry
@@ -22,26 +24,96 @@ from typing import Annotated, Any, TypeVar
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 import typer  # noqa: E402
+from typer.core import TyperGroup  # noqa: E402
+
+try:  # typer carries its own copy of click; older typers use click itself
+    from typer._click import core as click_core  # noqa: E402
+    from typer._click import exceptions as click_exceptions  # noqa: E402
+    from typer._click import globals as click_globals  # noqa: E402
+except ImportError:  # pragma: no cover
+    from click import core as click_core  # type: ignore[no-redef]  # noqa: E402
+    from click import exceptions as click_exceptions  # type: ignore[no-redef]  # noqa: E402
+    from click import globals as click_globals  # type: ignore[no-redef]  # noqa: E402
 
 from evalrig import __version__  # noqa: E402
 from evalrig.core.errors import EvalrigError, ExitCode  # noqa: E402
 
 
-def _help_markup() -> Any:
+def help_markup() -> Any:
     """Rich help only for a person at a colour terminal, plain otherwise (as for output,
     docs/cli.md); plain help also spares importing rich's markdown stack (~0.2 s)."""
     return "rich" if sys.stdout.isatty() and "NO_COLOR" not in os.environ else None
 
 
+QUIET_KEY = "evalrig.quiet"
+"""Where the context (shared by the root and its command) says --quiet was given."""
+
+
+def json_asked(args: Sequence[str]) -> bool:
+    """`--json` among the arguments before a `--` (which ends the options)."""
+    args = list(args)
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+class EvalrigGroup(TyperGroup):
+    """The root command: `--version [--json]`, and usage errors as JSON under --json.
+
+    A usage error (an unknown flag, a missing argument, a value out of range) is raised by
+    click while it parses, before any command runs; under --json the same error object as
+    every other failure's goes to stdout (docs/cli.md "Machine-readable output"), and
+    click's own message still goes to stderr. The exit code stays 2.
+    """
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click_core.Context | None = None,
+                     **extra: Any) -> click_core.Context:
+        argv = list(args)
+        try:
+            ctx = super().make_context(info_name, args, parent=parent, **extra)
+        except click_exceptions.UsageError as e:
+            report_usage_error(e, argv)
+            raise
+        ctx.meta["evalrig.argv"] = argv
+        return ctx
+
+    def invoke(self, ctx: click_core.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click_exceptions.UsageError as e:
+            report_usage_error(e, ctx.meta.get("evalrig.argv", []))
+            raise
+
+    def parse_args(self, ctx: click_core.Context, args: list[str]) -> list[str]:
+        rest = super().parse_args(ctx, args)
+        if ctx.params.get("version"):
+            print_version(bool(ctx.params.get("json_out")))
+            ctx.exit(0)
+        return rest
+
+
+def report_usage_error(e: click_exceptions.UsageError, argv: Sequence[str]) -> None:
+    if not json_asked(argv) or getattr(e, "evalrig_reported", False):
+        return
+    e.evalrig_reported = True  # type: ignore[attr-defined]  # once, though two levels see it
+    param = getattr(e, "param", None)
+    command_path = e.ctx.command_path if e.ctx is not None else "evalrig"
+    emit_json(error_object(EvalrigError(
+        e.format_message(), ExitCode.USAGE,
+        field=None if param is None else param.opts[0] if param.param_type_name == "option"
+        else (param.name or "").upper(),
+        hint=f"see `{command_path} --help`",
+    )))
+
+
 app = typer.Typer(
     name="evalrig",
-    rich_markup_mode=_help_markup(),
+    cls=EvalrigGroup,
+    rich_markup_mode=help_markup(),
     help=(
         "Decide, by measuring, whether a candidate agent build may replace the champion.\n\n"
         "Example:  evalrig validate --tasks tasks --policies policies"
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -49,37 +121,52 @@ app = typer.Typer(
 # Shared options: spelled once, used by every command.
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks of internal errors.")]
+QuietOpt = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="Only the result: no progress, no detail lines (errors and warnings still show).")]
 
 
-def _version_callback(value: bool) -> None:
-    if value:
+def print_version(json_out: bool) -> None:
+    import platform
+
+    if json_out:
+        emit_json({"name": "evalrig", "version": __version__, "python": platform.python_version()})
+    else:
         typer.echo(f"evalrig {__version__}")
-        raise typer.Exit(0)
 
 
 @app.callback()
 def _root(
-    version: Annotated[
-        bool,
-        typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version."),
-    ] = False,
+    version: Annotated[bool, typer.Option("--version", help="Print the version (with --json: as JSON).")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output, for every command.")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Decide, by measuring, whether a candidate agent build may replace the champion."""
+
+
+def quiet() -> bool:
+    """--quiet was given, to the root or to the running command."""
+    ctx = click_globals.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(QUIET_KEY))
 
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def command(name: str, example: str) -> Callable[[F], F]:
-    """Register `fn` as a command whose return value is its exit code.
+def command(name: str, example: str, on: typer.Typer | None = None) -> Callable[[F], F]:
+    """Register `fn` as a command (of `app`, or of the group `on`) whose return value is its
+    exit code.
 
     Every EvalrigError becomes its message on stderr and its exit code; anything else is
-    an internal error (exit 6), with a traceback only under --debug.
+    an internal error (exit 6), with a traceback only under --debug. Every command also
+    takes --quiet, and a --json or --quiet given before the command counts as given to it.
     """
 
     def deco(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> None:
+            settings = root_settings(bool(kwargs.pop("quiet", False)))
+            if "json_out" in kwargs:
+                kwargs["json_out"] = bool(kwargs["json_out"]) or settings.json_out
             debug = bool(kwargs.get("debug"))
             json_out = bool(kwargs.get("json_out"))
             try:
@@ -93,7 +180,7 @@ def command(name: str, example: str) -> Callable[[F], F]:
             except KeyboardInterrupt:
                 err("interrupted: nothing more was done; run the same command again")
                 raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-            except Exception as e:  # noqa: BLE001 - the CLI catches everything: a bug is exit 6, never a traceback
+            except Exception as e:  # noqa: BLE001 - the CLI catches everything (docs/release-flow.md)
                 if isinstance(e, BrokenPipeError) and stdout_reader_gone():
                     report_closed_stdout()
                     raise typer.Exit(int(ExitCode.INTERNAL)) from None
@@ -107,21 +194,51 @@ def command(name: str, example: str) -> Callable[[F], F]:
                 raise typer.Exit(int(ExitCode.INTERNAL)) from None
             raise typer.Exit(int(code or 0))
 
+        with_quiet_option(wrapper, fn)
         doc = help_text(fn.__doc__ or "")
         # "\b" keeps click's plain formatter from re-wrapping the example: a command broken
         # over two lines is no longer one that runs when pasted. Rich help keeps lines as
         # written and would show the "\b" as a blank line.
         keep_line = "" if app.rich_markup_mode else "\b\n"
-        app.command(name, help=f"{doc}\n\nExample:\n\n{keep_line}    {example}", epilog=None)(wrapper)
+        (on or app).command(name, help=f"{doc}\n\nExample:\n\n{keep_line}    {example}", epilog=None)(wrapper)
         return fn
 
     return deco
 
 
+def with_quiet_option(wrapper: Callable[..., Any], fn: Callable[..., Any]) -> None:
+    """Give the wrapper of `fn` a `quiet` parameter, so that typer adds --quiet to every
+    command without each one declaring it."""
+    sig = inspect.signature(fn, eval_str=True)
+    quiet_param = inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, default=False,
+                                    annotation=QuietOpt)
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+              else p for p in sig.parameters.values()]
+    wrapper.__signature__ = sig.replace(parameters=[*params, quiet_param])  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {**fn.__annotations__, "quiet": QuietOpt}
+
+
+class RootSettings(typing.NamedTuple):
+    json_out: bool
+    quiet: bool
+
+
+def root_settings(command_quiet: bool) -> RootSettings:
+    """What the root was given (`evalrig --json --quiet CMD`), merged with the command's
+    --quiet and recorded for `say` and the progress display to read."""
+    ctx = click_globals.get_current_context(silent=True)
+    if ctx is None:
+        return RootSettings(False, command_quiet)
+    root = ctx.find_root().params
+    settings = RootSettings(bool(root.get("json_out")), command_quiet or bool(root.get("quiet")))
+    ctx.meta[QUIET_KEY] = settings.quiet
+    return settings
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM (kill, a CI timeout) ends a command as Ctrl-C does: exit 130 with a message
-    (docs/release-flow.md, "Exit codes") rather than a silent 143. `run` installs its own handlers inside this."""
+    (docs/release-flow.md "Exit codes") rather than a silent 143. `run` installs its own handlers inside this."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -181,19 +298,22 @@ def report_error(e: EvalrigError, json_out: bool, debug: bool) -> None:
         traceback.print_exc()
     err("error: " + e.render())
     if json_out:
-        emit_json(
-            {
-                "error": {
-                    "code": int(e.code),
-                    "message": e.message,
-                    "file": e.file,
-                    "field": e.field,
-                    "line": e.line,
-                    "hint": e.hint,
-                    "problems": [p.as_dict() for p in e.problems],
-                }
-            }
-        )
+        emit_json(error_object(e))
+
+
+def error_object(e: EvalrigError) -> dict[str, Any]:
+    """The JSON every failure prints on stdout under --json (docs/cli.md)."""
+    return {
+        "error": {
+            "code": int(e.code),
+            "message": e.message,
+            "file": e.file,
+            "field": e.field,
+            "line": e.line,
+            "hint": e.hint,
+            "problems": [p.as_dict() for p in e.problems],
+        }
+    }
 
 
 def emit_json(obj: Any) -> None:
@@ -218,10 +338,15 @@ def console() -> Any:
     return Console(no_color="NO_COLOR" in os.environ, highlight=False)
 
 
-def say(lines: Iterable[str] | str, style: str | None = None) -> None:
-    """Human output on stdout: plain text (no markup), styled only on a colour terminal."""
-    if isinstance(lines, str):
-        lines = [lines]
+def say(lines: Iterable[str] | str, style: str | None = None, result: int = 1) -> None:
+    """Human output on stdout: plain text (no markup), styled only on a colour terminal.
+
+    The first `result` lines are the result (a verdict, a run's status, `ok: ...`, a
+    listing); the lines after them are detail, which --quiet leaves out.
+    """
+    lines = [lines] if isinstance(lines, str) else list(lines)
+    if quiet():
+        lines = lines[:result]
     if use_color():
         c = console()
         for line in lines:

@@ -1,4 +1,4 @@
-"""Commands `compare`, `gate`, `sign` and `check-release` (DESIGN §6, §11)."""
+"""Commands `compare`, `gate`, `sign` and `check-release` (docs/gate.md, docs/release-flow.md)."""
 
 from __future__ import annotations
 

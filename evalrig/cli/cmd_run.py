@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, say
+from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, quiet, say
 from evalrig.core.errors import ExitCode, UsageError
 from evalrig.store.layout import MANIFEST, RUNS
 
@@ -63,6 +63,16 @@ class PlainReporter:
 
 def _rate(p: Progress) -> float:
     return p.ran / p.elapsed_s if p.elapsed_s > 0 else 0.0
+
+
+class QuietReporter(PlainReporter):
+    """--quiet: warnings only; no progress."""
+
+    def started(self, total: int, kept: int) -> None:
+        pass
+
+    def progress(self, p: Any) -> None:
+        pass
 
 
 class BarReporter:
@@ -177,7 +187,8 @@ def run(
         allow_network=True if allow_network else None,
         allow_hosts=tuple(allow_host) if allow_host else None,
     )
-    reporter: BarReporter | PlainReporter = BarReporter() if sys.stderr.isatty() and not json_out else PlainReporter()
+    reporter: Any = (QuietReporter() if quiet() else BarReporter() if sys.stderr.isatty() and not json_out
+                     else PlainReporter())
     try:
         summary = run_eval(req, evalrig_home(), os.environ, reporter)
     finally:

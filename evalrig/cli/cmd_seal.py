@@ -65,8 +65,7 @@ def lock_cmd(
     if json_out:
         emit_json({"lock": str(path), "tasks": lock.tasks, "added": added})
         return 0
-    say(f"locked {len(lock.tasks)} fixed task{'s' if len(lock.tasks) != 1 else ''} in {path} "
-        f"({len(added)} new)")
-    for task_id in added:
-        say(f"  + {task_id}  {lock.tasks[task_id]}")
+    say([f"locked {len(lock.tasks)} fixed task{'s' if len(lock.tasks) != 1 else ''} in {path} "
+         f"({len(added)} new)",
+         *(f"  + {task_id}  {lock.tasks[task_id]}" for task_id in added)])
     return 0

@@ -172,7 +172,7 @@ def select_tasks(tasks: Sequence[PlannedTask], filters: Filters, source: Path | 
         raise invalid(
             f"--task {', '.join(unknown)}: no such task in the task set",
             file=source,
-            hint="list the task ids with `evalrig validate --tasks DIR`",
+            hint=unknown_task_hint(unknown, sorted(known), source),
         )
     chosen = []
     for t in tasks:
@@ -191,6 +191,16 @@ def select_tasks(tasks: Sequence[PlannedTask], filters: Filters, source: Path | 
             hint="loosen the filters, or drop them to run the whole task set",
         )
     return chosen
+
+
+def unknown_task_hint(unknown: Sequence[str], known: Sequence[str], source: Path | None) -> str:
+    """`no task 'nope'; see `evalrig tasks` (nearest: ...)`: the closest ids by spelling."""
+    import difflib
+
+    close = dict.fromkeys(c for t in unknown for c in difflib.get_close_matches(t, known, n=3, cutoff=0.5))
+    listing = "evalrig tasks" + (f" --tasks {source}" if source is not None else "")
+    nearest = f" (nearest: {', '.join(list(close)[:5])})" if close else ""
+    return f"no task {' or '.join(repr(t) for t in unknown)}; see `{listing}`{nearest}"
 
 
 def plan_digest(trials: Sequence[Trial]) -> str:

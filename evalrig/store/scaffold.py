@@ -1,0 +1,181 @@
+"""`evalrig init`: a new task folder or checkpoint directory that validates as written.
+
+Every file is written with its fields spelled out and a comment on each, so that the file
+itself teaches the format (docs/tasks.md and docs/checkpoint.md are the references). Nothing
+is ever overwritten: a file or task that exists is refused (exit 4) before anything is
+written.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+
+from evalrig.core.errors import UsageError, invalid
+from evalrig.models.base import PATH_ID_PATTERN, format_ts
+from evalrig.models.inputs import SUITES
+
+SUITE_NOTES = {
+    "fixed": ("# Suite: fixed, the regression suite. It only grows: `evalrig lock --tasks DIR` records\n"
+              "# this task's digest, and from then on it may not be edited or removed."),
+    "fresh": ("# Suite: fresh, made for one release train after the candidate was sealed, retired after\n"
+              "# it; the gate's win is measured on these."),
+    "invariant": ("# Suite: invariant, tasks every build must pass (the policy's `invariant-suite` check);\n"
+                  "# one failure blocks a release."),
+}
+
+TASK_TOML = """\
+# task.toml: one task of the set; docs/tasks.md explains every field.
+{suite_note}
+# The folder name ({name}) is the task's id and the parent folder its suite; `id = "..."`
+# here would give another id (unique in the set), `suite` must agree with the folder.
+{created_at}
+# Labels to select tasks by (`evalrig run --tag T`) and to group results in reports.
+tags = []
+
+# The agent's wall-clock limit for one attempt, in seconds (`run --timeout-scale` scales it).
+timeout_s = 60
+
+# Cap on the agent's stdout and, separately, its stderr, in bytes (1 MiB).
+max_output_bytes = 1048576
+
+# Cap on the evidence kept from one attempt, in bytes (64 MiB).
+max_evidence_bytes = 67108864
+
+# Whether the agent may reach the network on this task (`run --allow-network` must grant it).
+network = false
+
+# Extra files kept as evidence, as globs relative to the attempt root, e.g. "work/**/*.py"
+# (out/, stdout.txt and stderr.txt are always kept).
+evidence = []
+
+[resources]
+# What one attempt needs: CPUs (for executors that schedule attempts), the agent's
+# address-space limit in MiB, and its process-count limit.
+cpus = 1
+memory_mb = 4096
+max_processes = 256
+
+[verifier]
+# How an answer is judged. kind is one of:
+#   exact    `expected`: the trimmed out/answer.txt must equal it
+#   regex    `pattern`: must match the whole trimmed out/answer.txt
+#   json     `expected` (any TOML value): out/answer.json must equal it
+#   command  `command = ["python3", "check.py"]`, run from verifier/; exit 0 passes, 1 fails,
+#            or it writes $EVALRIG_VERDICT/reward.json (docs/tasks.md)
+kind = "exact"
+expected = "{expected}"
+# Part of the verifier's identity: bump it when the way answers are judged changes.
+version = "1"
+"""
+
+PROMPT = """\
+{name}: replace this text with what the agent is asked.
+
+This file is the only text of the task the agent sees (its path is in $EVALRIG_PROMPT).
+Say what the answer is and where it goes: the answer in out/answer.txt.
+"""
+
+CHECKPOINT_TOML = """\
+# checkpoint.toml: how the rig starts this agent; docs/checkpoint.md explains every field.
+# Before a run, seal the directory: `evalrig seal {dir}` (a changed file needs a new seal).
+
+# The agent's name, shown beside its content id in verdicts.
+name = "{name}"
+
+[agent]
+# The command run once per attempt, from a fresh copy of this directory (an argv, no
+# shell). It reads the prompt from the file named by $EVALRIG_PROMPT and writes its answer
+# to $EVALRIG_OUT/answer.txt (or answer.json); docs/agents.md lists all it is given.
+command = ["python3", "agent.py"]
+
+# Optional: a command printing one JSON object, the agent's own estimate before an attempt.
+# estimate = ["python3", "agent.py", "--estimate"]
+
+# Settings pinned for every attempt, passed as environment variables; part of the
+# checkpoint's identity (a model name, a temperature). E.g. env = {{ MODEL = "m-2026-10" }}
+env = {{}}
+
+# Whether the agent may reach the network (`run --allow-network` must grant it too).
+network = false
+
+[history]
+# Optional: an append-only event log inside this directory, copied into each run bundle
+# and checked by the policy's `history-preserved` rule. E.g. log = "state/events.jsonl"
+"""
+
+AGENT_PY = '''\
+"""A minimal evalrig agent: it reads the task's prompt and writes an answer.
+
+Replace the body with your agent. docs/agents.md says what it is given ($EVALRIG_PROMPT,
+$EVALRIG_WORK, $EVALRIG_OUT, $EVALRIG_SEED, ...) and what counts as a failure.
+"""
+
+import os
+import pathlib
+
+prompt = pathlib.Path(os.environ["EVALRIG_PROMPT"]).read_text()
+answer = prompt.strip().splitlines()[0] if prompt.strip() else ""
+(pathlib.Path(os.environ["EVALRIG_OUT"]) / "answer.txt").write_text(answer + "\\n")
+'''
+
+
+def _check_name(name: str, what: str) -> None:
+    if not re.fullmatch(PATH_ID_PATTERN, name):
+        raise UsageError(f"{what} {name!r}: a name is letters, digits, '.', '_' and '-' (not . or ..)")
+
+
+def _refuse_existing(paths: list[Path], hint: str) -> None:
+    for p in paths:
+        if p.exists() or p.is_symlink():
+            raise invalid("already exists; `evalrig init` never overwrites", file=p, hint=hint)
+
+
+def _write_new(files: dict[Path, str]) -> list[Path]:
+    """Create every file (mode "x": one made meanwhile is refused, never replaced)."""
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with path.open("x", encoding="utf-8") as f:
+                f.write(text)
+        except FileExistsError:
+            raise invalid("already exists; `evalrig init` never overwrites", file=path) from None
+        except OSError as e:
+            raise invalid(f"cannot write it ({e.strerror})", file=path,
+                          hint="choose a directory you can write") from None
+    return list(files)
+
+
+def scaffold_task(tasks_dir: Path, name: str, suite: str, now: datetime) -> list[Path]:
+    """Write tasks_dir/suite/name/{task.toml, prompt.md}; return the paths written."""
+    _check_name(name, "task")
+    if suite not in SUITES:
+        raise UsageError(f"--suite {suite}: expected one of {', '.join(SUITES)}")
+    if tasks_dir.exists() and not tasks_dir.is_dir():
+        raise invalid("not a directory (expected a task set)", file=tasks_dir)
+    same_id = [tasks_dir / s / name for s in SUITES]
+    _refuse_existing(same_id, hint="task ids are unique in a task set; choose another name")
+    task_dir = tasks_dir / suite / name
+    created_at = ("# When the task was made (UTC): required of fresh tasks, and it must be after\n"
+                  f"# the candidate's seal.\ncreated_at = {format_ts(now)}\n") if suite == "fresh" else ""
+    return _write_new({
+        task_dir / "task.toml": TASK_TOML.format(suite_note=SUITE_NOTES[suite], name=name,
+                                                 created_at=created_at, expected="TODO: the answer"),
+        task_dir / "prompt.md": PROMPT.format(name=name),
+    })
+
+
+def scaffold_checkpoint(dir: Path, name: str | None) -> list[Path]:
+    """Write dir/{checkpoint.toml, agent.py}; return the paths written."""
+    name = name if name is not None else dir.resolve().name
+    if not name.strip() or '"' in name or "\\" in name or "\n" in name:
+        raise UsageError(f"--name {name!r}: give a name without quotes, backslashes or newlines")
+    if dir.exists() and not dir.is_dir():
+        raise invalid("not a directory", file=dir, hint="give a directory (new, or one without these files)")
+    files = {dir / "checkpoint.toml": CHECKPOINT_TOML.format(name=name, dir=dir),
+             dir / "agent.py": AGENT_PY}
+    _refuse_existing(list(files), hint="init writes checkpoint.toml and agent.py into a directory "
+                     "that has neither; move them away or choose another directory")
+    return _write_new(files)
+
