@@ -166,13 +166,33 @@ def run(
     Running the same command again on the same --out resumes it (or: --out BUNDLE --resume).
     Exit 0 complete, 5 incomplete (run again to resume), 4 invalid input, 130 interrupted.
     """
+    from evalrig.models.run import DefaultsUsed
     from evalrig.run.lifecycle import run_eval
     from evalrig.run.settings import RunRequest
     from evalrig.store.checkpoint import evalrig_home
+    from evalrig.store.config import find_run_defaults
 
     if timeout_scale is not None and not (timeout_scale > 0 and math.isfinite(timeout_scale)):
         raise UsageError(f"--timeout-scale {timeout_scale}: must be a finite number greater than 0")
     _check_suites(suite or [])
+    defaults_used = None
+    if not resume:
+        found = find_run_defaults(Path.cwd())
+        if found is not None:
+            given = found.values
+            supplied: list[str] = []
+            if tasks is None and given.tasks is not None:
+                tasks, supplied = found.path(given.tasks), [*supplied, "tasks"]
+            if policy is None and given.policy is not None:
+                policy, supplied = found.path(given.policy), [*supplied, "policy"]
+            if repeat is None and given.repeat is not None:
+                repeat, supplied = given.repeat, [*supplied, "repeat"]
+            if jobs is None and given.jobs is not None:
+                jobs, supplied = given.jobs, [*supplied, "jobs"]
+            if sandbox is None and given.sandbox is not None:
+                sandbox, supplied = SandboxChoice(given.sandbox), [*supplied, "sandbox"]
+            if supplied:
+                defaults_used = DefaultsUsed(file=str(found.file), supplied=sorted(supplied))
     req = RunRequest(
         out=out, checkpoint=checkpoint, tasks=tasks, repeat=repeat, seed=seed, jobs=jobs,
         policy=policy, timeout_scale=timeout_scale, max_retries=max_retries,
@@ -186,6 +206,7 @@ def run(
         # None when not given: with --resume the manifest's value stands
         allow_network=True if allow_network else None,
         allow_hosts=tuple(allow_host) if allow_host else None,
+        defaults=defaults_used,
     )
     reporter: Any = (QuietReporter() if quiet() else BarReporter() if sys.stderr.isatty() and not json_out
                      else PlainReporter())

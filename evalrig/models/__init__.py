@@ -13,6 +13,7 @@ def formats() -> dict[str, type[BaseModel]]:
         "checkpoint": inputs.CheckpointFile,
         "task": inputs.TaskFile,
         "policy": inputs.PolicyFile,
+        "run-defaults": inputs.RunDefaultsFile,
         "seal": run.SealFile,
         "seal-registry-entry": run.SealEntry,
         "run-registry-entry": run.RunEntry,

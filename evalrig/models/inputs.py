@@ -306,3 +306,16 @@ class PolicyFile(HandWritten):
             if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
                 raise ValueError(f"exception name {name!r} must match [A-Za-z0-9._-]+")
         return v
+
+
+class RunDefaultsFile(Strict):
+    """`evalrig.toml` in the working directory, or `[tool.evalrig]` in its `pyproject.toml`:
+    defaults for `run` options a release script would otherwise repeat (docs/release-flow.md,
+    "Defaults from a file"). A flag given on the command line wins; paths are relative to
+    the file's folder."""
+
+    tasks: str | None = Field(default=None, description="Default --tasks.")
+    policy: str | None = Field(default=None, description="Default --policy.")
+    repeat: int | None = Field(default=None, ge=1, description="Default --repeat.")
+    jobs: int | None = Field(default=None, ge=1, description="Default --jobs.")
+    sandbox: Literal["auto", "bwrap", "process"] | None = Field(default=None, description="Default --sandbox.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from evalrig.models.base import ChainedRecord, Digest, PathId, Record, Strict, TaskId, Timestamp
 from evalrig.models.inputs import Suite
@@ -139,6 +139,13 @@ class RunCounts(Strict):
     unscored: int = Field(ge=0, description="Trials with no scored attempt.")
 
 
+class DefaultsUsed(Strict):
+    """Which `run` options a defaults file supplied (the rest came from flags or built-in defaults)."""
+
+    file: str = Field(description="The file, resolved: an evalrig.toml or a pyproject.toml.")
+    supplied: list[str] = Field(description="The option names it supplied, sorted (tasks, policy, repeat, jobs, sandbox).")
+
+
 class RunManifest(Record):
     kind: Literal["run"] = "run"
     run_id: PathId
@@ -162,6 +169,17 @@ class RunManifest(Record):
     files: dict[str, Digest] = Field(
         default_factory=dict, description="At completion: the digest of every other file."
     )
+    defaults: DefaultsUsed | None = Field(
+        default=None, description="The defaults file that supplied options when the run was made; "
+        "absent when none did.")
+
+    @model_serializer(mode="wrap")
+    def _no_null_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Absent rather than null, so a run made without a defaults file keeps its bytes.
+        out = handler(self)
+        if isinstance(out, dict) and out.get("defaults", "") is None:
+            del out["defaults"]
+        return out
 
 
 class Resume(Strict):

@@ -32,6 +32,7 @@ from evalrig.core.errors import invalid
 from evalrig.core.plan import Trial
 from evalrig.models.run import (
     CheckpointRef,
+    DefaultsUsed,
     Provenance,
     Resume,
     RunCounts,
@@ -82,6 +83,8 @@ class Turn:
     hooks: Hooks
     leave_cluster: bool
     """This turn joined a Ray cluster to check it: its executor leaves it when closed."""
+    defaults: DefaultsUsed | None = None
+    """The defaults file that supplied options of this turn's command, if any."""
 
 
 def run_eval(req: RunRequest, home: Path, environ: Mapping[str, str],
@@ -125,7 +128,7 @@ def _checked_turn(req: RunRequest, manifest: RunManifest | None, home: Path,
     s = resolved.settings
     joined = check_executor(s.executor, s.ray_address, join=True)
     inputs = gather_inputs(resolved, home, phase, environ, Path(req.out))
-    return Turn(Path(req.out), req.argv, resolved, inputs, reporter, hooks, joined)
+    return Turn(Path(req.out), req.argv, resolved, inputs, reporter, hooks, joined, req.defaults)
 
 
 def _bundle_state(out: Path) -> RunManifest | None:
@@ -169,7 +172,7 @@ def _start(turn: Turn) -> RunSummary:
         settings=r.settings.model_copy(update={"interpreters": inputs.interpreters}),
         subset=inputs.plan.subset, policy_pin=inputs.policy_pin, plan_digest=inputs.plan.digest,
         status="running", counts=book.counts(), seal_checks=[inputs.seal], history=history,  # type: ignore[arg-type]
-        created_at=utcnow(),
+        created_at=utcnow(), defaults=turn.defaults,
     )
     write_json_atomic(out / MANIFEST, manifest)
     turn.reporter.started(len(inputs.plan), 0)

@@ -22,7 +22,7 @@ from typing import Any
 
 from evalrig.attempt.egress import parse_allow_host
 from evalrig.core.errors import Problem, UsageError, invalid
-from evalrig.models.run import MAY_CHANGE_ON_RESUME, RunManifest, RunSettings
+from evalrig.models.run import MAY_CHANGE_ON_RESUME, DefaultsUsed, RunManifest, RunSettings
 from evalrig.store.layout import MANIFEST
 
 DEFAULT_REPEAT = 5
@@ -55,6 +55,8 @@ class RunRequest:
     argv: tuple[str, ...] = ()
     allow_network: bool | None = None
     allow_hosts: tuple[str, ...] | None = None
+    defaults: DefaultsUsed | None = None
+    """Which of these a defaults file supplied (recorded in a new bundle's manifest)."""
 
 
 @dataclass(frozen=True)
