@@ -261,7 +261,8 @@ def test_process_level_with_a_user_namespace(pbox: Box, monkeypatch: pytest.Monk
     argv = [unshare, "--user", "--map-root-user", "--pid", "--fork", "--kill-child"]
     if subprocess.run([*argv, "/bin/true"], capture_output=True).returncode != 0:
         pytest.skip("user namespaces cannot be made here")
-    monkeypatch.setattr(sandbox, "_unshare_cache", [argv])
+    monkeypatch.setattr(sandbox, "HOST", sandbox.HostAnswers())
+    sandbox.HOST.pretend("unshare", argv)
     finished = launch(pbox.spec("sandbox_hang.py", timeout_s=1.5))
     assert finished.timed_out and finished.containment == "namespace"
     assert pbox.stdout() == "ready\n"

