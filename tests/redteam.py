@@ -217,7 +217,9 @@ def bwrap_works() -> bool:
 
 class Listener:
     """A host-side TCP server on 127.0.0.1: keeps what each connection sent and answers it
-    with `reply(data)`. Bounded: one read per connection, 3 s per connection, loopback only."""
+    with `reply(data)`. Each connection is served on its own thread, so one slow client
+    (a loaded machine) never holds up another's answer past its timeout. Bounded: one read
+    per connection, 3 s per connection, loopback only."""
 
     def __init__(self, reply: Callable[[bytes], bytes] = lambda data: b"ack") -> None:
         self.reply = reply
@@ -225,7 +227,9 @@ class Listener:
         self.server.settimeout(0.2)
         self.port = self.server.getsockname()[1]
         self.received: list[bytes] = []
+        self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._served: list[threading.Thread] = []
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
@@ -235,16 +239,24 @@ class Listener:
                 conn, _ = self.server.accept()
             except OSError:
                 continue
-            with conn:
-                conn.settimeout(3)
-                try:
-                    data = conn.recv(65536)
+            one = threading.Thread(target=self._answer, args=(conn,), daemon=True)
+            one.start()
+            self._served.append(one)
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(3)
+            try:
+                data = conn.recv(65536)
+                with self._lock:
                     self.received.append(data)
-                    conn.sendall(self.reply(data))
-                except OSError:
-                    pass
+                conn.sendall(self.reply(data))
+            except OSError:
+                pass
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join(5)
+        for one in self._served:
+            one.join(5)
         self.server.close()
