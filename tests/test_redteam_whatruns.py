@@ -388,3 +388,16 @@ def test_process_warns_when_not_root(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert "bundle" in warning
     monkeypatch.setattr(runner.os, "geteuid", lambda: 0)
     assert runner.run_warnings(inputs) == []  # type: ignore[arg-type]
+
+
+def test_validate_refuses_a_command_run_would_refuse_and_takes_the_same_prefixes(
+        tmp_path: Path, prefix: Path) -> None:
+    """validate said "ok" to a checkpoint whose command lies outside the checkpoint and the
+    system directories, which run then refused: both now answer the same."""
+    program = prefix / "bin" / "mypython"
+    ck = make_checkpoint(tmp_path / "ck", agent_toml=f'command = ["{program}", "agent.py"]\n')
+    refused = eval_sh(tmp_path / "home", "validate", "--checkpoint", ck)
+    assert refused.code == 4, refused
+    assert f"{ck / 'checkpoint.toml'}" in refused.stderr and "agent.command" in refused.stderr, refused
+    taken = eval_sh(tmp_path / "home", "validate", "--checkpoint", ck, "--interpreter-prefix", prefix)
+    assert taken.code == 0, taken

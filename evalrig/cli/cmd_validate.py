@@ -26,6 +26,11 @@ def validate_cmd(
         list[Path] | None,
         typer.Option("--checkpoint", metavar="<path>", help="A checkpoint directory (repeatable)."),
     ] = None,
+    interpreter_prefix: Annotated[
+        list[Path] | None,
+        typer.Option("--interpreter-prefix", metavar="<dir>", help="As for run: an interpreter "
+                     "installation a checkpoint's command may resolve under (repeatable)."),
+    ] = None,
     json_out: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> int:
@@ -36,7 +41,9 @@ def validate_cmd(
     checks ./tasks and ./policies. A task's suite is its parent folder (a `suite` key must
     agree); its id is the folder name unless task.toml gives one, and ids are unique. Fixed
     tasks not yet in fixed.lock are a warning; a locked one removed or edited is a problem.
-    An unsealed checkpoint is a warning; one changed since it was sealed is a problem. A run bundle's JSONL lines are checked against their
+    A checkpoint's command (and estimate) must resolve where run would let it run: inside
+    the checkpoint, under /usr, /bin, /sbin, /lib*, or an --interpreter-prefix. An unsealed
+    checkpoint is a warning; one changed since it was sealed is a problem. A run bundle's JSONL lines are checked against their
     formats (a torn last line is a problem) and, once complete, every file digest of its
     manifest.
     """
@@ -50,7 +57,7 @@ def validate_cmd(
         if tasks is None and policies is None:
             raise UsageError("nothing to validate: no ./tasks or ./policies here",
                              hint="give --tasks DIR, --policies DIR, --checkpoint DIR or a bundle")
-    report = validate(tasks, policies, checkpoints, bundle_dirs, evalrig_home())
+    report = validate(tasks, policies, checkpoints, bundle_dirs, evalrig_home(), interpreter_prefix or [])
     for p in report.problems:
         err(p.render())
     for w in report.warnings:

@@ -13,6 +13,7 @@ Choices made here, where the documented contract leaves room:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,11 +128,15 @@ def _same_name_and_version(p: Any, seen: dict[tuple[str, int], Any]) -> list[Pro
                                  "with other rules; give the edited policy a new version", "version")]
 
 
-def check_checkpoint(dir: Path, home: Path, report: Report) -> None:
-    from evalrig.store.checkpoint import history_log, load_checkpoint, seal_status
+def check_checkpoint(dir: Path, home: Path, report: Report, prefixes: Sequence[Path] = ()) -> None:
+    """The checkpoint loads, its commands resolve where `run` would let them run (inside the
+    checkpoint, the system directories or the operator's `prefixes`), and its seal holds."""
+    from evalrig.store.checkpoint import history_log, load_checkpoint, resolve_commands, seal_status
 
     try:
-        history_log(load_checkpoint(dir))
+        ckpt = load_checkpoint(dir)
+        history_log(ckpt)
+        resolve_commands(ckpt, [Path(p).resolve() for p in prefixes])
         status = seal_status(dir, home)
     except EvalrigError as e:
         report.problems += error_problems(e)
@@ -347,6 +352,7 @@ def validate(
     checkpoints: list[Path],
     bundles: list[Path],
     home: Path,
+    interpreter_prefixes: Sequence[Path] = (),
 ) -> Report:
     report = Report()
     if tasks is not None:
@@ -354,7 +360,7 @@ def validate(
     if policies is not None:
         check_policies(policies, report)
     for c in checkpoints:
-        check_checkpoint(c, home, report)
+        check_checkpoint(c, home, report, interpreter_prefixes)
     for b in bundles:
         check_bundle(b, report)
     return report
