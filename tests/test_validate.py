@@ -474,3 +474,18 @@ def test_problems_end_with_what_to_do_and_a_file_is_not_called_missing(tmp_path:
     assert lines[-1].startswith("  -> fix each problem above") and "evalrig validate" in lines[-1]
     r = cli("validate", tmp_path / "nope")
     assert r.stderr.splitlines()[0] == f"{tmp_path / 'nope'}: no such directory (expected a bundle)"
+
+
+def test_a_bad_path_says_nothing_could_be_checked_not_checked_nothing(tmp_path: Path) -> None:
+    r = cli("validate", "--tasks", tmp_path / "nope")
+    assert r.exit_code == 4
+    assert "1 problem found (nothing could be checked past these problems)" in r.stderr
+    assert "checked: nothing" not in r.stderr
+
+
+def test_an_empty_task_set_validates_with_a_warning_saying_what_a_task_set_holds(tmp_path: Path) -> None:
+    (tmp_path / "tasks").mkdir()
+    r = cli("validate", "--tasks", tmp_path / "tasks")
+    assert (r.exit_code, r.stdout) == (0, "ok: tasks: 0\n")
+    assert f"warning: {tmp_path / 'tasks'}: no task here (expected <dir>/<suite>/<task-id>/task.toml" in r.stderr
+    assert "evalrig init task NAME" in r.stderr

@@ -64,13 +64,15 @@ def validate_cmd(
         err("warning: " + w.render())
     if json_out:
         emit_json(report.as_dict())
-    checked = ", ".join(f"{what}: {n}" for what, n in sorted(report.checked.items())) or "nothing"
+    checked = ", ".join(f"{what}: {n}" for what, n in sorted(report.checked.items()))
     if report.ok:
         if not json_out:
-            say(f"ok: {checked}")
+            say(f"ok: {checked}" if checked else "ok, but nothing was checked: the paths given hold no "
+                "task, policy, checkpoint or bundle (see the warnings above)")
         return 0
     n = len(report.problems)
-    err(f"{n} problem{'s' if n != 1 else ''} found (checked: {checked})\n"
+    what = f"checked: {checked}" if checked else "nothing could be checked past these problems"
+    err(f"{n} problem{'s' if n != 1 else ''} found ({what})\n"
         "  -> fix each problem above, then run `evalrig validate` again")
     return 4
 

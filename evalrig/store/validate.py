@@ -69,6 +69,10 @@ def check_tasks(dir: Path, report: Report) -> None:
     if taskset is None:
         return
     report.count("tasks", len(taskset.tasks))
+    if not taskset.tasks:
+        report.warnings.append(Problem(
+            str(dir), "no task here (expected <dir>/<suite>/<task-id>/task.toml, the suite one of "
+            "fixed, fresh, invariant); `evalrig init task NAME --tasks DIR` writes one"))
     lock = read_lock(dir)
     unlocked = [t.id for t in taskset.tasks if t.suite == "fixed" and (lock is None or t.id not in lock.tasks)]
     if unlocked:
