@@ -48,7 +48,7 @@ class Task:
     passes: list[bool]
     cost: float | None = 0.01
     wall_s: float = 1.0
-    cost_source: str = "reported"  # "metered": the rig measured the cost (DESIGN §4)
+    cost_source: str = "reported"  # "metered": the rig measured the cost (docs/agents.md)
     content: str | None = None  # the fresh task's content digest; by default one per task id
 
 

@@ -1,4 +1,4 @@
-"""checkpoint.toml, the content hash, sealing and the seal registry (DESIGN §4, §6 seal)."""
+"""checkpoint.toml, the content hash, sealing and the seal registry (docs/checkpoint.md)."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def test_load_checkpoint_missing_dir(tmp_path: Path) -> None:
 
 
 def _reference_hash(root: Path, exclude: set[str]) -> str:
-    """DESIGN §6 framing, written out independently of evalrig.store.tree."""
+    """The framing `seal` hashes with (docs/checkpoint.md), written out independently of evalrig.store.tree."""
     entries = []
     for dirpath, dirnames, filenames in os.walk(root):
         for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:

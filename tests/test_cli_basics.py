@@ -164,7 +164,7 @@ def terminated_command() -> Iterator[str]:
 
 
 def test_sigterm_ends_any_command_as_interrupted_130(terminated_command: str) -> None:
-    # DESIGN §9: 130 is "interrupted (Ctrl-C, SIGTERM)" for every command, not just run;
+    # docs/release-flow.md: 130 is "interrupted (Ctrl-C, SIGTERM)" for every command, not just run;
     # the default handler died silently with 143, a code the table does not have.
     def guard(signum: int, frame: object) -> None:
         """Keeps pytest alive should the command not handle the signal itself."""

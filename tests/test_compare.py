@@ -1,4 +1,4 @@
-"""compare: pairing two run bundles (DESIGN §6, §7, §8) on bundles built from the models."""
+"""compare: pairing two run bundles (docs/release-flow.md) on bundles built from the models."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_a_different_comparison_is_never_written_over(tmp_path: Path, evalrig_ho
 def test_tasks_counts_the_suite_and_paired_the_tasks_scored_on_both_sides(tmp_path: Path, evalrig_home: Path) -> None:
     # the candidate's run lacks fresh-003 (a subset, say): it is in the suite, but unpaired
     c = pair(tmp_path, evalrig_home, Side("champ", counts_tasks([3, 4, 5, 2])), Side("cand", counts_tasks([3, 5, 5])))
-    fresh = c.suites["fresh"]  # DESIGN §7: `tasks` is the number of tasks in the suite
+    fresh = c.suites["fresh"]  # docs/gate.md: `tasks` is the number of tasks in the suite
     assert (fresh.tasks, fresh.paired, len(fresh.per_task)) == (4, 3, 4)
     assert fresh.mean_d_exact == "1/15" and "(4 tasks, 3 scored on both sides)" in (tmp_path / "cmp" / "comparison.md").read_text()
     complete = pair(tmp_path / "p", evalrig_home, Side("champ", counts_tasks([3, 4])), Side("cand", counts_tasks([3, 5])))

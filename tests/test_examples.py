@@ -2,7 +2,7 @@
 
 Real processes throughout: each agent runs as `python3 agent.py` in a hand-made attempt
 layout (agent/ copy, work/ from files/, out/, prompt.md, the EVALRIG_* variables of
-DESIGN §4), the evidence is assembled as DESIGN §5 lays it out, and command verifiers run
+docs/agents.md), the evidence is assembled as docs/tasks.md lays it out, and command verifiers run
 as subprocesses from their verifier/ folder. The rig itself is not involved, so these
 tests keep the agents and tasks honest whatever state the runner is in.
 """
@@ -64,7 +64,7 @@ def load_suite(root: Path, suite: str) -> list[Task]:
 
 
 def trial_seed(seed: int, task_id: str, rep: int) -> int:
-    """DESIGN §4: first 8 bytes of sha256("<seed>:<task_id>:<rep>"), big-endian, mod 2^31."""
+    """docs/agents.md: first 8 bytes of sha256("<seed>:<task_id>:<rep>"), big-endian, mod 2^31."""
     digest = hashlib.sha256(f"{seed}:{task_id}:{rep}".encode()).digest()
     return int.from_bytes(digest[:8], "big") % 2**31
 
@@ -81,7 +81,7 @@ class Attempt:
 
 
 def glob_regex(pattern: str) -> re.Pattern[str]:
-    """DESIGN §5 globs: `**` any number of path segments (all below, when last), `*` and `?` within one."""
+    """docs/tasks.md: `**` any number of path segments (all below, when last), `*` and `?` within one."""
     out = []
     parts = pattern.split("/")
     for i, seg in enumerate(parts):
@@ -113,7 +113,7 @@ def answer_text(evidence: Path) -> str | None:
 
 
 def same_json(got: object, expected: object) -> bool:
-    """DESIGN §5 json: numbers by value (1 == 1.0), booleans are not numbers."""
+    """docs/tasks.md: numbers by value (1 == 1.0), booleans are not numbers."""
     if isinstance(got, bool) or isinstance(expected, bool):
         return type(got) is type(expected) and got == expected
     if isinstance(got, int | float) and isinstance(expected, int | float):
@@ -217,7 +217,7 @@ def passes_by_task(attempts: list[Attempt], agent: str) -> dict[str, int]:
 
 
 def sign_flip_p(diffs: list[int]) -> Fraction:
-    """Exact one-sided p of the paired sign-flip test on integer differences (DESIGN §8)."""
+    """Exact one-sided p of the paired sign-flip test on integer differences (docs/statistics.md)."""
     dist = {0: 1}
     for d in (abs(x) for x in diffs if x):
         nxt: dict[int, int] = {}
@@ -311,7 +311,7 @@ def test_on_a_generated_fresh_set_the_candidate_wins_by_the_intended_margin(tmp_
     assert 0.45 <= rate_champion <= 0.72, rate_champion
     assert 0.82 <= rate_candidate <= 0.98, rate_candidate
     diffs = [candidate[t.spec.id] - champion[t.spec.id] for t in tasks]
-    # The default policy's quality route (DESIGN §10): discordant >= 6, p <= 0.025, mean_d >= 0.05.
+    # The default policy's quality route (docs/gate.md): discordant >= 6, p <= 0.025, mean_d >= 0.05.
     assert sum(1 for d in diffs if d) >= 6
     assert sign_flip_p(diffs) <= Fraction(25, 1000)
     assert sum(diffs) / (K * len(tasks)) >= 0.05

@@ -1,4 +1,4 @@
-"""The gate (DESIGN §10): every rule held and not held, the verdict table in order, nulls,
+"""The gate (docs/gate.md): every rule held and not held, the verdict table in order, nulls,
 exceptions, and the shell's refusals, determinism and ledger."""
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def test_noisy_suite_is_inconclusive_with_tasks_needed(tmp_path: Path, evalrig_h
 
 
 def test_promote_efficiency(tmp_path: Path, evalrig_home: Path) -> None:
-    # Cost the rig metered on both sides (DESIGN §10: the only cost that can grant).
+    # Cost the rig metered on both sides (docs/gate.md: the only cost that can grant).
     champ = Side("champ", counts_tasks(CHAMP, cost=0.03, cost_source="metered"))
     cand = Side("cand", counts_tasks(CHAMP, cost=0.01, cost_source="metered"))
     d = run_gate(tmp_path, evalrig_home, champ, cand)
@@ -492,7 +492,7 @@ def test_a_policy_edited_after_pinning_is_refused_unless_advisory(tmp_path: Path
     assert not (cmp / "decisions" / "default-v1.json").exists()
     r = gate_comparison(cmp, pol, None, True, evalrig_home, NOW)
     assert r.decision_file == cmp / "decisions" / "advisory" / "default-v1.json"
-    # a different pin is a refused input, not a failed rule (DESIGN §10): the preview applies
+    # a different pin is a refused input, not a failed rule (docs/gate.md): the preview applies
     # the proposed policy and gives its verdict
     assert r.decision.advisory and rules(r.decision)["invariant.policy-pinned"]
     assert rule(r.decision, "invariant.policy-pinned")["advisory_preview"] is True
@@ -566,7 +566,7 @@ def test_decide_is_deterministic_and_its_json_round_trips(champ: list[int], cand
     assert Decision.model_validate_json(d1.model_dump_json()) == d1
 
 
-# -- network (DESIGN §10 invariant.isolated, revised) ------------------------------------
+# -- network (docs/gate.md) ------------------------------------
 
 
 def test_an_attempt_with_network_fails_isolated(tmp_path: Path, evalrig_home: Path) -> None:

@@ -1,4 +1,4 @@
-"""The plan: trials, seeds (DESIGN §4), inputs ids and filters. Pure, so tested directly."""
+"""The plan: trials, seeds (docs/agents.md), inputs ids and filters. Pure, so tested directly."""
 
 from __future__ import annotations
 

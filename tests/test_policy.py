@@ -1,4 +1,4 @@
-"""The release policy: the bundled default, range checks, digests (DESIGN §10)."""
+"""The release policy: the bundled default, range checks, digests (docs/gate.md)."""
 
 from __future__ import annotations
 

@@ -440,7 +440,7 @@ class TestOneNode:
 
     def test_a_run_interrupted_locally_resumes_on_ray(self, one_node: str, tmp_path: Path,
                                                       evalrig_home: Path) -> None:
-        """--executor is a setting that cannot change an outcome (DESIGN §6, resume)."""
+        """--executor is a setting that cannot change an outcome (docs/release-flow.md)."""
         ck = make_checkpoint(tmp_path, evalrig_home)
         tasks = make_tasks(tmp_path, 2, {"t1": "hang: 0:1\n"})
         out = tmp_path / "b"

@@ -2,7 +2,7 @@
 
 - Attack 3: a candidate identical to the champion that writes a tenth of its real cost
   into out/usage.json was promoted on efficiency. A self-reported cost never grants now
-  (DESIGN §10 `fresh.efficiency`); a figure the rig meters itself (wall time) still does.
+  (docs/gate.md); a figure the rig meters itself (wall time) still does.
 - Attack 2, the gate's half: attempts that had network fail `invariant.isolated` unless the
   policy says `allow_network = true` (policies/networked.toml), and then the decision lists
   the hosts reached and the verdict file says the canary check cannot see what was sent.

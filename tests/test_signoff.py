@@ -1,4 +1,4 @@
-"""sign and check-release (DESIGN §11) on gated comparisons of built bundles."""
+"""sign and check-release (docs/gate.md, docs/security.md) on gated comparisons of built bundles."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""evalrig.core.stats: DESIGN §8 reference values, scipy as the oracle, and properties."""
+"""evalrig.core.stats: reference values, scipy as the oracle, and properties."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def polynomial_counts(magnitudes: list[int], h: int) -> list[int]:
 
 
 # ---------------------------------------------------------------------------
-# DESIGN §8 reference values
+# Reference values
 
 
 def test_reference_mcnemar() -> None:

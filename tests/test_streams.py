@@ -152,7 +152,7 @@ def test_capped_sink_redacts_what_it_keeps(tmp_path: Path) -> None:
     assert sink.total == 19 and not sink.truncated
 
 
-# -- the canary's random part in the forms of DESIGN's scan (#10 attack 4) ---------------
+# -- the canary's random part in the forms the scan looks for (docs/attempts.md, "The canary") --
 
 HEX = b"9f86d081884c7d659a2feaa0c55ad015"  # a canary's random part: 16 bytes as hex
 RAW = bytes.fromhex(HEX.decode())

@@ -1,4 +1,4 @@
-"""Loading tasks and task sets; the fixed-suite lock (DESIGN §5)."""
+"""Loading tasks and task sets; the fixed-suite lock (docs/tasks.md)."""
 
 from __future__ import annotations
 
@@ -218,7 +218,7 @@ def test_locked_task_moved_out_of_fixed(tmp_path: Path) -> None:
     ]
 
 
-# -- DESIGN §5's own example is a golden fixture -----------------------------------------
+# -- the contract's own task.toml example is a golden fixture --------------------------
 
 DESIGN_TASK = '''\
 id = "parse-dates"                 # unique in the task set, [A-Za-z0-9._-]+; the folder name by default
