@@ -255,7 +255,7 @@ def _fault_lines(s: RunSummary) -> list[str]:
                      if where else "  -> fix the task's verifier")
     if lines:
         lines.append("resuming will not help until the verifier is fixed: a resume runs the same "
-                     "verifier on the same answers. A fixed verifier changes the inputs id of its "
+                     "verifier again. A fixed verifier changes the inputs id of its "
                      "task's trials, so the same command then runs only those trials again and "
                      "keeps every other one.")
     return lines
