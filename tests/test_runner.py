@@ -34,7 +34,10 @@ def test_a_verifier_that_always_crashes_is_infra_error_the_agent_run_once(
     r = cli("run", "--checkpoint", ck, "--tasks", tasks, "--out", out, "--repeat", "2",
             "--sandbox", "process", "--max-retries", "1")
     assert r.exit_code == 5, r.stderr
-    assert "incomplete: 2 trials have no scored attempt; run again to resume" in r.stderr
+    # Issue #12 item 2: a resume runs the same verifier again, so "run again to resume"
+    # is no longer the advice; the verifier is to be fixed first.
+    assert ("incomplete: 2 trials have no scored attempt, each because its verifier faulted; "
+            "fix the verifier, then run the same command again") in r.stderr
     b = load_run(out)
     assert b.manifest.status == "incomplete"
     crashy = [x for x in b.results if x.task_id == "crashy"]

@@ -361,7 +361,11 @@ def test_run_bundle_with_a_bad_and_a_torn_line(tmp_path: Path) -> None:
     assert f"{b}/attempts.jsonl:3: trial_id: required" in errs
     assert (f"{b}/attempts.jsonl:4: torn last line (no trailing newline: a crash cut it short); "
             "`evalrig run --out BUNDLE --resume` cuts it off and runs the trial again") in errs
-    assert f"warning: {b}/manifest.json: status: the run has not finished (status running): its files have no digests to check yet" in errs
+    # Issue #12 item 6: a running bundle nothing holds is said to be interrupted, with the resume.
+    assert (f"warning: {b}/manifest.json: status: interrupted: the run never finished, and no "
+            "process holds the bundle (it was killed, or the machine went down); resume with "
+            f"`evalrig run --out {b} --resume` (its files have no digests to check until it "
+            "finishes)") in errs
 
 
 def test_run_bundle_digest_mismatch(tmp_path: Path) -> None:

@@ -249,6 +249,57 @@ def scratch_base(keep: bool) -> str | None:
     return base
 
 
+def scratch_owner() -> str | None:
+    """This process as the owner of a scratch directory, written into the directory's name
+    (docs/attempts.md, "The workspace"): `<pid>-<start>-<where>`, where `start` is the
+    process's start time in clock ticks since boot (/proc/<pid>/stat), so that a reused pid
+    is not taken for the owner, and `where` a short digest of the boot id and the pid
+    namespace, so that a directory shared with another machine or container is never
+    judged by this one's processes. None where /proc cannot tell (not Linux)."""
+    start = _start_ticks(os.getpid())
+    where = _where()
+    return None if start is None or where is None else f"{os.getpid()}-{start}-{where}"
+
+
+def scratch_owner_dead(owner: str) -> bool:
+    """Whether the owner a scratch directory's name carries is certainly gone: same boot
+    and pid namespace as this process, and no process with that pid and start time. Any
+    doubt (another machine, another namespace, an unreadable /proc) answers False."""
+    parts = owner.split("-")
+    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+        return False
+    if parts[2] != _where():
+        return False
+    if not os.path.exists(f"/proc/{parts[0]}"):
+        return True
+    start = _start_ticks(int(parts[0]))
+    return start is not None and start != int(parts[1])
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces or ")": fields follow the last ")".
+    fields = stat_line[stat_line.rfind(b")") + 2:].split()
+    try:
+        return int(fields[19])  # field 22 of proc(5), "starttime"
+    except (IndexError, ValueError):
+        return None
+
+
+def _where() -> str | None:
+    import hashlib
+
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_bytes().strip()
+        pid_ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+    return hashlib.sha256(boot + b"/" + str(pid_ns).encode()).hexdigest()[:8]
+
+
 def _has_room(path: Path) -> bool:
     try:
         st = os.statvfs(path)

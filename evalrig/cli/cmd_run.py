@@ -42,23 +42,49 @@ class PlainReporter:
 
     def __init__(self) -> None:
         self._last = 0.0
+        self._unsaid: Progress | None = None
+        self._said = ""
 
     def warning(self, message: str) -> None:
         err(f"warning: {message}")
 
-    def started(self, total: int, kept: int) -> None:
-        if kept:
-            err(f"resuming: {kept} of {total} trials kept, {total - kept} to run")
-        else:
-            err(f"running {total} trials")
+    def started(self, total: int, kept: int, interrupted: bool = False) -> None:
+        err(_start_line(total, kept, interrupted))
 
     def progress(self, p: Progress) -> None:
         now = time.monotonic()
         if now - self._last < self.EVERY_S and p.done < p.total:
+            self._unsaid = p
             return
-        self._last = now
-        err(f"{p.done}/{p.total} done, {p.passed} passed, {p.failed} failed, {p.errors} errors, "
-            f"{_rate(p):.1f} attempts/s")
+        self._last, self._unsaid = now, None
+        self._say(p)
+
+    def _say(self, p: Progress) -> None:
+        self._said = f"{p.done}/{p.total} done: {_counts_of(p)}"
+        err(f"{self._said}, {_rate(p):.1f} attempts/s")
+
+    def close(self) -> None:
+        """The last counts, when the last line shown is older: the summary's, in its words."""
+        p, self._unsaid = self._unsaid, None
+        if p is not None and f"{p.done}/{p.total} done: {_counts_of(p)}" != self._said:
+            self._say(p)
+
+
+def _start_line(total: int, kept: int, interrupted: bool) -> str:
+    if interrupted:
+        return (f"resuming an interrupted run (it stopped before it finished): {kept} of {total} "
+                f"trials kept, {total - kept} to run")
+    if kept:
+        return f"resuming: {kept} of {total} trials kept, {total - kept} to run"
+    return f"running {total} trials"
+
+
+def _counts_of(p: Progress) -> str:
+    """The progress line's counts, in the words of the summary's (docs/attempts.md)."""
+    from evalrig.run.progress import counts_said
+
+    return (f"{counts_said(p.passed, p.failed, p.agent_error, p.timeout)}; "
+            f"{p.infra_error} infra_error")
 
 
 def _rate(p: Progress) -> float:
@@ -99,13 +125,14 @@ class BarReporter:
     def warning(self, message: str) -> None:
         self._console.print(f"warning: {message}", markup=False, style="yellow")
 
-    def started(self, total: int, kept: int) -> None:
+    def started(self, total: int, kept: int, interrupted: bool = False) -> None:
+        if interrupted:
+            self._console.print(_start_line(total, kept, interrupted), markup=False)
         self._bar.start()
         self._task = self._bar.add_task("run", total=total, completed=kept, stats="")
 
     def progress(self, p: Progress) -> None:
-        stats = (f"passed {p.passed}  failed {p.failed}  errors {p.errors}  "
-                 f"{_rate(p):.1f} attempts/s")
+        stats = f"{_counts_of(p)}  {_rate(p):.1f} attempts/s"
         self._bar.update(self._task, completed=p.done, stats=stats)
 
     def close(self) -> None:
@@ -116,11 +143,13 @@ class BarReporter:
 
 
 def _summary_lines(s: RunSummary) -> list[str]:
+    from evalrig.run.progress import counts_said
+
     c = s.counts
     return [
         f"run {s.run_id}: {s.status}",
-        f"  trials {c.trials}: {c.passed} passed, {c.failed} failed, {c.agent_error} agent_error, "
-        f"{c.timeout} timeout, {c.unscored} unscored",
+        f"  trials {c.trials}: {counts_said(c.passed, c.failed, c.agent_error, c.timeout)}, "
+        f"{c.unscored} unscored",
         f"  attempts {c.attempts} ({c.infra_error} infra_error, {c.interrupted} interrupted); "
         f"{s.kept} kept from before, {s.ran} run now",
         f"  bundle {s.bundle}",
@@ -213,23 +242,82 @@ def run(
     try:
         summary = run_eval(req, evalrig_home(), os.environ, reporter)
     finally:
-        if isinstance(reporter, BarReporter):
-            reporter.close()
+        reporter.close()
+    found = summary.findings
     if json_out:
         emit_json({"run_id": summary.run_id, "status": summary.status,
                    "interrupted": summary.interrupted, "counts": summary.counts,
-                   "bundle": str(summary.bundle)})
+                   "bundle": str(summary.bundle),
+                   "verifier_faults": [{**f.as_dict(), "verifier_dir": str(summary.verifier_dirs.get(f.task_id, ""))}
+                                       for f in found.verifier_faults],
+                   "warnings": [found.common_failure.as_dict()] if found.common_failure else []})
     else:
         say(_summary_lines(summary))
+    for line in _fault_lines(summary):
+        err(line)
+    if found.common_failure is not None:
+        err(_common_failure_line(summary))
     if summary.interrupted:
         err(f"interrupted: the bundle is resumable; run the same command again "
             f"(or evalrig run --out {summary.bundle} --resume)")
         return int(ExitCode.INTERRUPTED)
     if summary.status != "complete":
-        err(f"incomplete: {summary.counts.unscored} trials have no scored attempt; "
-            f"run again to resume (evalrig run --out {summary.bundle} --resume)")
+        err(_incomplete_line(summary))
         return int(ExitCode.INCOMPLETE)
     return int(ExitCode.OK)
+
+
+def _fault_lines(s: RunSummary) -> list[str]:
+    """Each task whose verifier kept faulting, with what it wrote on stderr, and why a
+    resume alone will not help (docs/attempts.md, "What a run says")."""
+    lines = []
+    for f in s.findings.verifier_faults:
+        trials = ", ".join(f.trials[:5]) + (f" and {len(f.trials) - 5} more" if len(f.trials) > 5 else "")
+        lines.append(f"error: the verifier of task {f.task_id} faulted each time it ran "
+                     f"(trials {trials} unscored): {f.error}")
+        if f.stderr_head:
+            lines.append(f"  its stderr ({s.bundle / f.stderr_file if f.stderr_file else '?'}):")
+            lines += [f"  | {line}" for line in f.stderr_head]
+            if f.stderr_lines > len(f.stderr_head):
+                lines.append(f"  | … ({f.stderr_lines - len(f.stderr_head)} more lines)")
+        else:
+            lines.append("  it wrote nothing on stderr")
+        where = s.verifier_dirs.get(f.task_id)
+        lines.append(f"  -> fix the verifier ({where}/, or the [verifier] table of its task.toml)"
+                     if where else "  -> fix the task's verifier")
+    if lines:
+        lines.append("resuming will not help until the verifier is fixed: a resume runs the same "
+                     "verifier again. A fixed verifier changes the inputs id of its "
+                     "task's trials, so the same command then runs only those trials again and "
+                     "keeps every other one.")
+    return lines
+
+
+def _incomplete_line(s: RunSummary) -> str:
+    unscored = s.counts.unscored
+    faulted = sum(len(f.trials) for f in s.findings.verifier_faults)
+    resume = f"evalrig run --out {s.bundle} --resume"
+    if faulted and faulted == unscored:
+        return (f"incomplete: {unscored} trials have no scored attempt, each because its "
+                f"verifier faulted; fix the verifier, then run the same command again ({resume})")
+    if faulted:
+        return (f"incomplete: {unscored} trials have no scored attempt ({faulted} because their "
+                f"verifier faulted: fix it first); run again to resume ({resume})")
+    return f"incomplete: {unscored} trials have no scored attempt; run again to resume ({resume})"
+
+
+def _common_failure_line(s: RunSummary) -> str:
+    c = s.findings.common_failure
+    assert c is not None
+    if c.status is None:
+        why = ("check that the agent writes its answer where the task expects it "
+               "($EVALRIG_OUT/answer.txt)")
+    else:
+        why = "this looks like a broken setup (a typo in the checkpoint's [agent] command?)"
+    return (f"warning: {c.message()}\n"
+            f"  -> the run is a valid measurement of failures (exit {0 if s.status == 'complete' else 5}), "
+            f"but {why}: see {s.bundle / c.example}; fix the checkpoint, seal it again and run "
+            f"into a new --out")
 
 
 # -- verify ------------------------------------------------------------------------------

@@ -18,16 +18,25 @@ Choices the contract leaves open:
 
 from __future__ import annotations
 
+import contextlib
+import os
 import secrets as pysecrets
+import stat
 import tempfile
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from evalrig import __version__
 from evalrig.attempt.evidence import remove_tree
-from evalrig.attempt.trial import flush_removals, scratch_base
+from evalrig.attempt.trial import (
+    SHM,
+    flush_removals,
+    scratch_base,
+    scratch_owner,
+    scratch_owner_dead,
+)
 from evalrig.core.errors import invalid
 from evalrig.core.plan import Trial
 from evalrig.models.run import (
@@ -47,6 +56,7 @@ from evalrig.run.book import (
     repair_dangling,
 )
 from evalrig.run.executors import check_executor
+from evalrig.run.findings import Findings, find
 from evalrig.run.inputs import Inputs, gather_inputs, refuse_other_inputs, run_warnings, seal_check
 from evalrig.run.loop import Hooks, Loop, Stop
 from evalrig.run.progress import Reporter, SilentReporter
@@ -54,7 +64,7 @@ from evalrig.run.provenance import copy_history, new_provenance, taskset_ref
 from evalrig.run.settings import Resolved, RunRequest, resolve_settings
 from evalrig.store.bundle import BundleLock, bundle_digest, file_digests, is_atomic_temp
 from evalrig.store.clock import utcnow
-from evalrig.store.files import read_json, write_json_atomic
+from evalrig.store.files import read_json, why_no_dir_here, write_json_atomic
 from evalrig.store.jsonl import cut_torn_tail
 from evalrig.store.layout import HISTORY, LOCK, LOCK_HOLDER, MANIFEST, PROVENANCE, RUN_JSONL
 from evalrig.store.ledger import register_run
@@ -69,6 +79,11 @@ class RunSummary:
     interrupted: bool
     kept: int
     ran: int
+    findings: Findings = Findings([], None)
+    """What the records say beyond the counters: verifiers that kept faulting, a way most
+    attempts failed (run.findings)."""
+    verifier_dirs: Mapping[str, Path] = field(default_factory=dict)
+    """task id -> the verifier/ folder to fix, for each task in `findings.verifier_faults`."""
 
 
 @dataclass(frozen=True)
@@ -92,9 +107,10 @@ def run_eval(req: RunRequest, home: Path, environ: Mapping[str, str],
     """Start or resume the run bundle at `req.out`; returns how it stands when this ends."""
     reporter = reporter or SilentReporter()
     out = Path(req.out)
+    refuse_unusable_out(out)
     if not (out / MANIFEST).exists():
         return _new_bundle(req, home, environ, reporter, hooks)
-    with BundleLock(out, list(req.argv)):
+    with _locked(out, req.argv):
         manifest = _bundle_state(out)
         assert manifest is not None
         turn = _checked_turn(req, manifest, home, "resume", environ, reporter, hooks)
@@ -113,11 +129,37 @@ def _new_bundle(req: RunRequest, home: Path, environ: Mapping[str, str], reporte
         resolve_settings(req, None)  # refuses: nothing to resume (and creates nothing)
     _bundle_state(out)
     turn = _checked_turn(req, None, home, "start", environ, reporter, hooks)
-    with BundleLock(out, list(req.argv)):
+    with _locked(out, req.argv):
         if (out / MANIFEST).exists():  # another process got here between the checks
             raise invalid("another run created this bundle meanwhile", file=out,
                           hint="run the command again to resume it")
         return _start(turn)
+
+
+def refuse_unusable_out(out: Path) -> None:
+    """`--out` is the user's input: a path where no bundle directory can be made is refused
+    (exit 4) before anything else, naming the path and why."""
+    why = why_no_dir_here(out)
+    if why is not None:
+        raise invalid(f"--out: no bundle directory can be made there: {why}", file=out,
+                      hint="give --out a new directory in one you may write (or an existing run bundle)")
+
+
+@contextlib.contextmanager
+def _locked(out: Path, argv: tuple[str, ...]) -> Iterator[BundleLock]:
+    """The bundle's lock; a directory that cannot be made or written is the user's --out
+    (exit 4), not a bug."""
+    lock = BundleLock(out, list(argv))
+    try:
+        lock.acquire()
+    except OSError as e:
+        raise invalid(f"--out cannot be written: {e.strerror or e}", file=out,
+                      hint="give --out a new directory in one you may write (or an existing "
+                      "run bundle you may write)") from None
+    try:
+        yield lock
+    finally:
+        lock.release()
 
 
 def _checked_turn(req: RunRequest, manifest: RunManifest | None, home: Path,
@@ -181,13 +223,15 @@ def _start(turn: Turn) -> RunSummary:
 
 def _resume(turn: Turn, manifest: RunManifest, rows: BundleRows) -> RunSummary:
     out, inputs = turn.out, turn.inputs
+    was_running = manifest.status == "running"
     book = book_from_rows(inputs.plan, rows)
     repaired = repair_dangling(out, rows, book)
     to_run = book.to_run()
     kept = len(inputs.plan) - len(to_run)
     if not to_run and not repaired and manifest.status == "complete":
         # Nothing to do: leave a finished bundle byte for byte as it was.
-        return RunSummary(manifest.run_id, manifest.status, manifest.counts, out, False, kept, 0)
+        return RunSummary(manifest.run_id, manifest.status, manifest.counts, out, False, kept, 0,
+                          *_findings(turn))
     prov = read_json(out / PROVENANCE, Provenance)
     said = run_warnings(inputs)
     new_warnings = [w for w in said if w not in prov.sandbox_warnings]
@@ -203,7 +247,9 @@ def _resume(turn: Turn, manifest: RunManifest, rows: BundleRows) -> RunSummary:
         "plan_digest": inputs.plan.digest, "status": "running", "counts": book.counts(),
         "seal_checks": manifest.seal_checks + [inputs.seal], "finished_at": None, "files": {}})
     write_json_atomic(out / MANIFEST, manifest)
-    turn.reporter.started(len(inputs.plan), kept)
+    # A manifest still `running` is one its run never finished: killed (kill -9, the machine
+    # went down), since a run that stops in any other way writes its last manifest.
+    turn.reporter.started(len(inputs.plan), kept, interrupted=was_running)
     return _run(turn, manifest, book, to_run, kept=kept)
 
 
@@ -231,10 +277,47 @@ def _run(turn: Turn, manifest: RunManifest, book: TrialBook, to_run: list[Trial]
     return _finish(turn, manifest, book, stop.signal is not None, kept, loop.ran)
 
 
+SCRATCH_PREFIXES = ("evalrig-attempts-", "evalrig-verify-")
+
+
 def scratch_dir(prefix: str, keep: bool) -> Path:
     """Where this run's attempt roots are made: outside every bundle and task set, in the
-    place `trial.scratch_base` chooses."""
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=scratch_base(keep)))
+    place `trial.scratch_base` chooses. Its name carries its owner (`trial.scratch_owner`)
+    unless it is kept, so that a later run can remove it once its owner is dead; first,
+    the scratch directories of dead owners are swept (docs/attempts.md, "The workspace")."""
+    assert prefix in SCRATCH_PREFIXES
+    sweep_dead_scratch()
+    owner = None if keep else scratch_owner()
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{owner}-" if owner else prefix,
+                                 dir=scratch_base(keep)))
+
+
+def sweep_dead_scratch() -> list[Path]:
+    """Remove the scratch directories a killed rig left (kill -9 runs no clean-up): those
+    whose name carries an owner that is certainly dead, owned by this user; never one whose
+    owner may live (`trial.scratch_owner_dead`), nor a kept one (its name has no owner).
+    Returns what was removed."""
+    removed = []
+    bases = {str(SHM), tempfile.gettempdir(), scratch_base(False) or tempfile.gettempdir()}
+    for base in sorted(bases):
+        try:
+            entries = list(os.scandir(base))
+        except OSError:
+            continue
+        for entry in entries:
+            prefix = next((p for p in SCRATCH_PREFIXES if entry.name.startswith(p)), None)
+            if prefix is None:
+                continue
+            owner = entry.name[len(prefix):].rpartition("-")[0]
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if (owner and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+                    and scratch_owner_dead(owner)):
+                _remove_scratch(Path(entry.path))
+                removed.append(Path(entry.path))
+    return removed
 
 
 def _remove_scratch(scratch: Path) -> None:
@@ -266,7 +349,14 @@ def _finish(turn: Turn, manifest: RunManifest, book: TrialBook, stopped: bool, k
                       hint="the run's results are void for a release; restore the checkpoint "
                       "and run again into a new --out")
     interrupted = stopped and status != "complete"
-    return RunSummary(final.run_id, status, counts, turn.out, interrupted, kept, ran)
+    return RunSummary(final.run_id, status, counts, turn.out, interrupted, kept, ran, *_findings(turn))
+
+
+def _findings(turn: Turn) -> tuple[Findings, dict[str, Path]]:
+    found = find(turn.out)
+    dirs = {f.task_id: turn.inputs.tasks[f.task_id].verifier_dir
+            for f in found.verifier_faults if f.task_id in turn.inputs.tasks}
+    return found, dirs
 
 
 def register_finished(home: Path, m: RunManifest) -> bool:

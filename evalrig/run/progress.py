@@ -11,11 +11,16 @@ from evalrig.models.run import RunCounts
 
 @dataclass(frozen=True)
 class Progress:
+    """The counters as the run's summary names them (docs/attempts.md, "What a run says"):
+    trials `done` (scored) by status, and `infra_error` attempts."""
+
     total: int
     done: int
     passed: int
     failed: int
-    errors: int
+    agent_error: int
+    timeout: int
+    infra_error: int
     attempts: int
     elapsed_s: float
     ran: int
@@ -23,17 +28,23 @@ class Progress:
 
 
 def progress_of(counts: RunCounts, elapsed_s: float, ran: int) -> Progress:
-    """A run's counters as the display shows them: every scored verdict other than a pass
-    is a failure; an error is an infra_error attempt."""
+    """A run's counters for the display: the same statuses, under the same words, as the
+    summary at the end, so that the last progress line and the summary agree."""
     return Progress(total=counts.trials, done=counts.scored, passed=counts.passed,
-                    failed=counts.failed + counts.agent_error + counts.timeout,
-                    errors=counts.infra_error, attempts=counts.attempts, elapsed_s=elapsed_s,
+                    failed=counts.failed, agent_error=counts.agent_error, timeout=counts.timeout,
+                    infra_error=counts.infra_error, attempts=counts.attempts, elapsed_s=elapsed_s,
                     ran=ran)
+
+
+def counts_said(passed: int, failed: int, agent_error: int, timeout: int) -> str:
+    """The scored statuses as both the progress line and the summary say them."""
+    return f"{passed} passed, {failed} failed, {agent_error} agent_error, {timeout} timeout"
 
 
 class Reporter(Protocol):
     def warning(self, message: str) -> None: ...
-    def started(self, total: int, kept: int) -> None: ...
+    def started(self, total: int, kept: int, interrupted: bool = False) -> None:
+        """The run begins (kept > 0: it resumes; interrupted: the run before it was killed)."""
     def progress(self, p: Progress) -> None: ...
 
 
@@ -41,7 +52,7 @@ class SilentReporter:
     def warning(self, message: str) -> None:
         pass
 
-    def started(self, total: int, kept: int) -> None:
+    def started(self, total: int, kept: int, interrupted: bool = False) -> None:
         pass
 
     def progress(self, p: Progress) -> None:

@@ -16,7 +16,13 @@ from evalrig.core.errors import Problem, invalid
 from evalrig.models.run import Result, RunManifest
 from evalrig.run.lifecycle import register_finished, scratch_dir
 from evalrig.store import layout
-from evalrig.store.bundle import RunBundle, check_run_digests, load_run, manifest_problems
+from evalrig.store.bundle import (
+    RunBundle,
+    check_run_digests,
+    load_run,
+    manifest_problems,
+    unfinished_state,
+)
 from evalrig.store.tasks import LoadedTask, load_taskset
 
 
@@ -42,6 +48,9 @@ def verify_run(dir: Path) -> VerifyReport:
     """Re-derive every result from stored evidence and check every digest; exit 4 on any mismatch."""
     dir = Path(dir)
     b = load_run(dir)
+    if b.manifest.status == "running":  # no digests yet: nothing to verify against
+        raise invalid(unfinished_state(dir), file=dir / layout.MANIFEST,
+                      field="status", hint="verify the bundle once its run has finished")
     problems = list(check_run_digests(dir))
     for name, line in sorted(b.torn.items()):
         problems.append(Problem(str(dir / name), "torn last line (a crash mid-write); "

@@ -9,7 +9,9 @@ their names are `evalrig.store.layout`'s.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -58,26 +60,28 @@ class BundleLock:
         import socket
 
         self.bundle.mkdir(parents=True, exist_ok=True)
-        lock = exclusive_lock(self.bundle / LOCK, wait=False)
-        try:
-            lock.__enter__()
-        except BlockingIOError:
-            raise invalid(
-                f"the bundle is in use by {self._holder()}",
-                file=self.bundle,
-                hint="wait for that run to finish (or stop it), then run the command again",
-            ) from None
+        for wait_s in (0.02, 0.05, 0.1, None):
+            lock = exclusive_lock(self.bundle / LOCK, wait=False)
+            try:
+                lock.__enter__()
+                break
+            except BlockingIOError:
+                # A reader asking whether the holder lives (`unfinished_state`) holds the
+                # lock for an instant: only a holder that keeps it is another run.
+                if wait_s is None:
+                    raise invalid(
+                        f"the bundle is in use by {self._holder()}",
+                        file=self.bundle,
+                        hint="wait for that run to finish (or stop it), then run the command again",
+                    ) from None
+                time.sleep(wait_s)
         self._lock = lock
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "argv": self.argv}
         write_bytes_atomic(self.bundle / LOCK_HOLDER, canonical_line(holder))
         return self
 
     def _holder(self) -> str:
-        try:
-            h = loads((self.bundle / LOCK_HOLDER).read_bytes())
-            return f"pid {h['pid']} on {h['host']} ({' '.join(h['argv'])})"
-        except (OSError, ValueError, KeyError, TypeError):
-            return "another process (its pid is not recorded yet)"
+        return holder_of(self.bundle)
 
     def release(self) -> None:
         if self._lock is not None:
@@ -92,6 +96,44 @@ class BundleLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def holder_of(bundle: Path) -> str:
+    """Who `.lock.holder` says holds the bundle: "pid N on HOST (ARGV)"."""
+    try:
+        h = loads((Path(bundle) / LOCK_HOLDER).read_bytes())
+        return f"pid {h['pid']} on {h['host']} ({' '.join(h['argv'])})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process (its pid is not recorded yet)"
+
+
+def lock_is_held(bundle: Path) -> bool:
+    """Whether a live process holds the bundle's lock. The kernel's flock is the authority:
+    it goes with its holder, kill -9 included, whatever `.lock.holder` still says. Asked
+    without creating or writing anything (a read-only descriptor can take a flock)."""
+    try:
+        fd = os.open(Path(bundle) / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False  # no lock file: no run ever held it, or it is gone
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing releases the probe's own lock at once
+    return False
+
+
+def unfinished_state(bundle: Path) -> str:
+    """What a bundle whose manifest says `running` is (docs/release-flow.md, "Resume after a
+    crash"): a run that still holds it, or one that stopped without finishing (killed, the
+    machine went down) and is interrupted: its bundle is resumable."""
+    if lock_is_held(bundle):
+        return f"still running: in use by {holder_of(bundle)}"
+    return ("interrupted: the run never finished, and no process holds the bundle (it was "
+            f"killed, or the machine went down); resume with `evalrig run --out {bundle} --resume`")
 
 
 @dataclass(frozen=True)
@@ -172,9 +214,12 @@ def check_run_digests(dir: Path) -> list[Problem]:
     manifest = read_json(dir / MANIFEST, RunManifest)
     mpath = str(dir / MANIFEST)
     if manifest.status == "running":
-        return [Problem(mpath, "the run never finished (status running), so its files have no "
-                        "recorded digests; resume it with `evalrig run --out BUNDLE --resume`",
-                        "status")]
+        # Without the holder's pid or the bundle's path: compare records this text.
+        state = ("still running" if lock_is_held(dir) else
+                 "interrupted (no process holds the bundle); resume it with "
+                 "`evalrig run --out BUNDLE --resume`")
+        return [Problem(mpath, f"the run never finished (status running), so its files have no "
+                        f"recorded digests: {state}", "status")]
     actual = file_digests(dir)
     problems: list[Problem] = []
     for rel, want in sorted(manifest.files.items()):

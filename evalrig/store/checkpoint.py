@@ -22,6 +22,7 @@ from evalrig.models.inputs import CheckpointFile
 from evalrig.models.run import SealEntry, SealFile
 from evalrig.store.files import read_toml
 from evalrig.store.layout import SEALS as REGISTRY
+from evalrig.store.ledger import refuse_unusable_home
 from evalrig.store.tree import TreeDigest, hash_tree
 
 CHECKPOINT_TOML = "checkpoint.toml"
@@ -30,9 +31,12 @@ _EXCLUDE = frozenset({SEAL_JSON})
 
 
 def evalrig_home() -> Path:
-    """`$EVALRIG_HOME`, else `~/.local/state/evalrig`. Only the CLI calls this."""
+    """`$EVALRIG_HOME`, else `~/.local/state/evalrig`. Only the CLI calls this: a home that
+    cannot be a directory is refused here, with one message for every command."""
     env = os.environ.get("EVALRIG_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".local" / "state" / "evalrig"
+    home = Path(env).expanduser() if env else Path.home() / ".local" / "state" / "evalrig"
+    refuse_unusable_home(home)
+    return home
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,12 @@ def load_side(dir: Path, home: Path, allow_incomplete: bool) -> LoadedRun:
                       hint="give the --out directory of an `evalrig run`")
     refuse_a_comparison_bundle(dir)
     manifest = read_json(dir / MANIFEST, RunManifest)
+    if manifest.status == "running" and (not allow_incomplete or bundle.lock_is_held(dir)):
+        live = bundle.lock_is_held(dir)
+        raise Incomplete(bundle.unfinished_state(dir), file=str(dir / MANIFEST),
+                         hint="wait for it to finish, then compare" if live else
+                         "resume it, then compare; or compare with --allow-incomplete (the gate "
+                         "never promotes on an incomplete comparison)")
     if manifest.status != "complete" and not allow_incomplete:
         raise Incomplete(
             f"the run is {manifest.status}: {manifest.counts.unscored} of {manifest.counts.trials} trials unscored",

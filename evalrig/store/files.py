@@ -65,6 +65,26 @@ def refuse_symlink(path: Path) -> None:
         raise symlink_refused(path)
 
 
+KERNEL_FS = ("proc", "sys")
+"""Top folders of kernel file systems: no file of the rig's can be made there."""
+
+
+def why_no_dir_here(path: Path) -> str | None:
+    """Why no directory can be made at `path` (None: nothing stands in the way that can be
+    told without trying): a file there or on the way, or a kernel file system. For the
+    paths a user gives (`--out`, `$EVALRIG_HOME`), refused before anything is written."""
+    want = Path(path).absolute()
+    probe = want
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return "it is a file, not a directory" if probe == want else f"{probe} is a file, not a directory"
+    top = probe.resolve().parts[1:2]
+    if top and top[0] in KERNEL_FS:
+        return f"/{top[0]} is a kernel file system (it holds no files of yours)"
+    return None
+
+
 def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:  # a single write almost always; loop only on a short write

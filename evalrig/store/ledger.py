@@ -18,6 +18,7 @@ from pathlib import Path
 from evalrig.core.errors import EvalrigError, invalid
 from evalrig.models.comparison import GateLedgerEntry, Issued, SignOff
 from evalrig.models.run import RunEntry
+from evalrig.store.files import why_no_dir_here
 from evalrig.store.jsonl import (
     append_line,
     chained_append,
@@ -44,6 +45,16 @@ def _unwritable(path: Path, e: OSError) -> EvalrigError:
     return invalid(f"cannot be written: {e.strerror or e}", file=path,
                    hint="check that the directory exists, is a directory and is writable "
                    "($EVALRIG_HOME for the gate ledger)")
+
+
+def refuse_unusable_home(home: Path) -> None:
+    """`$EVALRIG_HOME` where no directory can be (a file there or on the way, /proc, /sys)
+    is refused, naming it (exit 4), before a command reads or writes anything there."""
+    why = why_no_dir_here(home)
+    if why is not None:
+        raise invalid(f"EVALRIG_HOME cannot be the rig's home: {why}", file=home,
+                      hint="point EVALRIG_HOME at a directory (it is made when missing; default "
+                      "~/.local/state/evalrig): it holds the rig's seals, runs, gates and sign-offs")
 
 
 def ensure_dir(dir: Path) -> None:

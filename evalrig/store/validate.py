@@ -295,8 +295,10 @@ def _check_run(dir: Path, fmts: dict[str, Any], report: Report) -> None:
     if manifest is None:
         return
     if manifest.status == "running":
-        report.warnings.append(Problem(str(dir / MANIFEST), "the run has not finished "
-                                       "(status running): its files have no digests to check yet",
+        from evalrig.store.bundle import unfinished_state
+
+        report.warnings.append(Problem(str(dir / MANIFEST), f"{unfinished_state(dir)} (its "
+                                       "files have no digests to check until it finishes)",
                                        "status"))
         return
     report.problems += _run_digest_problems(dir)
