@@ -94,7 +94,7 @@ def _rate(p: Progress) -> float:
 class QuietReporter(PlainReporter):
     """--quiet: warnings only; no progress."""
 
-    def started(self, total: int, kept: int) -> None:
+    def started(self, total: int, kept: int, interrupted: bool = False) -> None:
         pass
 
     def progress(self, p: Any) -> None:
@@ -206,14 +206,14 @@ def run(
     _check_suites(suite or [])
     defaults_used = None
     if not resume:
-        found = find_run_defaults(Path.cwd())
-        if found is not None:
-            given = found.values
+        defaults_file = find_run_defaults(Path.cwd())
+        if defaults_file is not None:
+            given = defaults_file.values
             supplied: list[str] = []
             if tasks is None and given.tasks is not None:
-                tasks, supplied = found.path(given.tasks), [*supplied, "tasks"]
+                tasks, supplied = defaults_file.path(given.tasks), [*supplied, "tasks"]
             if policy is None and given.policy is not None:
-                policy, supplied = found.path(given.policy), [*supplied, "policy"]
+                policy, supplied = defaults_file.path(given.policy), [*supplied, "policy"]
             if repeat is None and given.repeat is not None:
                 repeat, supplied = given.repeat, [*supplied, "repeat"]
             if jobs is None and given.jobs is not None:
@@ -221,7 +221,7 @@ def run(
             if sandbox is None and given.sandbox is not None:
                 sandbox, supplied = SandboxChoice(given.sandbox), [*supplied, "sandbox"]
             if supplied:
-                defaults_used = DefaultsUsed(file=str(found.file), supplied=sorted(supplied))
+                defaults_used = DefaultsUsed(file=str(defaults_file.file), supplied=sorted(supplied))
     req = RunRequest(
         out=out, checkpoint=checkpoint, tasks=tasks, repeat=repeat, seed=seed, jobs=jobs,
         policy=policy, timeout_scale=timeout_scale, max_retries=max_retries,
