@@ -291,3 +291,12 @@ def test_an_out_inside_another_bundle_is_refused(kit, tmp_path: Path) -> None:
     assert r.exit_code == 2 and f"is inside the bundle {first}" in r.stderr
     assert not (first / "inner").exists()
     assert cli("verify", first).exit_code == 0
+
+
+def test_the_terminal_progress_bar_is_not_red_while_all_is_well() -> None:
+    from rich.progress import BarColumn
+
+    from evalrig.cli.cmd_run import BarReporter
+
+    bar = next(c for c in BarReporter()._bar.columns if isinstance(c, BarColumn))
+    assert (str(bar.complete_style), str(bar.finished_style)) == ("green", "green")

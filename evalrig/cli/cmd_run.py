@@ -116,7 +116,8 @@ class BarReporter:
 
         self._console = Console(stderr=True, no_color="NO_COLOR" in os.environ)
         self._bar = Progress(
-            TextColumn("run"), BarColumn(), MofNCompleteColumn(),
+            # rich's default bar is a pinkish red, which reads as failure while all is well
+            TextColumn("run"), BarColumn(complete_style="green", finished_style="green"), MofNCompleteColumn(),
             TextColumn("{task.fields[stats]}"), TimeRemainingColumn(),
             console=self._console, transient=True,
         )
