@@ -14,6 +14,9 @@ done
 root=$(cd -P "$(dirname "$src")" >/dev/null 2>&1 && pwd) || { echo "eval.sh: cannot find its own directory" >&2; exit 6; }
 venv=$root/.venv
 stamp=$venv/.evalrig-installed
+# The rig quotes commands back to people (hints, the verdict file's sign line) as they
+# invoke it: `./eval.sh sign …` rather than a bare `evalrig` that is not on their PATH.
+export EVALRIG_PROG=$0
 
 # Fast path: installed, and pyproject.toml not touched since.
 if [ -x "$venv/bin/evalrig" ] && [ -f "$stamp" ] && ! [ "$root/pyproject.toml" -nt "$stamp" ]; then

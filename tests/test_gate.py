@@ -263,9 +263,10 @@ def test_each_invariant_blocks(tmp_path: Path, evalrig_home: Path, cand_kw: dict
     d = decide(c, policy(), POLICY_DIGEST, None, False, sha256_bytes(b"c"))
     assert (d.verdict, d.reason) == ("block", "invariant")
     assert [n for n, held in rules(d).items() if n.startswith("invariant.") and not held] == failing.split()
-    one = len(failing.split()) == 1
-    assert d.summary == (f"Blocked: the invariant {failing} does not hold." if one
-                         else f"Blocked: the invariants {', '.join(failing.split())} do not hold.")
+    # Its first sentence names the rule and what failed (issue #12 item 9: was "the invariant X does not hold")
+    first, *others = failing.split()
+    assert d.summary.startswith(f"Blocked: {first} does not hold: ")
+    assert d.summary.endswith(f" Also failing: {', '.join(others)}." if others else ".")
     # a policy that does not list the check does not apply it
     names = [f.removeprefix("invariant.") for f in failing.split()]
     listed = [x for x in DEFAULT["invariants"]["checks"] if x not in names]
@@ -420,7 +421,9 @@ def test_gate_writes_decision_verdict_issued_and_ledger(tmp_path: Path, evalrig_
     assert r.exit_code == 0 and r.decision_file == cmp / "decisions" / "default-v1.json"
     md = r.verdict_file.read_text()
     assert md.startswith("# PROMOTE") and "**Verdict: `promote`** (reason: `quality`)" in md
-    assert "| `fresh.quality` | yes |" in md and "What would change the answer" in md
+    # The rules' outcome in words (issue #12 item 9: was the bare `held` yes/no, a veto's "no" in bold)
+    assert "| `fresh.quality` | met |" in md and "What would change the answer" in md
+    assert "| `fresh.loss` | no loss shown |" in md and "**no**" not in md
     assert "None: this is the first gate of this candidate." in md
     issued = (cmp / "decisions" / "issued.jsonl").read_text().splitlines()
     assert json.loads(issued[0])["decision_digest"] == sha256_bytes(r.decision_file.read_bytes())

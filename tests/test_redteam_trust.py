@@ -19,6 +19,7 @@ from pathlib import Path
 import orjson
 import pytest
 from redteam import (
+    EVAL_SH,
     Step,
     Train,
     TrainPaths,
@@ -108,7 +109,7 @@ def test_a_hand_written_decision_and_signoff_are_not_approved(mine: Copy) -> Non
     out = r.json
     assert isinstance(out, dict) and not out["approved"]
     assert "no gate issued this decision" in out["reason"] and "gates.jsonl" in out["reason"]
-    assert "evalrig gate" in out["hint"]
+    assert f"{EVAL_SH} gate" in out["hint"]  # as invoked (issue #12 item 9: was `evalrig gate`)
 
 
 def test_a_bundle_signoff_without_the_homes_is_not_approved(mine: Copy) -> None:
@@ -122,7 +123,8 @@ def test_a_bundle_signoff_without_the_homes_is_not_approved(mine: Copy) -> None:
     write_lines(mine.decision.parent / "signoffs.jsonl", [signoff])
     r = mine.sh("check-release", mine.decision, "--checkpoint", mine.root / "candidate")
     assert r.code == 1, r
-    assert "no sign-off" in r.stderr and "evalrig sign" in r.stderr
+    # through eval.sh, the command to run is eval.sh's (issue #12 item 9: was `evalrig sign`)
+    assert "no sign-off" in r.stderr and f"{EVAL_SH} sign" in r.stderr
 
 
 def test_an_approved_decision_whose_comparison_was_edited_is_not_approved(mine: Copy) -> None:

@@ -75,8 +75,12 @@ def gate_cmd(
                    "advisory": d.advisory, "exit_code": int(r.exit_code),
                    "rules": [{"name": x.name, "held": x.held} for x in d.rules]})
     else:
+        from evalrig.store.invocation import command_name, quoted
+
         say([f"{d.verdict} ({d.reason})" + (" [advisory]" if d.advisory else ""), d.summary,
-             f"verdict file: {r.verdict_file}", f"decision: {r.decision_file}"])
+             f"verdict file: {r.verdict_file}", f"decision: {r.decision_file}"]
+            + ([] if d.advisory else
+               [f"a person signs it: {command_name()} sign {quoted(r.decision_file)} --approve|--reject --by NAME"]))
     return int(r.exit_code)
 
 
@@ -102,7 +106,8 @@ def sign_cmd(
         emit_json(s)
     else:
         say([f"{s.action} by {s.by} recorded ({'agrees with' if s.agrees_with_gate else 'overrides'} "
-             f"the gate's {s.verdict})", f"candidate {s.candidate_checkpoint_id}"])
+             f"the gate's {s.verdict})", f"candidate {s.candidate_checkpoint_id}",
+             f"verdict file: {Path(decision).with_suffix('.md')} (now says who signed)"])
     return 0
 
 

@@ -421,15 +421,12 @@ def _verdict(
     c: Comparison, p: PolicyFile, invariants: list[RuleResult], fixed: list[RuleResult],
     fr: FreshRules, exception: str | None,
 ) -> Outcome:
-    failed_inv = [r.name for r in invariants if not r.held]
+    failed_inv = [r for r in invariants if not r.held]
     if failed_inv:
-        which = (f"the invariant {failed_inv[0]} does not hold" if len(failed_inv) == 1
-                 else f"the invariants {', '.join(failed_inv)} do not hold")
-        return Outcome("block", "invariant", f"Blocked: {which}.")
-    failed_fixed = [r.name for r in fixed if not r.held]
+        return Outcome("block", "invariant", _blocked(failed_inv))
+    failed_fixed = [r for r in fixed if not r.held]
     if failed_fixed:
-        return Outcome("block", "regression",
-                       f"Blocked: the candidate regressed on the fixed suite ({', '.join(failed_fixed)}).")
+        return Outcome("block", "regression", _blocked(failed_fixed))
     # --allow-incomplete comparisons never promote, whatever the policy lists.
     promotable = c.facts.both_complete
     s = c.suites["fresh"]
@@ -466,6 +463,103 @@ def _verdict(
                    f"and showed none (mean_d {_pts(s.mean_d)}).")
 
 
+def _blocked(failed: list[RuleResult]) -> str:
+    """A block's one sentence: the first failing rule by name with what failed (the task,
+    the side, the count), then any other failing rules by name (docs/gate.md)."""
+    first = failed[0]
+    sentence = f"Blocked: {first.name} does not hold: {_what_failed(first)}."
+    if len(failed) > 1:
+        sentence += f" Also failing: {', '.join(r.name for r in failed[1:])}."
+    return sentence
+
+
+def _listed(items: list[Any], count: int, noun: str) -> str:
+    """`3 fresh tasks (a, b, c)`, at most five named, with how many more."""
+    names = ", ".join(str(x) for x in items[:5])
+    more = f" and {count - 5} more" if count > 5 else ""
+    plural = f"{count} {noun}{'' if count == 1 else 's'}"
+    return f"{plural} ({names}{more})" if names else plural
+
+
+def _what_failed(r: RuleResult) -> str:
+    f = r.figures()
+    if r.name == "invariant.complete":
+        parts = [f"the {side} run is {f[side + '_status']}" for side in ("champion", "candidate")
+                 if f[side + "_status"] != "complete"]
+        parts += [f"the {side} run is a subset of the task set" for side in ("champion", "candidate")
+                  if f[side + "_subset"] or not f[side + "_covers_taskset"]]
+        parts += [f"{f['tasks_only_' + side]} tasks only the {side} ran" for side in ("champion", "candidate")
+                  if f["tasks_only_" + side]]
+        if f["champion_repeat"] != f["candidate_repeat"]:
+            parts.append(f"k differs (champion {f['champion_repeat']}, candidate {f['candidate_repeat']})")
+        parts += [f"the {side}'s infra error rate {_num(f[side + '_infra_error_rate'])} is above "
+                  f"{f['max_infra_error_rate']}" for side in ("champion", "candidate")
+                  if f[side + "_infra_error_rate"] is None or f[side + "_infra_error_rate"] > f["max_infra_error_rate"]]
+        return "; ".join(parts) or "the runs are not complete"
+    if r.name == "invariant.sealed":
+        parts = [f"the {side}'s checkpoint is not registered in the seal registry"
+                 for side in ("champion", "candidate") if not f[side + "_registered"]]
+        parts += [f"{f[side + '_seal_checks'] - f[side + '_seal_checks_matched']} of {f[side + '_seal_checks']} "
+                  f"seal checks of the {side}'s run did not match" if f[side + "_seal_checks"]
+                  else f"the {side}'s run recorded no seal check" for side in ("champion", "candidate")
+                  if not f[side + "_seal_checks"] or f[side + "_seal_checks_matched"] != f[side + "_seal_checks"]]
+        return "; ".join(parts)
+    if r.name == "invariant.isolated":
+        parts = [f"{_listed([], f[side + '_process'], 'attempt')} of the {side} ran without bwrap"
+                 for side in ("champion", "candidate") if f[side + "_process"]]
+        parts += [f"the {side} run has no attempt under bwrap" for side in ("champion", "candidate")
+                  if not f[side + "_bwrap"] and not f[side + "_process"]]
+        if not f["allow_network"]:
+            parts += [f"{_listed([], f[side + '_network_attempts'], 'attempt')} of the {side} had network"
+                      for side in ("champion", "candidate") if f[side + "_network_attempts"]]
+        return "; ".join(parts)
+    if r.name == "invariant.policy-pinned":
+        def pin(side: str) -> str:
+            v = f[side + "_pin"]
+            return "no policy pinned (run without --policy)" if v is None else f"the policy {v}"
+        if f["champion_pin"] != f["candidate_pin"]:
+            return f"the champion's run has {pin('champion')}, the candidate's {pin('candidate')}"
+        if f["champion_pin"] is None:
+            return "neither run pinned a policy (both ran without --policy)"
+        return f"both runs pinned the policy {f['champion_pin']}, not this one ({f['policy_digest']})"
+    if r.name == "invariant.fresh-after-seal":
+        parts = []
+        if f["not_after_seal"]:
+            parts.append(_listed(f["not_after_seal_tasks"], f["not_after_seal"], "fresh task")
+                         + f" created no later than the candidate's seal ({f['candidate_sealed_at'] or 'never sealed'})")
+        if f["seen_before"]:
+            parts.append(_listed(f["seen_before_tasks"], f["seen_before"], "fresh task")
+                         + " already in the fresh suite of another candidate's gate")
+        if f["content_unrecorded"]:
+            parts.append(_listed(f["content_unrecorded_tasks"], f["content_unrecorded"], "fresh task")
+                         + " with no recorded content digest")
+        if not parts and f["candidate_sealed_at"] is None:
+            parts.append("the candidate has no registered sealed_at")
+        return "; ".join(parts)
+    if r.name == "invariant.no-secret-leak":
+        parts = [f"the canary was found in {_listed([], f[side + '_canary_found'], 'attempt')} of the {side}"
+                 for side in ("candidate", "champion") if f[side + "_canary_found"]]
+        if f.get("candidate_canary_attempts"):
+            parts[0] += f" ({', '.join(f['candidate_canary_attempts'][:3])})"
+        return "; ".join(parts)
+    if r.name == "invariant.history-preserved":
+        return str(f["detail"])
+    if r.name == "invariant.bundle-integrity":
+        problems = f.get("champion_problems", []) + f.get("candidate_problems", []) + f.get("torn", [])
+        return f"{problems[0]}" if problems else "a run's digests were not verified"
+    if r.name == "invariant.invariant-suite":
+        return _listed(f["failing_tasks"], f["failing"], "invariant-suite task") + " did not pass on every trial"
+    if r.name == "fixed.task":
+        worst = f["regressed"][0]
+        first = (f"the candidate regressed on the stable fixed task {worst['task_id']} (champion "
+                 f"{worst['champion']}, candidate {worst['candidate']}, Fisher p {_num(worst['fisher_p_worse'])})")
+        return first + (f", and on {len(f['regressed']) - 1} more" if len(f["regressed"]) > 1 else "")
+    if r.name == "fixed.aggregate":
+        return (f"the fixed suite as a whole is worse (mean_d {_pts(f['mean_d'])}, p_worse {_num(f['p_worse'])} "
+                f"<= {f['aggregate_alpha']})")
+    return r.says
+
+
 def _pts(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:+.1f} points"
 
@@ -482,6 +576,8 @@ def _what_would_change(c: Comparison, p: PolicyFile, out: Outcome, invariants: l
             if not r.held:
                 lines.append(f"{r.name} holding ({r.says}).")
         return lines
+    if out.verdict.startswith("promote"):
+        return _what_would_undo(c, p, out, fr)
     d = fr.detectable
     if not fr.min_tasks.held:
         lines.append(f"A fresh suite of at least {p.fresh.min_tasks} tasks (it has {paired(c.suites['fresh'])}).")
@@ -504,9 +600,43 @@ def _what_would_change(c: Comparison, p: PolicyFile, out: Outcome, invariants: l
                          "candidate.")
     if out.reason == "loss":
         lines.append("A candidate that is not significantly worse on the fresh suite.")
-    if out.verdict.startswith("promote"):
-        lines.append("An invariant failing, a fixed-suite regression, or (for this route) the fresh-suite "
-                     "evidence falling below the policy's thresholds.")
+    return lines
+
+
+def _what_would_undo(c: Comparison, p: PolicyFile, out: Outcome, fr: FreshRules) -> list[str]:
+    """What would turn a promotion into another answer: the figures its route stands on,
+    each beside the threshold it must stay on the right side of, what the next route
+    would say without it, and what would block it (docs/gate.md)."""
+    f = p.fresh
+    q, eff, ni = fr.quality.figures(), fr.efficiency.figures(), fr.noninferior.figures()
+    efficiency_now = (f"the efficiency route would still promote ({f.efficiency_metric} ratio {_num(eff['ratio'])}, "
+                      f"upper bound {_num(eff['upper_bound'])})" if fr.efficiency.held
+                      else f"the efficiency route would not grant either (its {f.efficiency_metric} figures are "
+                           "not ones the rig measured)" if eff.get("why")
+                      else f"the efficiency route would not grant either ({f.efficiency_metric} ratio "
+                           f"{_num(eff['ratio'])}, upper bound {_num(eff['upper_bound'])}; it needs <= "
+                           f"{f.efficiency_ratio} and a bound below 1)")
+    lines: list[str] = []
+    if out.reason == "quality":
+        lines.append(f"The quality win stands on {q['discordant']} discordant tasks (at least {f.min_discordant} "
+                     f"needed), p_one_sided {_num(q['p_one_sided'])} (at most {f.alpha}) and mean_d "
+                     f"{_pts(q['mean_d'])} (at least {_pts(f.win_margin)}); with any of them across its threshold "
+                     f"there is no quality win, and {efficiency_now}.")
+    elif out.reason == "efficiency":
+        lines.append(f"The efficiency win stands on the {f.efficiency_metric} ratio {_num(eff['ratio'])} (at most "
+                     f"{f.efficiency_ratio}) with its upper bound {_num(eff['upper_bound'])} (below 1), and the "
+                     f"lower bound of mean_d {_pts(ni['lower_bound'])} (above {_pts(-f.noninferiority_margin)}); "
+                     "with any of them across its threshold there is no efficiency win.")
+    elif fr.min_tasks.held:
+        lines.append(f"The exception stands on non-inferiority: the lower bound of mean_d {_pts(ni['lower_bound'])} "
+                     f"is above {_pts(-f.noninferiority_margin)}; a candidate shown worse by more than that "
+                     "keeps the champion.")
+    else:
+        lines.append(f"The exception promotes because the fresh suite ({paired(c.suites['fresh'])} tasks) is too "
+                     f"small to judge; with {f.min_tasks} or more it would need the candidate shown not worse "
+                     f"than the champion by more than {_pts(f.noninferiority_margin)}.")
+    lines.append("Any invariant failing, or a stable fixed task regressing, would block it instead (each holds "
+                 "now: see the rules).")
     return lines
 
 

@@ -8,11 +8,19 @@ the answer, and the candidate's earlier gates (docs/gate.md).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import shlex
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evalrig.models.base import format_ts
-from evalrig.models.comparison import Comparison, Decision, GateLedgerEntry, SuiteStats, TaskRow
+from evalrig.models.comparison import (
+    Comparison,
+    Decision,
+    GateLedgerEntry,
+    SignOff,
+    SuiteStats,
+    TaskRow,
+)
 
 
 def _f(x: Any, digits: int = 4) -> str:
@@ -161,13 +169,40 @@ _HEADLINE = {
     "block": "BLOCK: a person must look",
 }
 
-_SKIP_NUMBERS = {"name", "held", "says", "numbers"}  # numbers: the flat keys again
+# numbers: the flat keys again; why: the **Cost.** paragraph says it
+_SKIP_NUMBERS = {"name", "held", "says", "numbers", "why"}
+
+# Rules that grant a promotion; `fresh.loss` is a veto whose `held` means "a loss was
+# shown"; every other rule (invariants, fixed, min_tasks) must hold.
+_GRANTS = frozenset({"fresh.quality", "fresh.noninferior", "fresh.efficiency"})
+_PROMOTIONS = frozenset({"promote", "promote-maintenance"})
+
+
+def _outcome(name: str, held: bool) -> str:
+    """A rule's result in words, bold only when it is bad news for the candidate: a veto that
+    holds (no loss shown) is never styled like a failure (docs/gate.md)."""
+    if name == "fresh.loss":
+        return "**loss shown**" if held else "no loss shown"
+    if name in _GRANTS:
+        return "met" if held else "not met"
+    return "holds" if held else "**FAILS**"
+
+
+def _text(s: str) -> str:
+    """Text from a checkpoint.toml or a command line, inert in markdown: one line, and no
+    character that makes markup (docs/gate.md)."""
+    s = " ".join(str(s).split())
+    return "".join("\\" + c if c in "\\`*_[]<>|#" else c for c in s)
 
 
 def _numbers(d: dict[str, Any]) -> str:
     parts = []
     for k, v in d.items():
-        if k in _SKIP_NUMBERS or v is None or v == [] or v == {}:
+        if k in _SKIP_NUMBERS or v == [] or v == {}:
+            continue
+        if v is None:
+            if k in ("champion_pin", "candidate_pin"):
+                parts.append(f"{k} none (run without --policy)")
             continue
         if isinstance(v, str) and v.startswith("sha256:"):
             v = _short(v)
@@ -193,40 +228,103 @@ def _caveats(d: Decision) -> list[str]:
     return out
 
 
-def verdict_markdown(d: Decision, earlier: Sequence[GateLedgerEntry], decision_file: str) -> str:
+def checkpoint_label(checkpoint_id: str, names: Mapping[str, str]) -> str:
+    """A checkpoint as people know it: its name (checkpoint.toml, from the seal registry)
+    and a short id."""
+    name = names.get(checkpoint_id)
+    return (f"{_text(name)} `{_short(checkpoint_id)}`" if name
+            else f"`{_short(checkpoint_id)}` (no name: not in this home's seal registry)")
+
+
+def _pts(x: Any) -> str:
+    return "–" if not isinstance(x, (int, float)) else f"{100 * x:+.1f} points"
+
+
+def _figures(d: Decision, names: Mapping[str, str], decision_file: str) -> list[str]:
+    """The facts the verdict stands on, one line each."""
+    rules = {r.name: r.figures() for r in d.rules}
+    q, loss, eff = rules.get("fresh.quality", {}), rules.get("fresh.loss", {}), rules.get("fresh.efficiency", {})
+    det = d.detectable
     lines = [
-        f"# {_HEADLINE[d.verdict]}",
+        f"- candidate: {checkpoint_label(d.candidate.checkpoint_id, names)}, run `{d.candidate.run_id}`",
+        f"- champion: {checkpoint_label(d.champion.checkpoint_id, names)}, run `{d.champion.run_id}`",
+        f"- policy: {_text(d.policy.name)} v{d.policy.version} `{_short(d.policy.digest)}`"
+        + (f", exception `{_text(d.exception)}`" if d.exception else ""),
+        f"- fresh suite: {det.tasks} tasks; mean_d {_pts(q.get('mean_d'))}, p better {_f(q.get('p_one_sided'))}, "
+        f"p worse {_f(loss.get('p_worse'))}, {_f(q.get('discordant'))} discordant tasks",
+    ]
+    if eff:
+        closed = "" if not eff.get("why") else "; closed here, see **Cost** below"
+        lines.append(f"- efficiency: {eff['metric']} ratio (candidate / champion) {_f(eff.get('ratio'))}, upper "
+                     f"{100 * (1 - eff['alpha']):g} % bound {_f(eff.get('upper_bound'))} (the efficiency route needs "
+                     f"at most {eff['efficiency_ratio']} with the bound below 1{closed})")
+    needed = (f"; a win of {_pts(det.win_margin)} would need {det.tasks_needed} tasks"
+              if det.tasks_needed is not None else "")
+    lines.append(f"- smallest difference this fresh suite could detect (α {det.alpha}, 80 % power): "
+                 f"{_pts(det.mde)} with {det.tasks} tasks{needed}")
+    lines += [f"- comparison `{_short(d.comparison_digest)}`; decision file `{_text(decision_file)}`"]
+    return lines
+
+
+def _sign_lines(d: Decision, signoffs: Sequence[SignOff], decision_file: str, prog: str) -> list[str]:
+    """Whether a person signed, and by whom; or the command that signs, as the person
+    invokes the rig (docs/gate.md)."""
+    if d.advisory:
+        return ["**ADVISORY**: this decision applies a policy the runs did not pin; it cannot be signed."]
+    command = f"{prog} sign {shlex.quote(decision_file)}"
+    agree, override = ("--approve", "--reject") if d.verdict in _PROMOTIONS else ("--reject", "--approve")
+    how = (f"`{command} {agree} --by NAME` agrees with the gate; `{override}` overrides it and needs "
+           "`--reason TEXT`")
+    if not signoffs:
+        return [f"**Not signed yet.** A person signs it: {how}."]
+    last = signoffs[-1]
+    word = "approved" if last.action == "approve" else "rejected"
+    stance = "agrees with the gate" if last.agrees_with_gate else f"overrides the gate: {_text(last.reason or '')}"
+    counts = "" if len(signoffs) == 1 else f" ({len(signoffs)} sign-offs; the last one counts)"
+    return [f"**Signed: {word} by {_text(last.by)}** at {format_ts(last.at)} ({stance}){counts}. "
+            f"To change it, sign again: {how}."]
+
+
+def verdict_markdown(d: Decision, earlier: Sequence[GateLedgerEntry], decision_file: str,
+                     signoffs: Sequence[SignOff] = (), names: Mapping[str, str] | None = None,
+                     prog: str = "evalrig") -> str:
+    """The verdict file (docs/gate.md): the verdict and its reason, whether it is signed, the
+    figures it stands on, what would change it, the rules, the sign-offs and the
+    candidate's earlier gates. `names` maps checkpoint ids to their names; `prog` is the
+    command the person runs the rig by."""
+    names = names or {}
+    headline = _HEADLINE[d.verdict]
+    if d.verdict == "block":  # its first sentence names what failed (core/gate.py `_blocked`)
+        headline = "BLOCK: " + d.summary.split(" Also failing: ")[0].removeprefix("Blocked: ").rstrip(".")
+    lines = [
+        f"# {headline}",
         "",
         f"**Verdict: `{d.verdict}`** (reason: `{d.reason}`). {d.summary}",
         "",
-        f"- policy: {d.policy.name} v{d.policy.version} (`{_short(d.policy.digest)}`)"
-        + (f", exception `{d.exception}`" if d.exception else ""),
-        f"- candidate checkpoint `{d.candidate.checkpoint_id}` (run `{d.candidate.run_id}`)",
-        f"- champion checkpoint `{d.champion.checkpoint_id}` (run `{d.champion.run_id}`)",
-        f"- comparison `{d.comparison_digest}`",
-        f"- decision file `{decision_file}`",
+        *_sign_lines(d, signoffs, decision_file, prog),
+        "",
+        *_figures(d, names, decision_file),
     ]
-    if d.advisory:
-        lines.append("- **ADVISORY**: this decision applies a policy the runs did not pin; it cannot be signed.")
     lines += _caveats(d)
-    lines += ["", "## Rules", ""]
-    lines += _table(["rule", "held", "requires", "numbers"],
-                    [[f"`{r.name}`", "yes" if r.held else "**no**", r.says, _numbers(r.model_dump())]
-                     for r in d.rules])
     lines += ["", "## What would change the answer", ""]
     lines += [f"- {w}" for w in d.what_would_change] or ["- nothing short of new evidence"]
-    det = d.detectable
-    lines += ["", f"Smallest fresh-suite difference this train could detect (α {det.alpha}, 80 % power): "
-              f"{_f(det.mde)} with {det.tasks} tasks; the win margin {det.win_margin} would need "
-              f"{_f(det.tasks_needed)} tasks.", ""]
-    lines += [f"## Earlier gates of this candidate ({len(earlier)})", ""]
+    lines += ["", "## Rules", ""]
+    lines += _table(["rule", "outcome", "what it checks", "numbers"],
+                    [[f"`{r.name}`", _outcome(r.name, r.held), r.says, _numbers(r.model_dump())]
+                     for r in d.rules])
+    if signoffs:
+        lines += ["", f"## Sign-offs ({len(signoffs)})", ""]
+        lines += _table(["at", "by", "action", "agrees with the gate", "reason"],
+                        [[format_ts(s.at), _text(s.by), s.action, _f(s.agrees_with_gate), _text(s.reason or "–")]
+                         for s in signoffs])
+    lines += ["", f"## Earlier gates of this candidate ({len(earlier)})", ""]
     if earlier:
         lines += _table(
-            ["at", "verdict", "reason", "policy", "exception", "comparison", "advisory"],
-            [[format_ts(e.at), e.verdict, e.reason, f"{e.policy.name} v{e.policy.version}", e.exception or "–",
+            ["at", "verdict", "reason", "champion", "policy", "exception", "comparison", "advisory"],
+            [[format_ts(e.at), e.verdict, e.reason, checkpoint_label(e.champion_id, names),
+              f"{_text(e.policy.name)} v{e.policy.version}", _text(e.exception or "–"),
               f"`{_short(e.comparison_digest)}`", _f(e.advisory)] for e in earlier],
         )
     else:
         lines.append("None: this is the first gate of this candidate.")
-    lines += ["", "Sign with `evalrig sign DECISION_FILE --approve|--reject --by NAME [--reason TEXT]`."]
     return "\n".join(lines) + "\n"

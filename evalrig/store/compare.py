@@ -11,7 +11,7 @@ from pathlib import Path
 from evalrig.core import report
 from evalrig.core.compare import RunView, build_comparison, history_check, run_view
 from evalrig.core.digest import loads, pretty_json, sha256_bytes
-from evalrig.core.errors import Incomplete, UsageError, invalid
+from evalrig.core.errors import EvalrigError, Incomplete, UsageError, invalid
 from evalrig.models.comparison import (
     Comparison,
     ComparisonManifest,
@@ -24,6 +24,13 @@ from evalrig.store.files import parse_json, read_json, write_bytes_atomic, write
 from evalrig.store.layout import COMPARISON_JSON, COMPARISON_MD, HISTORY, MANIFEST
 from evalrig.store.ledger import registered_run, runs_path
 from evalrig.store.runlines import no_gc, read_run_lines
+from evalrig.store.tasks import load_taskset
+
+# What to do about a comparison that changed after compare wrote it, said the same way by
+# compare, gate, sign and check-release (docs/gate.md): the rig never overwrites a
+# comparison or a decision, so the way on is a new comparison bundle.
+RECOMPARE_HINT = ("compare the two runs again into a new --out, gate that comparison and sign its decision "
+                  "(the rig never overwrites a comparison or a decision it wrote)")
 
 
 @dataclass(frozen=True)
@@ -117,26 +124,85 @@ def refuse_unregistered(dir: Path, manifest: RunManifest, home: Path) -> None:
         )
 
 
+def _pin(manifest: RunManifest) -> str:
+    pin = manifest.policy_pin
+    return "no policy pinned (run without --policy)" if pin is None else f"{pin.name} v{pin.version} ({pin.digest})"
+
+
+def _some(ids: list[str], noun: str) -> str:
+    """`3 tasks only the champion's run has (a, b, c)`: at most five named, and the count."""
+    more = f", and {len(ids) - 5} more" if len(ids) > 5 else ""
+    return f"{len(ids)} {noun} ({', '.join(ids[:5])}{more})"
+
+
+def _task_digests(manifest: RunManifest) -> dict[str, str] | None:
+    """Each task's digest, from the task folder the run used, only while that folder still
+    is the task set the run recorded (its id matches the manifest's)."""
+    try:
+        taskset = load_taskset(Path(manifest.settings.tasks_dir))
+    except (EvalrigError, OSError):
+        return None
+    return {t.id: t.digest for t in taskset.tasks} if taskset.id == manifest.taskset.id else None
+
+
+def taskset_difference(champion: LoadedRun, candidate: LoadedRun) -> str:
+    """Which tasks make two task sets differ: those only one run has, and those whose content
+    differs. The task folders the runs used say it exactly while they are unchanged; else
+    the bundles' own records: the tasks each run scored, and each fresh task's content
+    digest and created_at."""
+    a, b = champion.manifest.taskset, candidate.manifest.taskset
+    digests_a, digests_b = _task_digests(champion.manifest), _task_digests(candidate.manifest)
+    if digests_a is not None and digests_b is not None:
+        ids_a, ids_b = set(digests_a), set(digests_b)
+        changed = sorted(t for t in ids_a & ids_b if digests_a[t] != digests_b[t])
+        source = ""
+    else:
+        ids_a, ids_b = set(champion.view.tasks) | set(a.fresh_content), set(candidate.view.tasks) | set(b.fresh_content)
+        changed = sorted(t for t in ids_a & ids_b
+                         if (t in a.fresh_content and a.fresh_content.get(t) != b.fresh_content.get(t))
+                         or a.fresh_created_at.get(t) != b.fresh_created_at.get(t))
+        source = " (from the bundles' records: the task folders the runs used have changed since)"
+    parts = []
+    if ids_a - ids_b:
+        parts.append(_some(sorted(ids_a - ids_b), "tasks only the champion's run has"))
+    if ids_b - ids_a:
+        parts.append(_some(sorted(ids_b - ids_a), "tasks only the candidate's run has"))
+    if changed:
+        parts.append(_some(changed, "tasks with other content"))
+    if not parts:
+        return ("no task is only in one run and no recorded digest differs, so a fixed or invariant task's prompt, "
+                "files or verifier changed (the bundles record content per fresh task only)")
+    return "; ".join(parts) + source
+
+
 def check_pairable(champion: LoadedRun, candidate: LoadedRun, champ_dir: Path, cand_dir: Path) -> None:
     """Refuse (exit 4, naming the difference) runs that cannot be paired trial by trial."""
     a, b = champion.manifest, candidate.manifest
-    pin_a = a.policy_pin.digest if a.policy_pin else None
-    pin_b = b.policy_pin.digest if b.policy_pin else None
+    if a.taskset.id != b.taskset.id:
+        raise invalid(
+            f"the runs differ in task sets: {taskset_difference(champion, candidate)} (champion {a.taskset.id} "
+            f"in {champ_dir / MANIFEST}, candidate {b.taskset.id})",
+            file=str(cand_dir / MANIFEST), field="taskset.id",
+            hint="pair only runs of one train: run both sides on the same task folder (--tasks)",
+        )
     checks = [
-        ("taskset.id", "task sets", a.taskset.id, b.taskset.id),
         ("repeat", "--repeat", a.repeat, b.repeat),
         ("seed", "--seed", a.seed, b.seed),
         ("settings.timeout_scale", "--timeout-scale", a.settings.timeout_scale, b.settings.timeout_scale),
         ("settings.max_retries", "--max-retries", a.settings.max_retries, b.settings.max_retries),
-        ("policy_pin.digest", "pinned policies", pin_a, pin_b),
+        ("policy_pin.digest", "pinned policies", a.policy_pin.digest if a.policy_pin else None,
+         b.policy_pin.digest if b.policy_pin else None),
         ("rig_version", "rig versions (major.minor)", _major_minor(a.rig_version), _major_minor(b.rig_version)),
     ]
+    shown = {"policy_pin.digest": (_pin(a), _pin(b))}
     for fieldpath, what, x, y in checks:
         if x != y:
+            x_text, y_text = shown.get(fieldpath, (repr(x), repr(y)))
             raise invalid(
-                f"the runs differ in {what}: champion {x!r}, candidate {y!r} ({champ_dir / MANIFEST})",
+                f"the runs differ in {what}: champion {x_text}, candidate {y_text} ({champ_dir / MANIFEST})",
                 file=str(cand_dir / MANIFEST), field=fieldpath,
-                hint="pair only runs of one train: rerun one side with the other's settings",
+                hint="pair only runs of one train: rerun one side with the other's settings"
+                + (" (the same --policy file)" if fieldpath == "policy_pin.digest" else ""),
             )
 
 
@@ -200,10 +266,11 @@ def write_comparison(out_dir: Path, comparison: Comparison, markdown: str, allow
         raise invalid(f"cannot be made: {e.strerror}", file=out_dir, hint="give compare a new --out directory") from e
     existing = out_dir / COMPARISON_JSON
     if existing.exists() and existing.read_bytes() != data:
-        raise invalid(
-            "holds a different comparison; its decisions would no longer match it",
-            file=existing, hint="give compare a new --out directory",
-        )
+        if _verifies(out_dir, existing):
+            raise invalid("holds a different comparison; its decisions would no longer match it",
+                          file=existing, hint="give compare a new --out directory")
+        raise invalid("was edited after compare wrote it (its digest differs from manifest.json's); "
+                      "it is never overwritten", file=existing, hint=RECOMPARE_HINT)
     manifest = ComparisonManifest(
         champion=comparison.champion, candidate=comparison.candidate, allow_incomplete=allow_incomplete,
         files={COMPARISON_JSON: sha256_bytes(data), COMPARISON_MD: sha256_bytes(md)},
@@ -211,6 +278,17 @@ def write_comparison(out_dir: Path, comparison: Comparison, markdown: str, allow
     write_bytes_atomic(out_dir / COMPARISON_JSON, data)
     write_bytes_atomic(out_dir / COMPARISON_MD, md)
     write_json_atomic(out_dir / MANIFEST, manifest)
+
+
+def _verifies(out_dir: Path, existing: Path) -> bool:
+    """Whether comparison.json is what its manifest says (no manifest: nothing says otherwise)."""
+    if not (out_dir / MANIFEST).exists():
+        return True
+    try:
+        return read_json(out_dir / MANIFEST, ComparisonManifest).files.get(COMPARISON_JSON) == sha256_bytes(
+            existing.read_bytes())
+    except EvalrigError:
+        return False
 
 
 def read_comparison(dir: Path) -> tuple[Comparison, str]:
@@ -225,7 +303,7 @@ def read_comparison(dir: Path) -> tuple[Comparison, str]:
     manifest = read_json(dir / MANIFEST, ComparisonManifest)
     want = manifest.files.get(COMPARISON_JSON)
     if want != digest:
-        raise invalid(f"digest {digest} differs from manifest.json's {want}", file=path,
-                      hint="the comparison was edited after compare wrote it; run compare again")
+        raise invalid(f"was edited after compare wrote it: its digest {digest} differs from manifest.json's {want}",
+                      file=path, hint=RECOMPARE_HINT)
     return parse_json(path, data, Comparison), digest
 

@@ -17,9 +17,11 @@ from evalrig.core.gate import EXIT_OF_VERDICT, decide
 from evalrig.models.comparison import Comparison, Decision, GateLedgerEntry, Issued
 from evalrig.models.inputs import PolicyFile
 from evalrig.store import ledger
-from evalrig.store.compare import read_comparison
-from evalrig.store.files import write_bytes_atomic
-from evalrig.store.layout import ADVISORY, COMPARISON_JSON, DECISIONS
+from evalrig.store.checkpoint import registered_seal
+from evalrig.store.compare import RECOMPARE_HINT, read_comparison
+from evalrig.store.files import parse_json, write_bytes_atomic
+from evalrig.store.invocation import command_name
+from evalrig.store.layout import ADVISORY, COMPARISON_JSON, DECISIONS, ISSUED
 from evalrig.store.policy import load_policy
 
 
@@ -96,17 +98,10 @@ def gate_comparison(dir: Path, policy_path: Path, exception: str | None, advisor
     data = pretty_json(decision)
     if path.exists():
         if path.read_bytes() != data:
-            raise invalid(
-                "exists with other bytes; a decision is never overwritten",
-                file=path,
-                hint="this comparison was already gated under this policy name and version with a different "
-                "outcome: bump the policy's version, or compare into a new directory",
-            )
+            refuse_other_bytes(path, decision)
     else:
         write_bytes_atomic(path, data)
     digest = sha256_bytes(data)
-    earlier = ledger.gates_of(home, decision.candidate.checkpoint_id)
-    write_bytes_atomic(md_path, report.verdict_markdown(decision, earlier, str(path)).encode())
     ledger.record_issued(out_dir, Issued(decision_digest=digest, decision_file=path.name, issued_at=now))
     ledger.record_gate(home, GateLedgerEntry(
         candidate_id=decision.candidate.checkpoint_id, champion_id=decision.champion.checkpoint_id,
@@ -114,5 +109,63 @@ def gate_comparison(dir: Path, policy_path: Path, exception: str | None, advisor
         exception=exception, advisory=advisory, verdict=decision.verdict, reason=decision.reason,
         decision_digest=digest, at=now, fresh_content=sorted(set(comparison.facts.fresh_content.values())),
     ))
+    write_verdict_file(path, decision, digest, home)
     return GateResult(decision, path, md_path, EXIT_OF_VERDICT[decision.verdict])
+
+
+# What to do about a decision file edited after the gate wrote it, said the same way by
+# gate, sign and check-release (docs/gate.md). The gate is deterministic, so moving the
+# edited file aside and gating again writes the decision it issued.
+REGATE_HINT = ("move the edited file aside and gate the comparison again with the policy the runs pinned "
+               "(the gate writes its decision afresh), then sign that decision")
+
+
+def refuse_other_bytes(path: Path, decision: Decision) -> None:
+    """A decision file that exists with other bytes is never overwritten (exit 4); say why
+    it differs, since what to do depends on it: edited by hand, gated on another
+    comparison or policy file, or written by another version of the rig."""
+    data = path.read_bytes()
+    issued = ledger.issued_of(path.parent, sha256_bytes(data)) if (path.parent / ISSUED).exists() else []
+    try:
+        before = parse_json(path, data, Decision) if issued else None
+    except EvalrigError:
+        before = None
+    if before is None:
+        raise invalid(f"exists with other bytes, and no gate issued it as it now reads (its digest is in no line "
+                      f"of {ISSUED}): it was edited after the gate, or not written by one; a decision is never "
+                      "overwritten", file=path, hint=REGATE_HINT)
+    if before.comparison_digest != decision.comparison_digest:
+        raise invalid(f"exists with other bytes: it was gated on the comparison {before.comparison_digest}, and "
+                      f"comparison.json is now {decision.comparison_digest}; a decision is never overwritten",
+                      file=path, hint=RECOMPARE_HINT)
+    if before.policy.digest != decision.policy.digest:
+        raise invalid(f"exists with other bytes: it was gated with another policy file of the same name and version "
+                      f"(digest {before.policy.digest}; this one is {decision.policy.digest}); a decision is "
+                      "never overwritten", file=path,
+                      hint="a policy with other rules is a new policy: give it a new version (validate refuses two "
+                      "files of one name and version), or gate with the file the decision was made with")
+    raise invalid("exists with other bytes: the same comparison and policy were gated by another version of "
+                  "evalrig, whose gate decided differently; a decision is never overwritten", file=path,
+                  hint="that decision stands as issued and can be signed; to have this version's gate decide, "
+                  + RECOMPARE_HINT)
+
+
+def write_verdict_file(path: Path, decision: Decision, digest: str, home: Path) -> Path:
+    """(Re)write the verdict file beside the decision at `path` (docs/gate.md): the gates of
+    its candidate before the latest that issued this decision, its sign-offs in the home
+    (the record check-release believes), and its checkpoints' names from the seal
+    registry. The gate writes it, and `sign` rewrites it, so that it says truthfully
+    whether and by whom the decision was signed; the decision itself is never rewritten."""
+    gates = ledger.gates_of(home, decision.candidate.checkpoint_id)
+    last = max((i for i, g in enumerate(gates) if g.decision_digest == digest), default=len(gates))
+    names = {}
+    for ref in {decision.candidate.checkpoint_id, decision.champion.checkpoint_id, *(g.champion_id for g in gates)}:
+        entry = registered_seal(home, ref)
+        if entry is not None:
+            names[ref] = entry.name
+    signoffs = [] if decision.advisory else ledger.home_signoffs_of(home, digest)
+    md = report.verdict_markdown(decision, gates[:last], str(path), signoffs, names, command_name())
+    md_path = path.with_suffix(".md")
+    write_bytes_atomic(md_path, md.encode())
+    return md_path
 

@@ -107,8 +107,13 @@ def record_issued(decisions_dir: Path, issued: Issued) -> None:
     _append(decisions_dir / ISSUED, issued)
 
 
+def issued(decisions_dir: Path) -> list[Issued]:
+    """Every line of a decisions directory's issued.jsonl, oldest first."""
+    return read_records(decisions_dir / ISSUED, Issued).records
+
+
 def issued_of(decisions_dir: Path, decision_digest: str) -> list[Issued]:
-    return [i for i in read_records(decisions_dir / ISSUED, Issued).records if i.decision_digest == decision_digest]
+    return [i for i in issued(decisions_dir) if i.decision_digest == decision_digest]
 
 
 def record_signoff(decisions_dir: Path, home: Path, signoff: SignOff) -> None:

@@ -19,8 +19,10 @@ from evalrig.core.errors import EvalrigError, UsageError, invalid
 from evalrig.models.comparison import Decision, SignOff
 from evalrig.store import ledger
 from evalrig.store.checkpoint import checkpoint_id, registered_seal
-from evalrig.store.compare import read_comparison
+from evalrig.store.compare import RECOMPARE_HINT, read_comparison
+from evalrig.store.decisions import REGATE_HINT, write_verdict_file
 from evalrig.store.files import parse_json
+from evalrig.store.invocation import command_name, quoted
 from evalrig.store.layout import ADVISORY, COMPARISON_JSON, ISSUED
 
 PROMOTIONS = frozenset({"promote", "promote-maintenance"})
@@ -75,14 +77,15 @@ def _verified(path: Path) -> OpenDecision:
                       file=path, field="advisory",
                       hint="gate with the pinned policy (without --advisory) and sign that decision")
     if not ledger.issued_of(d.decisions_dir, d.digest):
-        raise invalid(f"does not verify: its digest {d.digest} matches no decision in {ISSUED}",
-                      file=path, hint="the decision was edited after gate wrote it; run gate again")
+        raise invalid(f"does not verify: no gate issued it as it now reads (its digest {d.digest} is in no line "
+                      f"of {ISSUED}): it was edited after the gate, or not written by one", file=path,
+                      hint=REGATE_HINT)
     _, comparison_digest = read_comparison(d.comparison_dir)
     if comparison_digest != d.decision.comparison_digest:
         raise invalid(
-            f"does not verify: the comparison's digest is now {comparison_digest}, the decision names "
-            f"{d.decision.comparison_digest}",
-            file=d.comparison_dir / COMPARISON_JSON, hint="the comparison changed after the gate; compare and gate again",
+            f"does not verify: the comparison changed after the gate: its digest is now {comparison_digest}, "
+            f"the decision names {d.decision.comparison_digest}",
+            file=d.comparison_dir / COMPARISON_JSON, hint=RECOMPARE_HINT,
         )
     return d
 
@@ -112,7 +115,19 @@ def sign(decision_path: Path, approve: bool, by: str, reason: str | None, now: d
         reason=reason or None, open_s=max(0.0, (now - first).total_seconds()), at=now,
     )
     ledger.record_signoff(d.decisions_dir, home, signoff)
+    write_verdict_file(d.path, d.decision, d.digest, home)  # it now says who signed
     return signoff
+
+
+def _edited_in_place(d: OpenDecision) -> bool:
+    """Whether the bundle's issued.jsonl says a gate wrote this file with other bytes: never
+    believed as a release record, but it tells a decision edited after its gate from one
+    written by hand or gated with another home."""
+    try:
+        issued = ledger.issued(d.decisions_dir)
+    except EvalrigError:
+        return False
+    return any(i.decision_file == d.path.name for i in issued) and all(i.decision_digest != d.digest for i in issued)
 
 
 def _comparison_problem(d: OpenDecision, gated: str) -> str | None:
@@ -121,7 +136,7 @@ def _comparison_problem(d: OpenDecision, gated: str) -> str | None:
     try:
         _, now = read_comparison(d.comparison_dir)
     except EvalrigError as e:
-        return f"its comparison does not verify ({e.message}: {e.file})"
+        return f"its comparison does not verify: {e.file}: {e.message}"
     if now != d.decision.comparison_digest or now != gated:
         return (f"its comparison does not verify: {d.comparison_dir / COMPARISON_JSON} has the digest "
                 f"{now}, the decision and the gate ledger name {gated}")
@@ -151,26 +166,30 @@ def check_release(decision_path: Path, checkpoint_dir: Path, home: Path) -> Rele
         return ReleaseCheck(False, "not approved: an advisory decision cannot be signed",
                             hint="gate with the policy the runs pinned, without --advisory")
     gates = [g for g in ledger.gates_issuing(home, d.digest) if not g.advisory]
+    prog, sign_it = command_name(), f"{command_name()} sign {quoted(decision_path)}"
     if not gates:
+        if _edited_in_place(d):
+            return ReleaseCheck(
+                False, f"not approved: no gate issued this decision as it now reads: a gate wrote "
+                f"{d.path.name} ({ISSUED}), and it was edited since; its digest {d.digest} is not in the gate "
+                f"ledger {ledger.ledger_path(home)}", hint=REGATE_HINT)
         return ReleaseCheck(
             False, f"not approved: no gate issued this decision (as it now reads): its digest {d.digest} "
             f"is not in the gate ledger {ledger.ledger_path(home)}",
-            hint="only a decision `evalrig gate` wrote with this EVALRIG_HOME can ship: gate the "
-            "comparison with the policy the runs pinned, have a person sign that decision, and "
-            "run check-release with the same EVALRIG_HOME")
+            hint=f"only a decision `{prog} gate` wrote with this EVALRIG_HOME can ship: run check-release with "
+            "the EVALRIG_HOME the train used, or gate the comparison here with the policy the runs pinned and "
+            "have a person sign that decision")
     problem = _comparison_problem(d, gates[-1].comparison_digest)
     if problem is not None:
-        return ReleaseCheck(False, f"not approved: {problem}",
-                            hint="the comparison changed after the gate: compare the two runs "
-                            "again into a new --out, gate, and sign the new decision")
+        return ReleaseCheck(False, f"not approved: {problem}", hint=RECOMPARE_HINT)
     signoffs = ledger.home_signoffs_of(home, d.digest)
     if not signoffs:
         return ReleaseCheck(False, f"not approved: {decision_path}: no sign-off of this decision (as it now reads)",
-                            hint=f"a person signs it: `evalrig sign {decision_path} --approve --by NAME`")
+                            hint=f"a person signs it: `{sign_it} --approve --by NAME`")
     last = signoffs[-1]
     if last.action != "approve":
         return ReleaseCheck(False, f"not approved: the last sign-off ({last.by}) rejects it",
-                            hint="only a new approving sign-off (`evalrig sign --approve`) changes this")
+                            hint=f"only a new approving sign-off changes this: `{sign_it} --approve --by NAME`")
     want = d.decision.candidate.checkpoint_id
     try:
         got = checkpoint_id(Path(checkpoint_dir)).digest
