@@ -300,3 +300,18 @@ def test_the_terminal_progress_bar_is_not_red_while_all_is_well() -> None:
 
     bar = next(c for c in BarReporter()._bar.columns if isinstance(c, BarColumn))
     assert (str(bar.complete_style), str(bar.finished_style)) == ("green", "green")
+
+
+def test_one_trial_is_said_in_the_singular(tmp_path: Path, evalrig_home: Path) -> None:
+    ck, tasks = make_checkpoint(tmp_path, evalrig_home), make_tasks(tmp_path, 1)
+    r = cli("run", "--checkpoint", ck, "--tasks", tasks, "--out", tmp_path / "b", "--repeat", "1",
+            "--sandbox", "process", "--jobs", "1")
+    assert r.exit_code == 0, r.stderr
+    assert "running 1 trial\n" in r.stderr and "1 trials" not in r.stderr + r.stdout
+
+
+def test_count_says_one_in_the_singular() -> None:
+    from evalrig.core.words import count
+
+    assert [count(0, "task"), count(1, "task"), count(2, "task"), count(1, "policy", "policies"),
+            count(3, "policy", "policies")] == ["0 tasks", "1 task", "2 tasks", "1 policy", "3 policies"]

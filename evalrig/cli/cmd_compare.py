@@ -9,6 +9,7 @@ import typer
 
 from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, say
 from evalrig.core.errors import ExitCode, UsageError
+from evalrig.core.words import count
 from evalrig.store.layout import COMPARISON_JSON, COMPARISON_MD
 
 
@@ -36,9 +37,9 @@ def compare_cmd(
     else:
         say([
             f"compared {c.candidate.run_id} (candidate) with {c.champion.run_id} (champion), k = {c.repeat}",
-            f"fresh: {fresh.tasks} tasks, mean_d {_f(fresh.mean_d)}, p better {_f(fresh.p_one_sided)}, "
+            f"fresh: {count(fresh.tasks, 'task')}, mean_d {_f(fresh.mean_d)}, p better {_f(fresh.p_one_sided)}, "
             f"p worse {_f(fresh.p_worse)}",
-            f"fixed: {c.suites['fixed'].tasks} tasks; invariant: {c.suites['invariant'].tasks} tasks",
+            f"fixed: {count(c.suites['fixed'].tasks, 'task')}; invariant: {count(c.suites['invariant'].tasks, 'task')}",
             f"wrote {out / COMPARISON_JSON} and {out / COMPARISON_MD}",
         ])
     return 0

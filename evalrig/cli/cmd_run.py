@@ -14,6 +14,7 @@ import typer
 
 from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, quiet, say
 from evalrig.core.errors import ExitCode, UsageError
+from evalrig.core.words import count
 from evalrig.store.layout import MANIFEST, RUNS
 
 if TYPE_CHECKING:  # the run package is imported when a command runs, not at start-up
@@ -75,8 +76,8 @@ def _start_line(total: int, kept: int, interrupted: bool) -> str:
         return (f"resuming an interrupted run (it stopped before it finished): {kept} of {total} "
                 f"trials kept, {total - kept} to run")
     if kept:
-        return f"resuming: {kept} of {total} trials kept, {total - kept} to run"
-    return f"running {total} trials"
+        return f"resuming: {kept} of {count(total, 'trial')} kept, {total - kept} to run"
+    return f"running {count(total, 'trial')}"
 
 
 def _counts_of(p: Progress) -> str:
@@ -299,12 +300,12 @@ def _incomplete_line(s: RunSummary) -> str:
     faulted = sum(len(f.trials) for f in s.findings.verifier_faults)
     resume = f"evalrig run --out {s.bundle} --resume"
     if faulted and faulted == unscored:
-        return (f"incomplete: {unscored} trials have no scored attempt, each because its "
+        return (f"incomplete: {count(unscored, 'trial')} {'has' if unscored == 1 else 'have'} no scored attempt, each because its "
                 f"verifier faulted; fix the verifier, then run the same command again ({resume})")
     if faulted:
-        return (f"incomplete: {unscored} trials have no scored attempt ({faulted} because their "
+        return (f"incomplete: {count(unscored, 'trial')} {'has' if unscored == 1 else 'have'} no scored attempt ({faulted} because their "
                 f"verifier faulted: fix it first); run again to resume ({resume})")
-    return f"incomplete: {unscored} trials have no scored attempt; run again to resume ({resume})"
+    return f"incomplete: {count(unscored, 'trial')} {'has' if unscored == 1 else 'have'} no scored attempt; run again to resume ({resume})"
 
 
 def _common_failure_line(s: RunSummary) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 
 from evalrig.core import stats
 from evalrig.core.errors import ExitCode, invalid
+from evalrig.core.words import count
 from evalrig.models.base import format_ts
 from evalrig.models.comparison import (
     CandidateRef,
@@ -341,7 +342,7 @@ def fresh_rules(c: Comparison, p: PolicyFile) -> FreshRules:
     n = paired(s)
     alpha = exact(f.alpha)
     enough = n >= f.min_tasks
-    min_tasks = _rule("fresh.min_tasks", enough, f"the fresh suite has at least {f.min_tasks} tasks",
+    min_tasks = _rule("fresh.min_tasks", enough, f"the fresh suite has at least {count(f.min_tasks, 'task')}",
                       tasks=n, min_tasks=f.min_tasks, **({"tasks_in_suite": s.tasks} if s.tasks != n else {}))
 
     p_one, p_worse = _p(s, "one_sided"), _p(s, "worse")
@@ -444,7 +445,7 @@ def _verdict(
                        "champion and needs no win.")
     if promotable and exception is not None and not fr.min_tasks.held:
         return Outcome("promote-maintenance", "maintenance",
-                       f"Promote under the exception {exception!r}: the fresh suite has {paired(s)} tasks, "
+                       f"Promote under the exception {exception!r}: the fresh suite has {count(paired(s), 'task')}, "
                        f"fewer than {p.fresh.min_tasks}, too few to judge whether the candidate is worse; "
                        "the exception needs no win.")
     if fr.loss.held:
@@ -453,7 +454,7 @@ def _verdict(
                        f"(p = {_num(s.p_worse)}).")
     d = fr.detectable
     if not fr.min_tasks.held or d.mde is None or d.mde > p.fresh.win_margin or not promotable:
-        why = (f"the fresh suite has {paired(s)} tasks, fewer than {p.fresh.min_tasks}" if not fr.min_tasks.held
+        why = (f"the fresh suite has {count(paired(s), 'task')}, fewer than {p.fresh.min_tasks}" if not fr.min_tasks.held
                else "the runs are incomplete" if not promotable
                else f"it could only detect a difference of {_pts(d.mde)}, more than the win margin "
                     f"{_pts(p.fresh.win_margin)}")
@@ -580,7 +581,7 @@ def _what_would_change(c: Comparison, p: PolicyFile, out: Outcome, invariants: l
         return _what_would_undo(c, p, out, fr)
     d = fr.detectable
     if not fr.min_tasks.held:
-        lines.append(f"A fresh suite of at least {p.fresh.min_tasks} tasks (it has {paired(c.suites['fresh'])}).")
+        lines.append(f"A fresh suite of at least {count(p.fresh.min_tasks, 'task')} (it has {paired(c.suites['fresh'])}).")
     if not c.facts.both_complete:
         lines.append("Complete runs on both sides (compare ran with --allow-incomplete).")
     if d.mde is not None and d.tasks_needed is not None and d.mde > p.fresh.win_margin:
@@ -632,7 +633,7 @@ def _what_would_undo(c: Comparison, p: PolicyFile, out: Outcome, fr: FreshRules)
                      f"is above {_pts(-f.noninferiority_margin)}; a candidate shown worse by more than that "
                      "keeps the champion.")
     else:
-        lines.append(f"The exception promotes because the fresh suite ({paired(c.suites['fresh'])} tasks) is too "
+        lines.append(f"The exception promotes because the fresh suite ({count(paired(c.suites['fresh']), 'task')}) is too "
                      f"small to judge; with {f.min_tasks} or more it would need the candidate shown not worse "
                      f"than the champion by more than {_pts(f.noninferiority_margin)}.")
     lines.append("Any invariant failing, or a stable fixed task regressing, would block it instead (each holds "

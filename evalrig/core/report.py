@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from evalrig.core.words import count
 from evalrig.models.base import format_ts
 from evalrig.models.comparison import (
     Comparison,
@@ -70,7 +71,7 @@ def cost_label(source: str | None) -> str:
 def _suite_section(name: str, s: SuiteStats, k: int) -> list[str]:
     both = f", {s.paired} scored on both sides" if s.paired is not None and s.paired != s.tasks else ""
     cost = s.efficiency.get("cost")
-    lines = [f"## {name} ({s.tasks} tasks{both})", ""]
+    lines = [f"## {name} ({count(s.tasks, 'task')}{both})", ""]
     if s.tasks == 0:
         return lines + ["No tasks in this suite.", ""]
     lines += _table(
@@ -250,7 +251,7 @@ def _figures(d: Decision, names: Mapping[str, str], decision_file: str) -> list[
         f"- champion: {checkpoint_label(d.champion.checkpoint_id, names)}, run `{d.champion.run_id}`",
         f"- policy: {_text(d.policy.name)} v{d.policy.version} `{_short(d.policy.digest)}`"
         + (f", exception `{_text(d.exception)}`" if d.exception else ""),
-        f"- fresh suite: {det.tasks} tasks; mean_d {_pts(q.get('mean_d'))}, p better {_f(q.get('p_one_sided'))}, "
+        f"- fresh suite: {count(det.tasks, 'task')}; mean_d {_pts(q.get('mean_d'))}, p better {_f(q.get('p_one_sided'))}, "
         f"p worse {_f(loss.get('p_worse'))}, {_f(q.get('discordant'))} discordant tasks",
     ]
     if eff:
@@ -258,10 +259,10 @@ def _figures(d: Decision, names: Mapping[str, str], decision_file: str) -> list[
         lines.append(f"- efficiency: {eff['metric']} ratio (candidate / champion) {_f(eff.get('ratio'))}, upper "
                      f"{100 * (1 - eff['alpha']):g} % bound {_f(eff.get('upper_bound'))} (the efficiency route needs "
                      f"at most {eff['efficiency_ratio']} with the bound below 1{closed})")
-    needed = (f"; a win of {_pts(det.win_margin)} would need {det.tasks_needed} tasks"
+    needed = (f"; a win of {_pts(det.win_margin)} would need {count(det.tasks_needed, 'task')}"
               if det.tasks_needed is not None else "")
     lines.append(f"- smallest difference this fresh suite could detect (α {det.alpha}, 80 % power): "
-                 f"{_pts(det.mde)} with {det.tasks} tasks{needed}")
+                 f"{_pts(det.mde)} with {count(det.tasks, 'task')}{needed}")
     lines += [f"- comparison `{_short(d.comparison_digest)}`; decision file `{_text(decision_file)}`"]
     return lines
 

@@ -12,6 +12,7 @@ from evalrig.core import report
 from evalrig.core.compare import RunView, build_comparison, history_check, run_view
 from evalrig.core.digest import loads, pretty_json, sha256_bytes
 from evalrig.core.errors import EvalrigError, Incomplete, UsageError, invalid
+from evalrig.core.words import count
 from evalrig.models.comparison import (
     Comparison,
     ComparisonManifest,
@@ -92,7 +93,7 @@ def load_side(dir: Path, home: Path, allow_incomplete: bool) -> LoadedRun:
                          "never promotes on an incomplete comparison)")
     if manifest.status != "complete" and not allow_incomplete:
         raise Incomplete(
-            f"the run is {manifest.status}: {manifest.counts.unscored} of {manifest.counts.trials} trials unscored",
+            f"the run is {manifest.status}: {manifest.counts.unscored} of {count(manifest.counts.trials, 'trial')} unscored",
             file=str(dir / MANIFEST),
             hint=f"resume it with `evalrig run --out {dir} --resume`, or compare with --allow-incomplete "
             "(the gate never promotes on an incomplete comparison)",
