@@ -493,16 +493,15 @@ def redact_bytes(data: bytes, secrets: Mapping[str, bytes]) -> bytes:
     return r.feed(data) + r.flush()
 
 
+_NOTE_WORD = {"link": "symlink", "fifo": "fifo", "socket": "socket"}
+
+
 def _kind(mode: int) -> str:
-    if stat.S_ISLNK(mode):
-        return "symlink"
-    if stat.S_ISFIFO(mode):
-        return "fifo"
-    if stat.S_ISSOCK(mode):
-        return "socket"
+    """The word a skip note gives an entry that is not a regular file (its index type,
+    but "symlink" for a link and "special" for anything without a word of its own)."""
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "device"
-    return "special"
+    return _NOTE_WORD.get(index_type(mode), "special")
 
 
 def index_type(mode: int) -> str:

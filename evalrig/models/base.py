@@ -115,10 +115,15 @@ class ChainedRecord(Record):
 
     @model_serializer(mode="wrap")
     def _no_null_prev(self, handler: SerializerFunctionWrapHandler) -> Any:
-        out = handler(self)
-        if isinstance(out, dict) and out.get("prev", "") is None:
-            del out["prev"]
-        return out
+        return without_null(handler(self), "prev")
+
+
+def without_null(out: Any, key: str) -> Any:
+    """A serialized record without `key` when it is null: an optional key added to a format
+    is left out rather than written as null, so records without it keep their bytes."""
+    if isinstance(out, dict) and out.get(key, "") is None:
+        del out[key]
+    return out
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

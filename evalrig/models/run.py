@@ -6,7 +6,16 @@ from typing import Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from evalrig.models.base import ChainedRecord, Digest, PathId, Record, Strict, TaskId, Timestamp
+from evalrig.models.base import (
+    ChainedRecord,
+    Digest,
+    PathId,
+    Record,
+    Strict,
+    TaskId,
+    Timestamp,
+    without_null,
+)
 from evalrig.models.inputs import Suite
 
 Status = Literal["passed", "failed", "agent_error", "timeout", "infra_error", "interrupted"]
@@ -175,11 +184,7 @@ class RunManifest(Record):
 
     @model_serializer(mode="wrap")
     def _no_null_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # Absent rather than null, so a run made without a defaults file keeps its bytes.
-        out = handler(self)
-        if isinstance(out, dict) and out.get("defaults", "") is None:
-            del out["defaults"]
-        return out
+        return without_null(handler(self), "defaults")
 
 
 class Resume(Strict):
