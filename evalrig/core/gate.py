@@ -1,7 +1,7 @@
 """The gate: a Comparison and a parsed policy in, a Decision out (docs/gate.md). Pure: the
 store (`evalrig.store.decisions`) reads the bundle and the policy file and writes the decision.
 
-Every rule is recorded under its DESIGN name with its numbers and `held`, where `held`
+Every rule is recorded under its name (docs/policy.md) with its numbers and `held`, where `held`
 means "the condition the rule states is true" (for `fresh.loss` that is "a loss was
 shown"). The verdict is the first line of the table that applies. p-values are compared
 as exact rationals against the policy's alphas read as decimals (`0.025` is 1/40).
@@ -139,7 +139,7 @@ def rule_isolated(c: Comparison, p: PolicyFile) -> RuleResult:
 
 
 def rule_policy_pinned(c: Comparison, p: PolicyFile, digest: str, advisory: bool = False) -> RuleResult:
-    """Both runs pinned this policy. DESIGN §10: runs pinned to a *different* policy are not
+    """Both runs pinned this policy (docs/gate.md): runs pinned to a *different* policy are not
     a failed rule but a refused input (§6), and --advisory is the one way past that refusal;
     so an advisory preview of another policy asks only that both runs pinned one policy,
     and records that the preview differs from it. Runs that pinned nothing fail either way."""
@@ -300,7 +300,7 @@ _SOURCE_WORDS = {
 def route_closed(metric: str, champion: str | None, candidate: str | None) -> str | None:
     """Why the efficiency route cannot grant on these figures, in one sentence; None when it can.
 
-    DESIGN §10: an efficiency win stands only on figures the rig measured. Wall and CPU time
+    An efficiency win stands only on figures the rig measured. Wall and CPU time
     always are; cost is metered only where the rig meters model spend (a later step), never
     when the agent writes it into usage.json: an agent that under-reports its cost must not
     win by it."""
@@ -331,7 +331,7 @@ def _p(s: SuiteStats, which: str) -> Fraction | None:
 
 
 def paired(s: SuiteStats) -> int:
-    """The n of a suite's statistics: its tasks scored on both sides (DESIGN §8). A task
+    """The n of a suite's statistics: its tasks scored on both sides (docs/statistics.md). A task
     that one side never scored (a subset, or every trial faulted) gives no evidence, so
     it counts toward neither min_tasks nor the bounds."""
     return s.tasks if s.paired is None else s.paired

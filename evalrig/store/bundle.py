@@ -39,7 +39,7 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def bundle_digest(files: dict[str, str]) -> str:
-    """DESIGN §7: the sha256 of the canonical JSON of the manifest's file-digest table."""
+    """The bundle digest (docs/release-flow.md): the sha256 of the canonical JSON of the manifest's file-digest table."""
     return sha256_json(files)
 
 
