@@ -27,10 +27,9 @@ from pathlib import Path
 from evalrig.attempt.verifiers import VERIFIER_DIR
 from evalrig.core.errors import EvalrigError
 from evalrig.core.outcomes import final_of
-from evalrig.models.run import Result
 from evalrig.run.loop import is_verifier_fault
 from evalrig.store import layout
-from evalrig.store.jsonl import read_records_fast
+from evalrig.store.jsonl import Fields, read_rows
 
 STDERR = "stderr.txt"
 HEAD_LINES = 5
@@ -102,22 +101,40 @@ class Findings:
     common_failure: CommonFailure | None
 
 
+@dataclass(frozen=True)
+class _Row:
+    """The fields of a result line the findings read (a run of 10,000 attempts kept as
+    whole Result models would double the rig's peak memory at its very end)."""
+
+    trial_id: str
+    attempt_id: str
+    inputs_id: str
+    status: str
+    task_id: str
+    verifier_runs: int
+    error: str | None
+
+
+_FIELDS: Fields = {"trial_id": (str,), "attempt_id": (str,), "inputs_id": (str,), "status": (str,),
+                   "task_id": (str,), "verifier_runs": (int,), "error": (str, type(None))}
+
+
 def find(out: Path) -> Findings:
     """Read the bundle's results once for both findings. Never fails a run: a record that
     cannot be read here is verify's to report."""
     try:
-        results = read_records_fast(out / layout.RESULTS_JSONL, Result).records
+        results = [_Row(**row) for row in read_rows(out / layout.RESULTS_JSONL, _FIELDS).records]
     except EvalrigError:
         return Findings([], None)
     final = final_of(results)
     return Findings(verifier_faults(out, results, final), common_failure(out, list(final.values())))
 
 
-def verifier_faults(out: Path, results: list[Result], final: dict[str, Result]) -> list[VerifierFault]:
-    last: dict[str, Result] = {}
+def verifier_faults(out: Path, results: list[_Row], final: dict[str, _Row]) -> list[VerifierFault]:
+    last: dict[str, _Row] = {}
     for r in results:
         last[r.trial_id] = r
-    by_task: dict[str, list[Result]] = {}
+    by_task: dict[str, list[_Row]] = {}
     for trial_id, r in last.items():
         if trial_id not in final and is_verifier_fault(r):
             by_task.setdefault(r.task_id, []).append(r)
@@ -143,7 +160,7 @@ def _last_verifier_stderr(evidence: Path) -> Path | None:
     return None
 
 
-def common_failure(out: Path, counted: list[Result]) -> CommonFailure | None:
+def common_failure(out: Path, counted: list[_Row]) -> CommonFailure | None:
     n = len(counted)
     if n < 2:
         return None
@@ -165,11 +182,11 @@ def common_failure(out: Path, counted: list[Result]) -> CommonFailure | None:
     return None
 
 
-def _stderr_of(r: Result) -> str:
+def _stderr_of(r: _Row) -> str:
     return f"{layout.ATTEMPTS_DIR}/{r.attempt_id}/{STDERR}"
 
 
-def _first_line(out: Path, r: Result) -> str | None:
+def _first_line(out: Path, r: _Row) -> str | None:
     """The first non-empty line of the attempt's stderr, its workspace path taken out
     (`'/dev/shm/…/<attempt id>/agent/agent.py'` reads `'agent.py'`)."""
     lines = _lines(out / _stderr_of(r))

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Literal
+from typing import Literal, Protocol
 
 from evalrig.attempt.trial import AttemptSpec, fault_outcome
 from evalrig.core.plan import Trial
@@ -286,7 +286,14 @@ def _estimate_id() -> str:
     return f"e-{pysecrets.token_hex(8)}"
 
 
-def is_verifier_fault(result: Result) -> bool:
+class _Judged(Protocol):
+    @property
+    def status(self) -> str: ...
+    @property
+    def verifier_runs(self) -> int: ...
+
+
+def is_verifier_fault(result: _Judged) -> bool:
     """A verifier that kept failing on stored evidence: never a reason to re-run the agent
     (docs/attempts.md)."""
     return result.status == "infra_error" and result.verifier_runs > 0
