@@ -101,7 +101,11 @@ def _attempt_dirs(bundle: Path) -> list[Path]:
 
 
 def _report(attempt: Path) -> dict[str, object]:
-    return orjson.loads((attempt / "out" / "report.json").read_bytes())
+    report = attempt / "out" / "report.json"
+    # When the agent wrote no report, say why: its stderr holds the exception it died of.
+    assert report.is_file(), (f"{attempt.name} wrote no report; its stderr: "
+                              f"{(attempt / 'stderr.txt').read_text(errors='replace')[-2000:]!r}")
+    return orjson.loads(report.read_bytes())
 
 
 def _network_log(attempt: Path) -> list[dict[str, object]]:
