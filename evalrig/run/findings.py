@@ -27,6 +27,7 @@ from pathlib import Path
 from evalrig.attempt.verifiers import VERIFIER_DIR
 from evalrig.core.errors import EvalrigError
 from evalrig.core.outcomes import final_of
+from evalrig.models.run import RunCounts
 from evalrig.run.loop import is_verifier_fault
 from evalrig.store import layout
 from evalrig.store.jsonl import Fields, read_rows
@@ -119,9 +120,14 @@ _FIELDS: Fields = {"trial_id": (str,), "attempt_id": (str,), "inputs_id": (str,)
                    "task_id": (str,), "verifier_runs": (int,), "error": (str, type(None))}
 
 
-def find(out: Path) -> Findings:
+def find(out: Path, counts: RunCounts) -> Findings:
     """Read the bundle's results once for both findings. Never fails a run: a record that
-    cannot be read here is verify's to report."""
+    cannot be read here is verify's to report. A run whose counts leave nothing to find
+    (every trial scored, one passed, too few gave no answer) is not read at all: a large
+    healthy bundle's resume should not pay for it."""
+    if (counts.unscored == 0 and counts.passed > 0
+            and counts.agent_error + counts.timeout < _most(counts.scored)):
+        return Findings([], None)
     try:
         results = [_Row(**row) for row in read_rows(out / layout.RESULTS_JSONL, _FIELDS).records]
     except EvalrigError:
@@ -164,7 +170,7 @@ def common_failure(out: Path, counted: list[_Row]) -> CommonFailure | None:
     n = len(counted)
     if n < 2:
         return None
-    most = max(2, (n + 1) // 2)
+    most = _most(n)
     failing = [r for r in counted if r.status in NO_ANSWER]
     first = {r.attempt_id: _first_line(out, r) for r in failing}
     ways = Counter((r.status, first[r.attempt_id]) for r in failing)
@@ -180,6 +186,11 @@ def common_failure(out: Path, counted: list[_Row]) -> CommonFailure | None:
     if not any(r.status == "passed" for r in counted):
         return CommonFailure(None, None, n, n, _stderr_of(counted[0]))
     return None
+
+
+def _most(n: int) -> int:
+    """How many of n counted attempts are "most": at least half, and at least two."""
+    return max(2, (n + 1) // 2)
 
 
 def _stderr_of(r: _Row) -> str:

@@ -231,7 +231,7 @@ def _resume(turn: Turn, manifest: RunManifest, rows: BundleRows) -> RunSummary:
     if not to_run and not repaired and manifest.status == "complete":
         # Nothing to do: leave a finished bundle byte for byte as it was.
         return RunSummary(manifest.run_id, manifest.status, manifest.counts, out, False, kept, 0,
-                          *_findings(turn))
+                          *_findings(turn, manifest.counts))
     prov = read_json(out / PROVENANCE, Provenance)
     said = run_warnings(inputs)
     new_warnings = [w for w in said if w not in prov.sandbox_warnings]
@@ -349,11 +349,11 @@ def _finish(turn: Turn, manifest: RunManifest, book: TrialBook, stopped: bool, k
                       hint="the run's results are void for a release; restore the checkpoint "
                       "and run again into a new --out")
     interrupted = stopped and status != "complete"
-    return RunSummary(final.run_id, status, counts, turn.out, interrupted, kept, ran, *_findings(turn))
+    return RunSummary(final.run_id, status, counts, turn.out, interrupted, kept, ran, *_findings(turn, counts))
 
 
-def _findings(turn: Turn) -> tuple[Findings, dict[str, Path]]:
-    found = find(turn.out)
+def _findings(turn: Turn, counts: RunCounts) -> tuple[Findings, dict[str, Path]]:
+    found = find(turn.out, counts)
     dirs = {f.task_id: turn.inputs.tasks[f.task_id].verifier_dir
             for f in found.verifier_faults if f.task_id in turn.inputs.tasks}
     return found, dirs
