@@ -45,12 +45,8 @@ def init_task(
     from evalrig.store.scaffold import scaffold_task
 
     written = scaffold_task(tasks, name, suite.value, utcnow())
-    if json_out:
-        emit_json({"written": [str(p) for p in written]})
-        return 0
-    say([f"wrote task {name} in {written[0].parent}", *(f"  {p}" for p in written),
-         f"next: write the prompt and the verifier's answer, then `evalrig validate --tasks {tasks}`"])
-    return 0
+    return _report_written(written, json_out, f"wrote task {name} in {written[0].parent}",
+                           f"next: write the prompt and the verifier's answer, then `evalrig validate --tasks {tasks}`")
 
 
 @command("checkpoint", "evalrig init checkpoint my-agent --name my-agent", on=init_app)
@@ -69,9 +65,14 @@ def init_checkpoint(
     from evalrig.store.scaffold import scaffold_checkpoint
 
     written = scaffold_checkpoint(dir, name)
+    return _report_written(written, json_out, f"wrote checkpoint {dir}",
+                           f"next: write your agent, then `evalrig validate --checkpoint {dir}` and `evalrig seal {dir}`")
+
+
+def _report_written(written: list[Path], json_out: bool, headline: str, next_step: str) -> int:
+    """The files a scaffold wrote: a JSON list, or a headline, one line each and what to do next."""
     if json_out:
         emit_json({"written": [str(p) for p in written]})
-        return 0
-    say([f"wrote checkpoint {dir}", *(f"  {p}" for p in written),
-         f"next: write your agent, then `evalrig validate --checkpoint {dir}` and `evalrig seal {dir}`"])
+    else:
+        say([headline, *(f"  {p}" for p in written), next_step])
     return 0

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, say
+from evalrig.core.words import count
 
 
 @command("seal", "evalrig seal examples/champion")
@@ -65,7 +66,7 @@ def lock_cmd(
     if json_out:
         emit_json({"lock": str(path), "tasks": lock.tasks, "added": added})
         return 0
-    say([f"locked {len(lock.tasks)} fixed task{'s' if len(lock.tasks) != 1 else ''} in {path} "
+    say([f"locked {count(len(lock.tasks), 'fixed task')} in {path} "
          f"({len(added)} new)",
          *(f"  + {task_id}  {lock.tasks[task_id]}" for task_id in added)])
     return 0

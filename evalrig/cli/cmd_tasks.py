@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, say
+from evalrig.core.words import count
 
 SHORT_DIGEST = len("sha256:") + 12
 """A digest as a person compares it by eye; --json gives it whole."""
@@ -44,6 +45,6 @@ def tasks_cmd(
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, [*widths, 0], strict=True)).rstrip()
              for row in rows]
     n = len(rows)
-    say([*lines, f"{n} task{'s' if n != 1 else ''} in {tasks} (task set {taskset.id[:SHORT_DIGEST]})"],
+    say([*lines, f"{count(n, 'task')} in {tasks} (task set {taskset.id[:SHORT_DIGEST]})"],
         result=n)
     return 0

@@ -9,6 +9,7 @@ import typer
 
 from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, say
 from evalrig.core.errors import UsageError
+from evalrig.core.words import count
 
 
 @command("validate", "evalrig validate --tasks tasks --policies policies")
@@ -72,7 +73,7 @@ def validate_cmd(
         return 0
     n = len(report.problems)
     what = f"checked: {checked}" if checked else "nothing could be checked past these problems"
-    err(f"{n} problem{'s' if n != 1 else ''} found ({what})\n"
+    err(f"{count(n, 'problem')} found ({what})\n"
         "  -> fix each problem above, then run `evalrig validate` again")
     return 4
 

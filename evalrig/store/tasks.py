@@ -28,6 +28,7 @@ from typing import NamedTuple
 from evalrig.core.digest import sha256_bytes, sha256_json
 from evalrig.core.errors import EvalrigError, Problem, invalid
 from evalrig.core.tomlerr import error_problems, key_lines, line_of, validate_doc
+from evalrig.core.words import count
 from evalrig.models.inputs import SUITES, Suite, TaskFile
 from evalrig.models.lock import FixedLock
 from evalrig.models.run import VerifierIdentity
@@ -366,7 +367,7 @@ def load_taskset(dir: Path) -> TaskSet:
     if taskset is None:
         n = len(problems)
         raise invalid(
-            f"{n} problem{'s' if n != 1 else ''} in the task set",
+            f"{count(n, 'problem')} in the task set",
             file=dir,
             problems=problems,
             hint=f"fix them; `evalrig validate --tasks {dir}` lists them all",
