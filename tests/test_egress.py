@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
 import pytest
-from redteam import Listener
+from redteam import ROOT, Listener, bwrap_works
 
 from evalrig.attempt import egress, sandbox
 from evalrig.attempt.egress import AllowList, open_session, parse_allow_host
@@ -138,10 +140,14 @@ def test_connections_end_with_the_attempt(upstream: Listener) -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
 def test_listener_passed_back_from_a_forked_child() -> None:
-    """The path a non-root bwrap takes (setns in a forked child, SCM_RIGHTS), here as root."""
-    held = subprocess.Popen(["unshare", "--net", "sleep", "30"])
+    """The path a non-root bwrap takes (setns in a forked child, SCM_RIGHTS), here as root.
+    The namespace's `lo` is brought up by its own process, as bwrap's init does."""
+    hold = ("from evalrig.attempt.sandbox import _loopback_up; import time; _loopback_up(); "
+            "print('up', flush=True); time.sleep(30)")
+    held = subprocess.Popen(["unshare", "--net", sys.executable, "-c", hold], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
-        time.sleep(0.2)
+        assert held.stdout is not None and held.stdout.readline().strip() == "up"
         net = os.open(f"/proc/{held.pid}/ns/net", os.O_RDONLY)
         try:
             listener = sandbox._listener_by_fork(held.pid, net)
@@ -160,3 +166,35 @@ def test_listener_passed_back_from_a_forked_child() -> None:
     finally:
         held.kill()
         held.wait()
+
+
+@pytest.mark.skipif(not bwrap_works(), reason="bwrap cannot run here")
+def test_bwrap_sets_up_its_own_loopback_while_the_proxy_binds_there() -> None:
+    """bwrap's init adds 127.0.0.1 to `lo` (exclusively) at the moment the rig learns its
+    pid and binds the proxy's listener there; had the rig brought `lo` up first, bwrap would
+    die with "loopback: Failed RTM_NEWADDR" (seen about one launch in a hundred)."""
+    failures = []
+    for _ in range(150):
+        info_r, info_w = os.pipe()
+        block_r, block_w = os.pipe()
+        bwrap = subprocess.Popen(["bwrap", "--unshare-net", "--unshare-pid", "--ro-bind", "/", "/",
+                                  "--info-fd", str(info_w), "--block-fd", str(block_r), "--", "/bin/true"],
+                                 pass_fds=(info_w, block_r), stderr=subprocess.PIPE)
+        os.close(info_w)
+        os.close(block_r)
+        info = b""
+        while chunk := os.read(info_r, 4096):
+            info += chunk
+        os.close(info_r)
+        try:
+            sandbox._listener_in(json.loads(info)["child-pid"]).close()
+        finally:
+            try:
+                os.write(block_w, b"x")
+            except BrokenPipeError:
+                pass  # bwrap died already: its stderr says why
+            os.close(block_w)
+            _, err = bwrap.communicate(timeout=30)
+        if bwrap.returncode != 0:
+            failures.append(err.decode(errors="replace").strip())
+    assert failures == []

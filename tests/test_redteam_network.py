@@ -108,6 +108,17 @@ def _report(attempt: Path) -> dict[str, object]:
     return orjson.loads(report.read_bytes())
 
 
+def _what_happened(bundle: Path, rows: list[dict[str, object]]) -> str:
+    """Each attempt's result, report and proxy log: what a failed assertion needs to say."""
+    lines = [f"result: {r.get('attempt_id')} {r.get('status')} {r.get('error')}" for r in rows]
+    for attempt in _attempt_dirs(bundle):
+        for name in ("out/report.json", "network.jsonl", "stderr.txt"):
+            path = attempt / name
+            text = path.read_text(errors="replace")[-1500:] if path.is_file() else "(missing)"
+            lines.append(f"{attempt.name}/{name}: {text}")
+    return "\n".join(lines)
+
+
 def _network_log(attempt: Path) -> list[dict[str, object]]:
     return [orjson.loads(line) for line in (attempt / "network.jsonl").read_bytes().splitlines()]
 
@@ -168,7 +179,8 @@ def test_allowed_host_is_reached_through_the_proxy_and_counted(tmp_path: Path, l
     assert step.code == 0, step
     rows = results(out)
     tokens = sorted(r["canary"]["value"].encode() for r in rows)  # type: ignore[index]
-    assert sorted(listener.received) == tokens  # through the tunnel, and only through it
+    # through the tunnel, and only through it
+    assert sorted(listener.received) == tokens, _what_happened(out, rows)
     assert all(r["network_hosts"] == [f"127.0.0.1:{listener.port}"] for r in rows), rows
     for attempt in _attempt_dirs(out):
         report = _report(attempt)

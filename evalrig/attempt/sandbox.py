@@ -97,6 +97,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import errno
 import fcntl
 import json
 import os
@@ -1448,17 +1449,48 @@ def _loopback_up() -> None:
             fcntl.ioctl(s.fileno(), _SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | _IFF_UP))
 
 
-def _proxy_listener() -> socket.socket:
-    """The proxy's listening socket, made in the calling thread's network namespace."""
-    _loopback_up()
+def _proxy_listener(*, own_namespace: bool) -> socket.socket:
+    """The proxy's listening socket, made in the calling thread's network namespace.
+
+    In a namespace the rig made (`own_namespace`) the rig brings `lo` up itself. In
+    bubblewrap's, bwrap's init sets `lo` up on its own, at the same moment the rig learns
+    its pid, and it adds 127.0.0.1 exclusively: had the rig brought `lo` up first (which
+    gives `lo` that address), bwrap would die ("loopback: Failed RTM_NEWADDR"). So there
+    the rig touches nothing and binds once the address is there (_bind_when_there).
+    """
+    if own_namespace:
+        _loopback_up()
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
-        listener.bind(_PROXY_ADDRESS)
+        if own_namespace:
+            listener.bind(_PROXY_ADDRESS)
+        else:
+            _bind_when_there(listener)
         listener.listen(64)
     except BaseException:
         listener.close()
         raise
     return listener
+
+
+def _bind_when_there(listener: socket.socket) -> None:
+    """Bind to _PROXY_ADDRESS, waiting while bwrap's init has not added it yet.
+
+    The kernel says nothing when the address appears, and the wait is a few system calls
+    of bwrap's long, so a short backoff (0.1 ms doubling to 10 ms, within _FD_WAIT_S) is
+    the plain answer.
+    """
+    deadline = time.monotonic() + _FD_WAIT_S
+    pause = 0.0001
+    while True:
+        try:
+            listener.bind(_PROXY_ADDRESS)
+            return
+        except OSError as e:
+            if e.errno != errno.EADDRNOTAVAIL or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.01)
 
 
 def _on_thread(work: Callable[[], T]) -> T:
@@ -1487,7 +1519,7 @@ def _new_netns_listener() -> tuple[int, socket.socket]:
         _check(_libc().unshare(_CLONE_NEWNET), "unshare(CLONE_NEWNET)")
         fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            return fd, _proxy_listener()
+            return fd, _proxy_listener(own_namespace=True)
         except BaseException:
             os.close(fd)
             raise
@@ -1508,7 +1540,7 @@ def _listener_in(pid: int) -> socket.socket:
         if os.stat(f"/proc/{pid}/ns/user").st_ino == os.stat("/proc/self/ns/user").st_ino:
             def enter() -> socket.socket:
                 _check(_libc().setns(net, _CLONE_NEWNET), "setns(network namespace)")
-                return _proxy_listener()
+                return _proxy_listener(own_namespace=False)
 
             return _on_thread(enter)
         return _listener_by_fork(pid, net)
@@ -1529,7 +1561,7 @@ def _listener_by_fork(pid: int, net: int) -> socket.socket:
                 if os.stat("/proc/self/ns/user").st_ino != os.fstat(user).st_ino:
                     _check(libc.setns(user, _CLONE_NEWUSER), "setns(user namespace)")
                 _check(libc.setns(net, _CLONE_NEWNET), "setns(network namespace)")
-                listener = _proxy_listener()
+                listener = _proxy_listener(own_namespace=False)
                 socket.send_fds(theirs, [b"L"], [listener.fileno()])
                 code = 0
             finally:
