@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redteam import bwrap_works
 
 from evalrig.attempt import sandbox
 from evalrig.attempt.sandbox import Finished, Launch, interpreter_binds, launch, resolve_level
@@ -924,3 +925,43 @@ def test_every_entry_counts_against_the_disk_allowance(tmp_path: Path) -> None:
     assert not _DiskWatch((root, 1 << 30), 100).exceeded(later)
     assert _DiskWatch((root, 1 << 30), 33).exceeded(later)
     assert _DiskWatch((root, 4096 * 30), None).exceeded(later)
+
+
+@pytest.mark.skipif(not bwrap_works(), reason="bwrap cannot run here")
+@pytest.mark.parametrize(("setup", "command", "reached"), [
+    ([], ["/bin/false"], True),  # the command ran and failed: the agent's doing
+    (["--ro-bind", "/nonexistent-evalrig-source", "/x"], ["/bin/true"], False),  # bwrap's own failure
+])
+def test_bwrap_says_whether_it_reached_the_command(setup: list[str], command: list[str],
+                                                   reached: bool) -> None:
+    """A sandbox whose setup dies after bwrap reported its init (a mount, the loopback) must
+    not be read as the agent's exit: launch() makes that an infra error."""
+    shake = sandbox._Handshake((), status=True)
+    bwrap = subprocess.Popen(["bwrap", "--unshare-pid", "--ro-bind", "/", "/", *shake.args(), *setup,
+                              "--", *command], pass_fds=shake.child_fds(), stderr=subprocess.DEVNULL)
+    shake.spawned()
+    try:
+        bwrap.wait(timeout=30)
+        assert shake.finish() is not None  # bwrap did report its init in both cases
+        assert bwrap.returncode != 0
+        assert shake.reached_command is reached
+    finally:
+        shake.close()
+
+
+def test_a_sandbox_that_dies_setting_itself_up_is_an_infra_error(bbox: Box,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fault injected into the rig's own bwrap prefix: a bind whose source is gone by the
+    time bwrap's init mounts it. The agent never ran, so the attempt is worth another."""
+    real = sandbox._bwrap_prefix
+
+    def with_a_vanished_source(*args: Any, **kwargs: Any) -> list[str]:
+        prefix = real(*args, **kwargs)
+        end = prefix.index("--")  # bwrap's options end here; the helpers and the agent follow
+        return [*prefix[:end], "--ro-bind", "/nonexistent-evalrig-source", "/x", *prefix[end:]]
+
+    monkeypatch.setattr(sandbox, "_bwrap_prefix", with_a_vanished_source)
+    done = launch(bbox.spec("sandbox_crash.py"))
+    assert done.error_kind == "infra", done
+    assert done.error is not None and "bwrap could not finish the sandbox" in done.error
+    assert "nonexistent-evalrig-source" in done.error

@@ -706,6 +706,7 @@ class _Plan:
     env: Mapping[str, str] | None = None  # the helpers' environment; None: spec.env
     netns_at: int | None = None  # process + egress: where `nsenter --net=...` goes in argv
     unshare_flags: int = 0  # process as root: namespaces the launching thread makes (unshare(2))
+    status_fd: bool = False  # bwrap: --json-status-fd (did it reach the command?)
 
 
 # Variables that make the dynamic loader or libc load code or data: the agent may set
@@ -753,7 +754,8 @@ def _plan(spec: Launch) -> _Plan:
         limits = tuple(_rlimits(spec, own_uid=uid is not None))
         argv = prefix + chain + list(spec.argv)
         return _Plan(argv, None, "namespace", uid, True, limits,
-                     {k: v for k, v in spec.env.items() if k not in held})
+                     {k: v for k, v in spec.env.items() if k not in held},
+                     status_fd=_bwrap_has_status(bwrap))
     unshare = _unshare_argv()
     uid = _slot_uid(spec.slot) if spec.unprivileged else None
     limits_argv = _prlimit(_rlimits(spec, own_uid=uid is not None))
@@ -804,14 +806,24 @@ def _process_env(env: Mapping[str, str], held: Mapping[str, str]) -> list[str]:
 
 def _bwrap_has_size(bwrap: str) -> bool:
     """bwrap >= 0.9 can cap the size of its /tmp tmpfs (`--size`)."""
-    def ask() -> bool:
+    return _bwrap_version(bwrap) >= (0, 9)
+
+
+def _bwrap_has_status(bwrap: str) -> bool:
+    """bwrap >= 0.4 says, on --json-status-fd, whether it reached the command."""
+    return _bwrap_version(bwrap) >= (0, 4)
+
+
+def _bwrap_version(bwrap: str) -> tuple[int, ...]:
+    """(major, minor) of `bwrap --version`; (0,) when it cannot be told."""
+    def ask() -> tuple[int, ...]:
         try:
             out = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10)
-            return tuple(int(x) for x in out.stdout.split()[-1].split(".")[:2]) >= (0, 9)
+            return tuple(int(x) for x in out.stdout.split()[-1].split(".")[:2])
         except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-            return False
+            return (0,)
 
-    return HOST.get(f"bwrap --size: {bwrap}", ask)
+    return HOST.get(f"bwrap --version: {bwrap}", ask)
 
 
 # --------------------------------------------------------------------------- checks
@@ -1032,7 +1044,7 @@ class _Run:
         self.streams_s += time.perf_counter() - began
         egress = _Egress(spec.egress) if spec.egress is not None and (
             self.plan.handshake or self.plan.netns_at is not None) else None
-        shake = _Handshake(self.plan.rlimits, egress) if self.plan.handshake else None
+        shake = _Handshake(self.plan.rlimits, egress, status=self.plan.status_fd) if self.plan.handshake else None
         argv = self.plan.argv
         if shake is not None:
             argv = [argv[0], *shake.args(), *argv[1:]]
@@ -1078,6 +1090,11 @@ class _Run:
             text = spec.stderr_path.read_bytes()[-2000:].decode(errors="replace").strip()
             last = text.splitlines()[-1] if text else f"wait status {status}"
             return _failed(spec, f"bwrap could not make the sandbox: {last}", "infra")
+        if shake is not None and self.killed_for is None and not shake.reached_command:
+            # Its init died setting the sandbox up: the agent never ran.
+            text = spec.stderr_path.read_bytes()[-2000:].decode(errors="replace").strip()
+            last = text.splitlines()[-1] if text else f"wait status {status}"
+            return _failed(spec, f"bwrap could not finish the sandbox: {last}", "infra")
         wall = time.monotonic() - start
         exit_code, sig = self._decode(status)
         # Linux charges the rig's peak RSS at the spawn to the child's first exec; the
@@ -1293,29 +1310,39 @@ class _Handshake:
     init in that pause (the agent inherits them), which spares a `prlimit` exec per
     attempt, and binds the egress proxy's listener inside the sandbox's network namespace
     when the launch has a grant (`_listener_in`), then releases it.
+
+    With --json-status-fd bwrap also says whether it got as far as running the command:
+    it writes an "exit-code" record only when its setup finished and the exec was reached,
+    so a sandbox that failed to finish itself (a mount, the loopback) is the rig's fault,
+    never counted against the agent (`reached_command`, set by `finish`).
     """
 
-    def __init__(self, rlimits: tuple[tuple[int, int], ...], egress: _Egress | None = None) -> None:
+    def __init__(self, rlimits: tuple[tuple[int, int], ...], egress: _Egress | None = None,
+                 *, status: bool = False) -> None:
         self.rlimits = rlimits
         self.egress = egress
         self.info_r, self._info_w = os.pipe()
         self._block_r, self._block_w = os.pipe() if rlimits or egress else (-1, -1)
+        self._status_r, self._status_w = os.pipe() if status else (-1, -1)
         self._text = b""
         self._read_all = False
         self.pid: int | None = None
+        self.reached_command = True  # known once bwrap exited (finish)
 
     def args(self) -> list[str]:
         args = ["--info-fd", str(self._info_w)]
         if self._block_r >= 0:
             args += ["--block-fd", str(self._block_r)]
+        if self._status_w >= 0:
+            args += ["--json-status-fd", str(self._status_w)]
         return args
 
     def child_fds(self) -> tuple[int, ...]:
-        return tuple(fd for fd in (self._info_w, self._block_r) if fd >= 0)
+        return tuple(fd for fd in (self._info_w, self._block_r, self._status_w) if fd >= 0)
 
     def spawned(self) -> None:
         """After the spawn: the child's ends belong to bwrap now."""
-        for name in ("_info_w", "_block_r"):
+        for name in ("_info_w", "_block_r", "_status_w"):
             fd = getattr(self, name)
             if fd >= 0:
                 os.close(fd)
@@ -1347,7 +1374,18 @@ class _Handshake:
             os.set_blocking(self.info_r, True)
             while self.on_readable():
                 pass
+        self.reached_command = self._reached_command()
         return self.pid
+
+    def _reached_command(self) -> bool:
+        """After bwrap exited: whether its setup finished and it ran the command (True
+        where bwrap was not asked to say)."""
+        if self._status_r < 0:
+            return True
+        text = b""
+        while chunk := os.read(self._status_r, 4096):  # bwrap is gone: the pipe ends
+            text += chunk
+        return b'"exit-code"' in text
 
     def _release(self) -> None:
         if self._block_w >= 0:
@@ -1361,7 +1399,7 @@ class _Handshake:
     def close(self) -> None:
         # Closing the block pipe unheld would let the init go on: by now every process of
         # the sandbox is dead or being killed, so nothing unlimited can run.
-        for name in ("info_r", "_info_w", "_block_r", "_block_w"):
+        for name in ("info_r", "_info_w", "_block_r", "_block_w", "_status_r", "_status_w"):
             fd = getattr(self, name)
             if fd >= 0:
                 os.close(fd)
