@@ -119,7 +119,7 @@ def pass_k(by_suite: Mapping[str, Mapping[str, tuple[Mapping[str, float | None],
         if not handles:
             handles, labels = ax.get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="lower center", ncol=4, frameon=False, bbox_to_anchor=(0.5, -0.08))
+        fig.legend(handles, labels, loc="upper center", ncol=4, frameon=False, bbox_to_anchor=(0.5, 1.12))
     return _svg(fig, "pass^k and pass@k")
 
 

@@ -480,11 +480,11 @@ def _comparison_facts(c: Comparison, runs: Mapping[str, RunData]) -> str:
 
 def _suite_tables(c: Comparison) -> str:
     k = c.repeat
-    out = ["<section id=\"suites\"><h2>Suites</h2>"]
+    out = ["<section id=\"suites\"><h2>Suites</h2><div class=\"row\">"]
     for name, s in c.suites.items():
-        out.append(f"<h3>{esc(name)} ({esc(count(s.tasks, 'task'))})</h3>")
+        out.append(f"<div><h3>{esc(name)} ({esc(count(s.tasks, 'task'))})</h3>")
         if s.tasks == 0:
-            out.append("<p>No tasks in this suite.</p>")
+            out.append("<p>No tasks in this suite.</p></div>")
             continue
         rows = [
             ("pass rate", words.pct(s.champion.pass_rate), words.pct(s.candidate.pass_rate)),
@@ -507,14 +507,14 @@ def _suite_tables(c: Comparison) -> str:
             ("MDE (α 0.025, power 0.8)", words.fmt(s.mde.value if s.mde else None)),
         ]
         out.append('<table class="stats"><tbody>' + "".join(
-            f"<tr><th>{esc(a)}</th><td>{esc(b)}</td></tr>" for a, b in stats) + "</tbody></table>")
+            f"<tr><th>{esc(a)}</th><td>{esc(b)}</td></tr>" for a, b in stats) + "</tbody></table></div>")
     cal = c.calibration
-    out.append("<h3>The reward channel</h3><table class=\"suite\"><thead><tr><th></th><th>champion</th>"
+    out.append("<div><h3>The reward channel</h3><table class=\"suite\"><thead><tr><th></th><th>champion</th>"
                "<th>candidate</th></tr></thead><tbody>"
                f"<tr><th>valid estimates</th><td>{cal['champion'].estimates}</td><td>{cal['candidate'].estimates}</td></tr>"
                f"<tr><th>Brier (p_success)</th><td>{esc(words.fmt(cal['champion'].brier))}</td>"
-               f"<td>{esc(words.fmt(cal['candidate'].brier))}</td></tr></tbody></table>")
-    out.append("</section>")
+               f"<td>{esc(words.fmt(cal['candidate'].brier))}</td></tr></tbody></table></div>")
+    out.append("</div></section>")
     return "".join(out)
 
 
@@ -523,9 +523,9 @@ def _suite_pass_k(s: SuiteStats) -> dict[str, tuple[Mapping[str, float | None], 
 
 
 def _plots_section(svgs: Sequence[tuple[str, str]]) -> str:
-    return ('<section id="plots"><h2>Plots</h2>'
+    return ('<section id="plots"><h2>Plots</h2><div class="row">'
             + "".join(f'<figure><figcaption>{esc(cap)}</figcaption>{svg}</figure>' for cap, svg in svgs)
-            + "</section>")
+            + "</div></section>")
 
 
 def _comparison_plots(c: Comparison, runs: Mapping[str, RunData]) -> str:
@@ -788,7 +788,8 @@ h2.verdict{font-size:1.6em;padding:.4em .6em;border-radius:6px}
 .note{background:#fff5d6;padding:.5em 1em;border-radius:6px}
 table{border-collapse:collapse;margin:.5em 0}td,th{border-bottom:1px solid #ddd;padding:3px 8px;text-align:left;
 vertical-align:top}tr.bad td{background:#fbe3e4}
-figure{margin:1em 0}svg.plot{max-width:100%;height:auto}
+figure{margin:1em 0;max-width:100%}svg.plot{max-width:100%;height:auto}
+.row{display:flex;flex-wrap:wrap;gap:0 2.5em;align-items:flex-start}figcaption{max-width:40em;color:#444}
 #tasks th[data-key]{cursor:pointer;user-select:none}#tasks th[data-key]:hover{background:#eef0f4}
 tr.task{cursor:pointer}tr.task:hover{background:#f6f7f9}.up{color:#2f7d3d}.down{color:#b3363b}
 tr.detail>td{background:#fafafa}pre{white-space:pre-wrap;word-break:break-word;margin:.2em 0;max-height:20em;
