@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
+from gate_bundles import Side, Task, write_run
+from redteam import add_task
 
 from evalrig.core.digest import canonical_line
 from evalrig.store.compare import compare_bundles
 from evalrig.store.files import sha256_file
 from evalrig.store.tasks import load_taskset
-from gate_bundles import Side, Task, write_run
-from redteam import add_task
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY = ROOT / "policies" / "default.toml"

@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from gate_bundles import chain
+from report_bundles import HOSTILE, POLICY, build_train
 from typer.testing import CliRunner
 
 from evalrig.cli import app
 from evalrig.store.bundle import check_run_digests
-from gate_bundles import chain
-from report_bundles import HOSTILE, POLICY, build_train
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,7 +69,8 @@ def test_one_script_allowed_by_its_hash_and_untrusted_text_escaped(train, evalri
     assert "<script>alert(1)" not in html and "<img" not in html and "onerror=\"alert" not in html
     data = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S).group(1)
     assert "</" not in data
-    assert json.dumps(HOSTILE)[1:-1] in json.dumps(json.loads(data))  # the text itself, intact
+    shown = HOSTILE.replace("\x1b", "\\x1b")  # the text itself, its control characters shown escaped
+    assert json.dumps(shown)[1:-1] in json.dumps(json.loads(data)) and "\\u001b" not in data
 
 
 def test_a_tampered_bundle_is_shown_under_a_banner_naming_the_first_digest(train, evalrig_home: Path) -> None:

@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
+from chromium import Browser, not_blank, why_unavailable
+from report_bundles import EPISODE_SAY, EPISODE_TASK, HOSTILE, build_train
 from typer.testing import CliRunner
 
-from chromium import Browser, not_blank, why_unavailable
 from evalrig.cli import app
-from report_bundles import EPISODE_SAY, EPISODE_TASK, HOSTILE, build_train
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "docs" / "img"
@@ -92,14 +92,16 @@ def test_sorting_filtering_and_a_transcript(tmp_path: Path, evalrig_home: Path) 
         b.eval("document.querySelectorAll('details.transcript').forEach(d => d.open = true)")
         text = b.eval("document.querySelector('tr.detail').innerText")
         assert EPISODE_SAY in text and "find_order" in text and "driver_end" in text
-        assert "alert(1)" in text  # shown, escaped
-        _save(b.screenshot(), "report-transcript.png")
+        assert "alert(1)" in text and "[bold]\\x1b[31m" in text  # shown, escaped; a terminal escape seen, not obeyed
+        b.eval("document.querySelector('details.transcript').scrollIntoView()")
+        _save(b.screenshot(full_page=False), "report-transcript.png")
         # a task's trials list their evidence files and the answer got
         b.eval("document.querySelector('#task-body tr.task[data-id=\"t001\"]').click()")
         b.eval("document.querySelectorAll('tr.detail details').forEach(d => d.open = true)")
         detail = b.eval("Array.from(document.querySelectorAll('tr.detail')).map(x => x.innerText).join('\\n')")
         assert "out/answer.txt" in detail and "stdout.txt" in detail
         assert 'expected "42"' in detail  # the verifier's settings, read from the task set after its digest
+        assert "expected\n42" in detail and "got\n</script>" in detail  # beside what the agent answered
         assert HOSTILE.split("<img")[0] in detail
         assert b.eval("document.querySelectorAll('img').length") == 0
         assert b.dialogs == []

@@ -89,7 +89,13 @@ def esc(x: Any) -> str:
     return html.escape("" if x is None else str(x), quote=True)
 
 
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0D, 0x20), 0x7F]}
+
+
 def _clip(text: str, n: int = MAX_TEXT) -> str:
+    """Untrusted text for the page: at most n characters, control characters shown escaped
+    (a terminal escape or a carriage return in an answer is seen, not obeyed)."""
+    text = text.translate(_CONTROLS)
     return text if len(text) <= n else text[:n] + f"… ({len(text) - n} more characters)"
 
 
@@ -288,6 +294,8 @@ def _trials(run: RunData, side: str) -> dict[str, list[list[Any]]]:
         out[r.task_id].append([side, r.rep, r.attempt_id, r.status, r.reward, a.wall_s if a else None,
                                a.cost_usd if a else None, 1 if r.attempt_id in final else 0, files, answer,
                                transcript])
+    for rows in out.values():
+        rows.sort(key=lambda a: (a[1], a[7]))  # by repetition, the attempt that counts last
     return out
 
 
@@ -795,7 +803,7 @@ tr.task{cursor:pointer}tr.task:hover{background:#f6f7f9}.up{color:#2f7d3d}.down{
 tr.detail>td{background:#fafafa}pre{white-space:pre-wrap;word-break:break-word;margin:.2em 0;max-height:20em;
 overflow:auto;background:#f3f3f3;padding:.3em}
 .turn{border-left:3px solid #ccc;padding-left:.5em;margin:.3em 0}.turn.error{border-color:#c44e52}
-.turn.call{border-color:#4c72b0}.turn.end{border-color:#dd8452}.who{color:#666;font-size:.85em}
+.vs{display:grid;grid-template-columns:1fr 1fr;gap:1em}.turn.call{border-color:#4c72b0}.turn.end{border-color:#dd8452}.who{color:#666;font-size:.85em}
 """
 
 _JS = r"""
@@ -829,7 +837,10 @@ function detail(t){
     var box=el("div",null,"trial");
     box.appendChild(el("h4",a[0]+" · rep "+a[1]+" · "+a[3]+(a[7]?"":" (superseded)")+" · reward "+num(a[4])+" · "+num(a[5],2)+" s · $"+num(a[6],4)));
     box.appendChild(el("div","attempt "+a[2],"who"));
-    if(a[9]!==null){var g=el("div");g.appendChild(el("strong","Answer (got): "));g.appendChild(el("pre",a[9]));box.appendChild(g);}
+    if(a[9]!==null){var g=el("div",null,"vs");
+      if(t[10]&&t[10].kind!=="command"){var w=el("div");w.appendChild(el("strong",t[10].kind==="regex"?"pattern":"expected"));
+        w.appendChild(el("pre",t[10].kind==="regex"?t[10].pattern:(typeof t[10].expected==="string"?t[10].expected:JSON.stringify(t[10].expected,null,1))));g.appendChild(w);}
+      var h=el("div");h.appendChild(el("strong","got"));h.appendChild(el("pre",a[9]));g.appendChild(h);box.appendChild(g);}
     if(a[8].length){var d=el("details");d.appendChild(el("summary","Evidence files ("+a[8].length+")"));var ul=el("ul");
       a[8].forEach(function(f){ul.appendChild(el("li",f));});d.appendChild(ul);box.appendChild(d);}
     if(a[10]){var tr=el("details",null,"transcript");tr.appendChild(el("summary","Transcript ("+a[10].length+" items)"));
