@@ -168,3 +168,35 @@ def test_matplotlib_is_imported_by_report_only() -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().splitlines()[-1] == "False False"
+
+
+def test_release_curves_come_from_the_gate_ledger(tmp_path: Path, evalrig_home: Path) -> None:
+    from pydantic import BaseModel, ConfigDict
+
+    from evalrig.store.jsonl import chained_append
+
+    class Line(BaseModel):
+        model_config = ConfigDict(extra="allow")
+
+    with chained_append(evalrig_home / "gates.jsonl", Line) as gates:
+        for i, rate in enumerate((0.81, 0.84, 0.79)):
+            gates.append(Line(schema_version="1.0", at=f"2026-12-0{i + 1}T10:00:00.000000Z", verdict="promote",
+                              advisory=False, comparison_digest=f"sha256:{i:064x}", candidate_id="sha256:" + "a" * 64,
+                              curve={"fixed_pass_rate": {"champion": rate, "candidate": rate + 0.01},
+                                     "fresh_mean_d": 0.05, "cost_per_task": {"champion": 0.02, "candidate": 0.019},
+                                     "public_pass_rate": {"champion": None, "candidate": None}}))
+    log = _log(tmp_path / "releases.jsonl", [
+        {"schema_version": "1.0", "seq": 0, "at": "2026-12-02T11:00:00.000000Z", "kind": "ship"}])
+    html, out = _report(evalrig_home, "--log", log)
+    assert "carries curve figures yet" not in html
+    for label in ("champion fixed pass rate", "fresh delta (mean_d)", "ship", "rollback", "alert"):
+        assert f">{label}<" in html
+    assert "12-03 10:00" in html  # the third train on the axis
+
+
+def test_a_broken_gate_ledger_is_named_not_drawn(tmp_path: Path, evalrig_home: Path) -> None:
+    (evalrig_home / "gates.jsonl").write_text('{"prev": "0000", "at": "x"}\n')
+    log = _log(tmp_path / "releases.jsonl", [])
+    html, out = _report(evalrig_home, "--log", log)
+    assert out["banners"] and "gate ledger does not verify" in out["banners"][0]
+    assert "gates.jsonl" in out["banners"][0]

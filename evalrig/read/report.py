@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from evalrig.core import report as words
 from evalrig.core.compare import RunRecords
 from evalrig.core.digest import loads, sha256_bytes
-from evalrig.core.errors import EvalrigError, invalid
+from evalrig.core.errors import EvalrigError, Problem, invalid
 from evalrig.core.outcomes import final_of
 from evalrig.core.stats import side_summary
 from evalrig.core.words import count
@@ -707,18 +707,20 @@ def _release_events(path: Path) -> tuple[list[_Event], list[str]]:
     return events, notes
 
 
-def _trains(home: Path) -> list[_Train]:
-    """One train per comparison: its last non-advisory gate, in ledger order."""
+def _trains(home: Path) -> tuple[list[_Train], str | None]:
+    """One train per comparison: its last non-advisory gate, in ledger order; or none and
+    why, when the gate ledger does not verify."""
     try:
         lines = read_chained(ledger.ledger_path(home), _Train).records
-    except EvalrigError:
-        return []
+    except EvalrigError as e:
+        where = Problem(e.file, e.message, e.field, e.line).render()
+        return [], f"The gate ledger does not verify, so no curve is drawn: {where}"
     last: dict[str, _Train] = {}
     for t in lines:
         if not t.advisory:
             last.pop(t.comparison_digest, None)
             last[t.comparison_digest] = t
-    return list(last.values())
+    return list(last.values()), None
 
 
 def _log_page(path: Path, home: Path) -> Page:
@@ -731,7 +733,9 @@ def _log_page(path: Path, home: Path) -> Page:
     elif problems:
         page.banners.append(f"The release log does not verify. First line that fails: {problems[0]}; "
                             "the events before it are shown.")
-    trains = _trains(home)
+    trains, broken = _trains(home)
+    if broken is not None:
+        page.banners.append(broken)
     times = [t.at for t in trains]
 
     def position(at: str) -> float:
@@ -759,7 +763,7 @@ def _log_page(path: Path, home: Path) -> Page:
             "cost per task, candidate": pick("cost_per_task", "candidate"),
             "public pass rate, candidate": pick("public_pass_rate", "candidate"),
         }
-    else:
+    elif broken is None:
         page.notes.append(f"No train in the gate ledger ({ledger.ledger_path(home)}) carries curve figures yet: "
                           "the curves are empty until gates record them.")
     marks = [plots.Mark(position(e.at), e.kind, str(e.seq)) for e in events if e.kind in ("ship", "rollback", "alert")]
