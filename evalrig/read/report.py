@@ -205,7 +205,7 @@ def _evidence(run_dir: Path, attempt_id: str) -> tuple[list[str], str | None, li
         rel = os.path.relpath(dirpath, root)
         for name in sorted(names):
             if len(files) < MAX_FILES:
-                files.append(name if rel == "." else f"{rel}/{name}")
+                files.append(_clip(name if rel == "." else f"{rel}/{name}", 300))  # names are the agent's
             else:
                 more += 1
     if more:
@@ -918,9 +918,12 @@ def render(page: Page, now: datetime) -> bytes:
         f"<title>{esc(page.title)} · evalrig report</title><style>{_CSS}</style></head><body>",
         f"<header><h1>{esc(page.title)}</h1></header>",
     ]
+    # A failed verification before everything (a reader never hides tampering); then the
+    # verdict; then the notes on what could not be shown.
     parts += [f'<div class="banner" role="alert">{esc(b)}</div>' for b in page.banners]
+    parts += page.sections[:1]
     parts += [f'<p class="note">{esc(n)}</p>' for n in page.notes]
-    parts += page.sections
+    parts += page.sections[1:]
     if page.data is not None:
         parts.append(_tasks_section(page.data))
         parts.append(f"<script>{_JS}</script>")
