@@ -200,3 +200,22 @@ def test_a_broken_gate_ledger_is_named_not_drawn(tmp_path: Path, evalrig_home: P
     html, out = _report(evalrig_home, "--log", log)
     assert out["banners"] and "gate ledger does not verify" in out["banners"][0]
     assert "gates.jsonl" in out["banners"][0]
+
+
+def test_whether_signed_by_the_homes_record(train, evalrig_home: Path) -> None:
+    decision = next((train.cmp / "decisions").glob("*.json"))
+    html, _ = _report(evalrig_home, train.cmp)
+    assert "Not signed yet" in html
+    r = cli(evalrig_home, "sign", decision, "--reject", "--by", "<i>Ada</i>", "--reason", "looked")
+    assert r.exit_code == 0, r.output
+    html, _ = _report(evalrig_home, train.cmp)
+    assert "by &lt;i&gt;Ada&lt;/i&gt;" in html and "<i>Ada" not in html
+
+
+def test_a_link_at_the_output_is_refused_not_followed(train, evalrig_home: Path, tmp_path: Path) -> None:
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    (train.cmp / "report.html").symlink_to(target)
+    r = cli(evalrig_home, "report", train.cmp)
+    assert r.exit_code == 4 and "report.html" in r.output
+    assert target.read_text() == "keep me"

@@ -37,7 +37,7 @@ from evalrig.core.words import count
 from evalrig.models.comparison import Comparison, ComparisonManifest, Decision, SuiteStats
 from evalrig.models.run import RunManifest
 from evalrig.store import bundle, ledger
-from evalrig.store.files import parse_json, read_json
+from evalrig.store.files import parse_json, read_json, write_bytes_atomic
 from evalrig.store.jsonl import chain_hash, read_chained, whole_lines
 from evalrig.store.layout import (
     ADVISORY,
@@ -112,14 +112,12 @@ def write_report(target: Path | None, out: Path | None, log: Path | None, tasks_
         assert target is not None
         target = Path(target)
         kind = _kind(target)
-        page = _comparison_page(target, tasks_dir) if kind == "comparison" else _run_page(target, tasks_dir)
+        page = _comparison_page(target, tasks_dir, home) if kind == "comparison" else _run_page(target, tasks_dir)
         out = out or target / REPORT_HTML
     data = render(page, now)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp.{os.getpid()}")
-        tmp.write_bytes(data)
-        os.replace(tmp, out)
+        write_bytes_atomic(out, data)  # a link at --out is refused (exit 4), never followed
     except OSError as e:
         raise invalid(f"cannot be written ({e.strerror})", file=out,
                       hint="give --out a file in a folder you may write") from None
@@ -409,7 +407,7 @@ def _banner(problems: Sequence[str]) -> str | None:
     return f"This bundle does not verify. First digest that fails: {problems[0]}{more}"
 
 
-def _comparison_page(dir: Path, tasks_dir: Path | None) -> Page:
+def _comparison_page(dir: Path, tasks_dir: Path | None, home: Path) -> Page:
     comparison, manifest, problems = _check_comparison(dir)
     comparison_digest = sha256_bytes((dir / COMPARISON_JSON).read_bytes())
     decisions, d_problems = _decisions(dir, comparison_digest)
@@ -419,7 +417,7 @@ def _comparison_page(dir: Path, tasks_dir: Path | None) -> Page:
     if (b := _banner(problems)) is not None:
         page.banners.append(b)
     page.notes += run_notes
-    page.sections.append(_verdict_section(dir, decisions))
+    page.sections.append(_verdict_section(dir, decisions, home))
     if problems[1:]:
         page.sections.append(_list_section("Every problem found", problems))
     page.sections.append(_comparison_facts(comparison, runs))
@@ -432,7 +430,26 @@ def _comparison_page(dir: Path, tasks_dir: Path | None) -> Page:
     return page
 
 
-def _verdict_section(dir: Path, decisions: list[tuple[Path, Decision]]) -> str:
+def _signed(path: Path, d: Decision, home: Path) -> str:
+    """Whether a person signed the decision, by the home's record (the one check-release
+    believes), or how to sign it."""
+    if d.advisory:
+        return ('<p class="warn"><strong>ADVISORY</strong>: this decision applies a policy the runs did not '
+                "pin; it cannot be signed.</p>")
+    try:
+        signoffs = ledger.home_signoffs_of(home, sha256_bytes(path.read_bytes()))
+    except (EvalrigError, OSError) as e:
+        return f"<p>Sign-offs cannot be read from this rig's home ({esc(e)}).</p>"
+    if not signoffs:
+        return (f"<p><strong>Not signed yet</strong> (in this rig's home, {esc(home)}). A person signs it: "
+                f"<code>evalrig sign {esc(path)} --approve|--reject --by NAME</code>.</p>")
+    last = signoffs[-1]
+    stance = "agrees with the gate" if last.agrees_with_gate else f"overrides the gate: {last.reason or ''}"
+    return (f"<p><strong>Signed: {'approved' if last.action == 'approve' else 'rejected'} by {esc(last.by)}</strong> "
+            f"at {esc(last.at.isoformat())} ({esc(stance)}).</p>")
+
+
+def _verdict_section(dir: Path, decisions: list[tuple[Path, Decision]], home: Path) -> str:
     if not decisions:
         return (f'<section id="verdict"><h2 class="verdict pending">Not gated yet</h2><p>No decision in '
                 f"{esc(dir / DECISIONS)}. <code>evalrig gate {esc(dir)} --policy FILE</code> applies a policy "
@@ -451,12 +468,11 @@ def _verdict_section(dir: Path, decisions: list[tuple[Path, Decision]]) -> str:
         others = "<p>Other decisions in this bundle: " + ", ".join(
             f"{esc(p.relative_to(dir))} ({esc(x.verdict)}{', advisory' if x.advisory else ''})"
             for p, x in decisions[:-1]) + ".</p>"
-    advisory = ('<p class="warn"><strong>ADVISORY</strong>: this decision applies a policy the runs did not '
-                "pin; it cannot be signed.</p>") if d.advisory else ""
+    signed = _signed(path, d, home)
     return (
         f'<section id="verdict"><h2 class="verdict {cls}">{esc(words.verdict_headline(d))}</h2>'
         f'<p class="sentence"><strong>Verdict: <code>{esc(d.verdict)}</code></strong> (reason: '
-        f"<code>{esc(d.reason)}</code>). {esc(d.summary)}</p>{advisory}"
+        f"<code>{esc(d.reason)}</code>). {esc(d.summary)}</p>{signed}"
         f"<p>Policy {esc(d.policy.name)} v{esc(d.policy.version)} <code>{esc(words.short_digest(d.policy.digest))}"
         f"</code>{', exception ' + esc(d.exception) if d.exception else ''}; decision file "
         f"<code>{esc(path.relative_to(dir))}</code>, verdict file <code>{esc(path.with_suffix('.md').relative_to(dir))}"
