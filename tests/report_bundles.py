@@ -50,7 +50,9 @@ def _transcript() -> bytes:
     who = [("rig", "agent"), ("agent", "rig"), ("rig", "agent"), ("agent", "rig"), ("rig", "agent")]
     lines = [{"seq": i, "from": f, "to": t, "frame": fr, "t_ms": 10 * i} for i, ((f, t), fr) in
              enumerate(zip(who, frames, strict=True))]
-    return b"".join(canonical_line(x) for x in lines) + orjson.dumps({"seq": 5})[:-2]  # and a torn line
+    lines.append({"seq": 5, "from": "agent", "to": "rig", "raw": "not json {", "reason": "not a JSON object",
+                  "t_ms": 60})
+    return b"".join(canonical_line(x) for x in lines) + orjson.dumps({"seq": 6})[:-2]  # and a torn line
 
 
 def _evidence(dir: Path, name: str, tasks: dict[str, Task]) -> None:

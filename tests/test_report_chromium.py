@@ -92,6 +92,7 @@ def test_sorting_filtering_and_a_transcript(tmp_path: Path, evalrig_home: Path) 
         b.eval("document.querySelectorAll('details.transcript').forEach(d => d.open = true)")
         text = b.eval("document.querySelector('tr.detail').innerText")
         assert EPISODE_SAY in text and "find_order" in text and "driver_end" in text
+        assert "not a frame (not a JSON object)" in text and "line 7 is torn" in text
         assert "alert(1)" in text and "[bold]\\x1b[31m" in text  # shown, escaped; a terminal escape seen, not obeyed
         b.eval("document.querySelector('details.transcript').scrollIntoView()")
         _save(b.screenshot(full_page=False), "report-transcript.png")

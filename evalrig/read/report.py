@@ -260,7 +260,8 @@ def _transcript(path: Path) -> list[list[Any]]:
         who = f"{rec.get('from', '?')} → {rec.get('to', '?')}"
         frame = rec.get("frame")
         if not isinstance(frame, dict):
-            items.append([who, "raw", _clip(str(rec.get("raw", frame))), "error"])
+            why = f" ({rec['reason']})" if isinstance(rec.get("reason"), str) else ""
+            items.append([who, "not a frame" + _clip(why, 300), _clip(str(rec.get("raw", frame))), "error"])
             continue
         kind = frame.get("type")
         if kind in ("session", "turn", "reply"):
@@ -273,6 +274,8 @@ def _transcript(path: Path) -> list[list[Any]]:
             continue
         else:
             items.append([who, str(kind), _clip(orjson.dumps(frame).decode()), ""])
+        if isinstance(rec.get("reason"), str):  # a frame that ended the episode or broke a rule: not relayed
+            items.append([who, "not relayed", _clip(rec["reason"]), "error"])
     if len(lines) > MAX_FRAMES:
         items.append(["rig", "…", f"{len(lines) - MAX_FRAMES} more frames in {TRANSCRIPT}", ""])
     if torn is not None:
