@@ -183,7 +183,7 @@ def test_release_curves_come_from_the_gate_ledger(tmp_path: Path, evalrig_home: 
             gates.append(Line(schema_version="1.0", at=f"2026-12-0{i + 1}T10:00:00.000000Z", verdict="promote",
                               advisory=False, comparison_digest=f"sha256:{i:064x}", candidate_id="sha256:" + "a" * 64,
                               curve={"fixed_pass_rate": {"champion": rate, "candidate": rate + 0.01},
-                                     "fresh_mean_d": 0.05, "cost_per_task": {"champion": 0.02, "candidate": 0.019},
+                                     "fresh_mean_d": 0.05, "fresh_bounds": [0.01, 0.09], "cost_per_task": {"champion": 0.02, "candidate": 0.019},
                                      "public_pass_rate": {"champion": None, "candidate": None}}))
     log = _log(tmp_path / "releases.jsonl", [
         {"schema_version": "1.0", "seq": 0, "at": "2026-12-02T11:00:00.000000Z", "kind": "ship"}])

@@ -215,9 +215,10 @@ class Mark:
     label: str
 
 
-def curves(series: Mapping[str, Sequence[float | None]], labels: Sequence[str], marks: Sequence[Mark]) -> str:
+def curves(series: Mapping[str, Sequence[float | None]], labels: Sequence[str], marks: Sequence[Mark],
+           bands: Mapping[str, Sequence[tuple[float, float] | None]] | None = None) -> str:
     """The release curves (docs/report.md): one panel per series over the trains, with ships,
-    rollbacks and alerts marked as vertical lines."""
+    rollbacks and alerts marked as vertical lines; `bands` shades a series' bounds."""
     names = list(series)
     fig, axes = plt.subplots(len(names) or 1, 1, figsize=(7.5, 1.9 * max(len(names), 1)), squeeze=False,
                              sharex=True)
@@ -227,6 +228,11 @@ def curves(series: Mapping[str, Sequence[float | None]], labels: Sequence[str], 
         pts = [(i, y) for i, y in enumerate(ys) if y is not None]
         if pts:
             ax.plot([i for i, _ in pts], [y for _, y in pts], "o-", ms=3, color="#333")
+        band = [(i, b) for i, b in enumerate((bands or {}).get(name, ())) if b is not None]
+        if band:
+            ax.fill_between([i for i, _ in band], [b[0] for _, b in band], [b[1] for _, b in band],
+                            color="#4c72b0", alpha=0.2, lw=0)
+            ax.axhline(0, color="#999", lw=0.6)
         ax.set_ylabel(name, fontsize=8)
         for m in marks:
             color, ls = style.get(m.kind, ("#999", "-"))

@@ -785,11 +785,19 @@ def _log_page(path: Path, home: Path) -> Page:
     elif broken is None:
         page.notes.append(f"No train in the gate ledger ({ledger.ledger_path(home)}) carries curve figures yet: "
                           "the curves are empty until gates record them.")
+    bounds: list[tuple[float, float] | None] = []
+    for t in trains:
+        b = (t.curve or {}).get("fresh_bounds")
+        if isinstance(b, list) and len(b) == 2 and all(isinstance(x, (int, float)) for x in b):
+            bounds.append((float(b[0]), float(b[1])))
+        else:
+            bounds.append(None)
     marks = [plots.Mark(position(e.at), e.kind, str(e.seq)) for e in events if e.kind in ("ship", "rollback", "alert")]
     labels = [t.at.strftime("%m-%d %H:%M") for t in trains]
     page.sections.append(_plots_section([
-        ("The curves over the trains, with ships (green), rollbacks (red dashed) and alerts (orange dotted).",
-         plots.curves(series, labels, marks))]))
+        ("The curves over the trains, with ships (green), rollbacks (red dashed) and alerts (orange dotted); "
+         "the fresh delta's band is its two-sided t bounds.",
+         plots.curves(series, labels, marks, {"fresh delta (mean_d)": bounds}))]))
     rows = []
     for e in events:
         extra = e.model_extra or {}
