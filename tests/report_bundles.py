@@ -99,3 +99,43 @@ def build_train(root: Path, home: Path, n: int = 24, k: int = 5, gate: bool = Tr
 
         gate_comparison(cmp, POLICY, None, False, home, datetime(2026, 12, 2, tzinfo=UTC))
     return Train(root, a, b, cmp, sorted(champ), taskset)
+
+
+def write_curves(home: Path, fixed_rates: tuple[float, ...]) -> None:
+    """Gate ledger lines carrying the curve figures (one train each, a day apart), chained
+    as the gate chains them."""
+    from pydantic import BaseModel, ConfigDict
+
+    from evalrig.store.jsonl import chained_append
+
+    class Line(BaseModel):
+        model_config = ConfigDict(extra="allow")
+
+    with chained_append(home / "gates.jsonl", Line) as gates:
+        for i, rate in enumerate(fixed_rates):
+            gates.append(Line(
+                schema_version="1.0", at=f"2026-12-{i + 1:02d}T10:00:00.000000Z", verdict="promote", advisory=False,
+                comparison_digest=f"sha256:{i:064x}", candidate_id="sha256:" + "a" * 64,
+                curve={"fixed_pass_rate": {"champion": rate, "candidate": rate + 0.01},
+                       "fresh_mean_d": 0.05 - 0.01 * (i % 3), "fresh_bounds": [0.01 - 0.01 * (i % 3), 0.09],
+                       "cost_per_task": {"champion": 0.02, "candidate": 0.019 + 0.001 * (i % 2)},
+                       "public_pass_rate": {"champion": 0.5, "candidate": 0.5 + 0.02 * (i % 2)}}))
+
+
+def release_events(n_trains: int) -> list[dict]:
+    """A release log over the trains of write_curves: ships, a failed tripwire, its rollback, an alert."""
+    base = {"schema_version": "1.0"}
+    out: list[dict] = []
+    for i in range(n_trains):
+        out.append({**base, "seq": len(out), "at": f"2026-12-{i + 1:02d}T12:00:00.000000Z", "kind": "ship",
+                    "verdict": "promote", "reason": "quality",
+                    "candidate": {"checkpoint_id": f"sha256:{i:064x}", "name": f"v{i}"}, "replaces": None})
+        if i == 2:
+            out.append({**base, "seq": len(out), "at": "2026-12-03T13:00:00.000000Z", "kind": "tripwire",
+                        "checkpoint_id": f"sha256:{i:064x}", "held": False})
+            out.append({**base, "seq": len(out), "at": "2026-12-03T13:00:01.000000Z", "kind": "rollback",
+                        "from": f"sha256:{i:064x}", "to": f"sha256:{i - 1:064x}", "trigger": "tripwire", "by": "rig",
+                        "reason": "a tripwire failed", "evidence": len(out) - 1})
+    out.append({**base, "seq": len(out), "at": f"2026-12-{n_trains:02d}T14:00:00.000000Z", "kind": "alert",
+                "alert_kind": "stall", "metric": "promotions", "trains": [], "detail": "no promote in 6 trains"})
+    return out

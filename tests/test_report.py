@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from gate_bundles import chain
-from report_bundles import HOSTILE, POLICY, build_train
+from report_bundles import HOSTILE, POLICY, build_train, write_curves
 from typer.testing import CliRunner
 
 from evalrig.cli import app
@@ -171,20 +171,7 @@ def test_matplotlib_is_imported_by_report_only() -> None:
 
 
 def test_release_curves_come_from_the_gate_ledger(tmp_path: Path, evalrig_home: Path) -> None:
-    from pydantic import BaseModel, ConfigDict
-
-    from evalrig.store.jsonl import chained_append
-
-    class Line(BaseModel):
-        model_config = ConfigDict(extra="allow")
-
-    with chained_append(evalrig_home / "gates.jsonl", Line) as gates:
-        for i, rate in enumerate((0.81, 0.84, 0.79)):
-            gates.append(Line(schema_version="1.0", at=f"2026-12-0{i + 1}T10:00:00.000000Z", verdict="promote",
-                              advisory=False, comparison_digest=f"sha256:{i:064x}", candidate_id="sha256:" + "a" * 64,
-                              curve={"fixed_pass_rate": {"champion": rate, "candidate": rate + 0.01},
-                                     "fresh_mean_d": 0.05, "fresh_bounds": [0.01, 0.09], "cost_per_task": {"champion": 0.02, "candidate": 0.019},
-                                     "public_pass_rate": {"champion": None, "candidate": None}}))
+    write_curves(evalrig_home, (0.81, 0.84, 0.79))
     log = _log(tmp_path / "releases.jsonl", [
         {"schema_version": "1.0", "seq": 0, "at": "2026-12-02T11:00:00.000000Z", "kind": "ship"}])
     html, out = _report(evalrig_home, "--log", log)

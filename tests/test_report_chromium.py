@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 from chromium import Browser, not_blank, why_unavailable
-from report_bundles import EPISODE_SAY, EPISODE_TASK, HOSTILE, build_train
+from gate_bundles import chain
+from report_bundles import (
+    EPISODE_SAY,
+    EPISODE_TASK,
+    HOSTILE,
+    build_train,
+    release_events,
+    write_curves,
+)
 from typer.testing import CliRunner
 
 from evalrig.cli import app
@@ -106,4 +114,21 @@ def test_sorting_filtering_and_a_transcript(tmp_path: Path, evalrig_home: Path) 
         assert HOSTILE.split("<img")[0] in detail
         assert b.eval("document.querySelectorAll('img').length") == 0
         assert b.dialogs == []
+        assert [u for u in b.requests if not u.startswith("file://")] == []
+
+
+def test_release_log_page(tmp_path: Path, evalrig_home: Path) -> None:
+    write_curves(evalrig_home, (0.81, 0.84, 0.79, 0.83, 0.86, 0.85, 0.88, 0.9))
+    log = tmp_path / "releases.jsonl"
+    log.write_bytes(chain(release_events(8)))
+    r = CliRunner().invoke(app, ["report", "--log", str(log)], env={"EVALRIG_HOME": str(evalrig_home)})
+    assert r.exit_code == 0, r.output
+    with Browser(height=900) as b:
+        b.open(tmp_path / "releases.html")
+        shot = b.screenshot()
+        assert not_blank(shot)[1] > 0.02
+        _save(shot, "report-releases.png")
+        assert b.eval("document.querySelectorAll('svg.plot').length") == 1
+        assert b.eval("document.querySelectorAll('#events tbody tr').length") == len(release_events(8))
+        assert b.eval("document.querySelectorAll('tr.ev-rollback').length") == 1
         assert [u for u in b.requests if not u.startswith("file://")] == []

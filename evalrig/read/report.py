@@ -700,6 +700,10 @@ class _Train(BaseModel):
     curve: dict[str, Any] | None = None
 
 
+def _short(digest: Any) -> str:
+    return words.short_digest(digest) if isinstance(digest, str) else ""
+
+
 def _release_events(path: Path) -> tuple[list[_Event], list[str]]:
     """The release log's events up to the first line at which its chain fails (docs/report.md:
     each `prev` is the bare sha256 of the previous line, null on the first), and that failure."""
@@ -800,15 +804,22 @@ def _log_page(path: Path, home: Path) -> Page:
          plots.curves(series, labels, marks, {"fresh delta (mean_d)": bounds}))]))
     rows = []
     for e in events:
-        extra = e.model_extra or {}
-        what = {
-            "ship": lambda x: f"{x.get('verdict')} ({x.get('reason')}): {(x.get('candidate') or {}).get('checkpoint_id')}"
-                              f" replaces {x.get('replaces')}; signed by {x.get('signed_by')}",
-            "rollback": lambda x: f"{x.get('from')} → {x.get('to')} ({x.get('trigger')}, by {x.get('by')}): "
-                                  f"{x.get('reason')}",
-            "tripwire": lambda x: f"{x.get('checkpoint_id')}: {'held' if x.get('held') else 'FAILED'}",
-            "alert": lambda x: f"{x.get('alert_kind')} on {x.get('metric')}: {x.get('detail')}",
-        }.get(e.kind, lambda x: orjson.dumps(x).decode())(extra)
+        x = e.model_extra or {}
+        if e.kind == "ship":
+            c = x.get("candidate")
+            cand: dict[str, Any] = c if isinstance(c, dict) else {}
+            signed = f"; signed by {x['signed_by']}" if x.get("signed_by") else ""
+            what = (f"{x.get('verdict')} ({x.get('reason')}): {cand.get('name', '')} {_short(cand.get('checkpoint_id'))} "
+                    f"replaces {_short(x.get('replaces')) or 'nothing (the first ship)'}{signed}")
+        elif e.kind == "rollback":
+            what = (f"{_short(x.get('from'))} → {_short(x.get('to'))} ({x.get('trigger')}, by {x.get('by')}): "
+                    f"{x.get('reason')}")
+        elif e.kind == "tripwire":
+            what = f"{_short(x.get('checkpoint_id'))}: {'held' if x.get('held') else 'FAILED'}"
+        elif e.kind == "alert":
+            what = f"{x.get('alert_kind')} on {x.get('metric')}: {x.get('detail')}"
+        else:
+            what = orjson.dumps(x).decode()
         rows.append(f'<tr class="ev-{esc(e.kind)}"><td>{e.seq}</td><td>{esc(e.at)}</td><td>{esc(e.kind)}</td>'
                     f"<td>{esc(_clip(str(what)))}</td></tr>")
     page.sections.append(f'<section id="events"><h2>Events ({len(events)})</h2><table class="events"><thead><tr>'
