@@ -206,3 +206,11 @@ def test_a_link_at_the_output_is_refused_not_followed(train, evalrig_home: Path,
     r = cli(evalrig_home, "report", train.cmp)
     assert r.exit_code == 4 and "report.html" in r.output
     assert target.read_text() == "keep me"
+
+
+def test_a_line_that_is_not_the_rigs_is_a_problem_shown_not_a_refusal(train, evalrig_home: Path) -> None:
+    results = train.candidate / "results.jsonl"
+    results.write_bytes(results.read_bytes() + b'{"schema_version": "1.0", "status": "won"}\n')
+    html, out = _report(evalrig_home, train.candidate)
+    assert "results.jsonl" in out["banners"][0]
+    assert "the run&#x27;s lines are not shown" in html and "run-cand" in html

@@ -62,10 +62,10 @@ def _note(ax: plt.Axes, text: str) -> None:
 def differences(by_suite: Mapping[str, Sequence[float]]) -> str:
     """Per-task differences d_i (candidate − champion pass rate), sorted, one panel per suite.
     Drawn as a step line over the task's rank (0–1), one segment per run of equal values."""
-    suites = list(by_suite)
+    suites = list(by_suite) or ["no suite"]
     fig, axes = plt.subplots(1, len(suites), figsize=(3.2 * len(suites), 2.6), squeeze=False, sharey=True)
     for ax, suite in zip(axes[0], suites, strict=True):
-        ds = sorted(by_suite[suite])
+        ds = sorted(by_suite.get(suite, ()))
         ax.set_title(f"{suite} ({len(ds)} tasks)")
         ax.axhline(0, color="#999", lw=0.8)
         if not ds:
@@ -92,13 +92,13 @@ def differences(by_suite: Mapping[str, Sequence[float]]) -> str:
 def pass_k(by_suite: Mapping[str, Mapping[str, tuple[Mapping[str, float | None], Mapping[str, float | None]]]]) -> str:
     """pass^j and pass@j against j, both sides, one panel per suite. `by_suite[suite][side]`
     is (pass_hat_k, pass_at_k), keyed by j as a string."""
-    suites = list(by_suite)
+    suites = list(by_suite) or ["no suite"]
     fig, axes = plt.subplots(1, len(suites), figsize=(3.2 * len(suites), 2.6), squeeze=False, sharey=True)
     for ax, suite in zip(axes[0], suites, strict=True):
         ax.set_title(suite)
         drawn = False
         for side, color in SIDES:
-            if side not in by_suite[suite]:
+            if side not in by_suite.get(suite, {}):
                 continue
             hat, at = by_suite[suite][side]
             for series, style, word in ((hat, "-", "pass^k"), (at, "--", "pass@k")):
@@ -193,10 +193,10 @@ def calibration(pairs: Mapping[str, Sequence[tuple[float, bool]]], bins: int = 1
 
 def histogram(by_suite: Mapping[str, Sequence[float]]) -> str:
     """A run bundle's per-task pass rates, one panel per suite (a run has nothing to pair)."""
-    suites = list(by_suite)
+    suites = list(by_suite) or ["no suite"]
     fig, axes = plt.subplots(1, len(suites), figsize=(3.2 * len(suites), 2.6), squeeze=False)
     for ax, suite in zip(axes[0], suites, strict=True):
-        rates = by_suite[suite]
+        rates = by_suite.get(suite, ())
         ax.set_title(f"{suite} ({len(rates)} tasks)")
         if not rates:
             _note(ax, "no tasks")

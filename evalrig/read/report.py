@@ -157,8 +157,12 @@ def _read_run(dir: Path) -> RunData:
     """A run bundle's manifest and lines, and every digest that does not verify (shown, not refused)."""
     manifest = read_json(dir / MANIFEST, RunManifest)
     problems = [p.render() for p in bundle.check_run_digests(dir)]
-    with no_gc():
-        lines = read_run_lines(dir)
+    try:
+        with no_gc():
+            lines = read_run_lines(dir)
+    except EvalrigError as e:  # a line that is not the rig's: shown as a problem, the rest as it is
+        problems.append(Problem(e.file, e.message, e.field, e.line).render() + " (the run's lines are not shown)")
+        return RunData(dir, manifest, RunRecords([], {}, {}), {}, problems)
     return RunData(dir, manifest, lines.records, lines.torn, problems)
 
 
