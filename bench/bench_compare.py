@@ -30,8 +30,8 @@ kind, args = sys.argv[1], sys.argv[2:]
 if kind == "baseline":
     import orjson
     n = 0
-    for a in args:
-        with open(a + "/results.jsonl", "rb") as f:
+    for a in args:  # a bundle (its results.jsonl) or a .jsonl file
+        with open(a if a.endswith(".jsonl") else a + "/results.jsonl", "rb") as f:
             for line in f:
                 orjson.loads(line); n += 1
     code = 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from evalrig.core.words import count
@@ -24,7 +25,7 @@ from evalrig.models.comparison import (
 )
 
 
-def _f(x: Any, digits: int = 4) -> str:
+def fmt(x: Any, digits: int = 4) -> str:
     if x is None:
         return "–"
     if isinstance(x, bool):
@@ -34,11 +35,11 @@ def _f(x: Any, digits: int = 4) -> str:
     return str(x)
 
 
-def _pct(x: float | None) -> str:
+def pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.1f} %"
 
 
-def _short(digest: str) -> str:
+def short_digest(digest: str) -> str:
     return digest.removeprefix("sha256:")[:12]
 
 
@@ -77,15 +78,15 @@ def _suite_section(name: str, s: SuiteStats, k: int) -> list[str]:
     lines += _table(
         ["", "champion", "candidate"],
         [
-            ["pass rate", _pct(s.champion.pass_rate), _pct(s.candidate.pass_rate)],
-            ["pass rate se", _pct(s.champion.pass_rate_se), _pct(s.candidate.pass_rate_se)],
-            ["mean reward", _f(s.champion.mean_reward), _f(s.candidate.mean_reward)],
-            [f"pass^{k}", _f(s.champion.pass_hat_k.get(str(k))), _f(s.candidate.pass_hat_k.get(str(k)))],
-            [f"pass@{k}", _f(s.champion.pass_at_k.get(str(k))), _f(s.candidate.pass_at_k.get(str(k)))],
-            ["cost per task (USD)", _f(s.champion.cost_per_task), _f(s.candidate.cost_per_task)],
+            ["pass rate", pct(s.champion.pass_rate), pct(s.candidate.pass_rate)],
+            ["pass rate se", pct(s.champion.pass_rate_se), pct(s.candidate.pass_rate_se)],
+            ["mean reward", fmt(s.champion.mean_reward), fmt(s.candidate.mean_reward)],
+            [f"pass^{k}", fmt(s.champion.pass_hat_k.get(str(k))), fmt(s.candidate.pass_hat_k.get(str(k)))],
+            [f"pass@{k}", fmt(s.champion.pass_at_k.get(str(k))), fmt(s.candidate.pass_at_k.get(str(k)))],
+            ["cost per task (USD)", fmt(s.champion.cost_per_task), fmt(s.candidate.cost_per_task)],
             ["cost source", cost_label(cost.champion_source if cost else None),
              cost_label(cost.candidate_source if cost else None)],
-            ["wall s per task", _f(s.champion.wall_s_per_task), _f(s.candidate.wall_s_per_task)],
+            ["wall s per task", fmt(s.champion.wall_s_per_task), fmt(s.candidate.wall_s_per_task)],
         ],
     )
     lines.append("")
@@ -93,17 +94,17 @@ def _suite_section(name: str, s: SuiteStats, k: int) -> list[str]:
     lines += _table(
         ["statistic", "value"],
         [
-            ["mean_d", _f(s.mean_d)],
-            ["se_d", _f(s.se_d)],
+            ["mean_d", fmt(s.mean_d)],
+            ["se_d", fmt(s.se_d)],
             ["better / worse / equal", f"{s.better} / {s.worse} / {s.equal}"],
-            ["p one-sided (better)", f"{_f(s.p_one_sided)}" + (f" = {s.p_exact.one_sided}" if s.p_exact else "")],
-            ["p worse", f"{_f(s.p_worse)}" + (f" = {s.p_exact.worse}" if s.p_exact else "")],
-            ["p two-sided", _f(s.p_two_sided)],
-            ["t bounds (97.5 % one-sided)", "–" if tb is None else f"[{_f(tb.lower)}, {_f(tb.upper)}]"],
-            ["MDE (α 0.025, power 0.8)", _f(s.mde.value if s.mde else None)],
-            ["McNemar two-sided p", _f(s.mcnemar.p_two_sided if s.mcnemar else None)],
+            ["p one-sided (better)", f"{fmt(s.p_one_sided)}" + (f" = {s.p_exact.one_sided}" if s.p_exact else "")],
+            ["p worse", f"{fmt(s.p_worse)}" + (f" = {s.p_exact.worse}" if s.p_exact else "")],
+            ["p two-sided", fmt(s.p_two_sided)],
+            ["t bounds (97.5 % one-sided)", "–" if tb is None else f"[{fmt(tb.lower)}, {fmt(tb.upper)}]"],
+            ["MDE (α 0.025, power 0.8)", fmt(s.mde.value if s.mde else None)],
+            ["McNemar two-sided p", fmt(s.mcnemar.p_two_sided if s.mcnemar else None)],
         ] + [
-            [f"{m} ratio (upper bound)", f"{_f(e.ratio)} ({_f(e.upper)})"] for m, e in s.efficiency.items()
+            [f"{m} ratio (upper bound)", f"{fmt(e.ratio)} ({fmt(e.upper)})"] for m, e in s.efficiency.items()
         ],
     )
     lines.append("")
@@ -128,7 +129,7 @@ def _task_table(rows: Sequence[TaskRow]) -> list[str]:
     return _table(
         ["task", "champion", "candidate", "d", "fisher p (worse)", "cost champ → cand"],
         [[r.task_id, _rate(r.champion_passes, r.champion_n), _rate(r.candidate_passes, r.candidate_n),
-          _f(r.d, 3), _f(r.fisher_p_worse, 3), f"{_f(r.champion_cost)} → {_f(r.candidate_cost)}"] for r in rows],
+          fmt(r.d, 3), fmt(r.fisher_p_worse, 3), f"{fmt(r.champion_cost)} → {fmt(r.candidate_cost)}"] for r in rows],
     )
 
 
@@ -137,10 +138,10 @@ def comparison_markdown(c: Comparison) -> str:
     lines = [
         "# Comparison",
         "",
-        f"- champion: run `{c.champion.run_id}`, checkpoint `{_short(c.champion.checkpoint_id)}`",
-        f"- candidate: run `{c.candidate.run_id}`, checkpoint `{_short(c.candidate.checkpoint_id)}`",
-        f"- k = {c.repeat}, seed {c.seed}, task set `{_short(c.taskset_id)}`",
-        f"- both runs complete: {_f(f.both_complete)}" + (" (compared with --allow-incomplete)"
+        f"- champion: run `{c.champion.run_id}`, checkpoint `{short_digest(c.champion.checkpoint_id)}`",
+        f"- candidate: run `{c.candidate.run_id}`, checkpoint `{short_digest(c.candidate.checkpoint_id)}`",
+        f"- k = {c.repeat}, seed {c.seed}, task set `{short_digest(c.taskset_id)}`",
+        f"- both runs complete: {fmt(f.both_complete)}" + (" (compared with --allow-incomplete)"
                                                          if f.allow_incomplete else ""),
         f"- history: {f.history.message}",
         "",
@@ -152,10 +153,10 @@ def comparison_markdown(c: Comparison) -> str:
         ["", "champion", "candidate"],
         [
             ["valid estimates", *(str(c.calibration[s].estimates) for s in ("champion", "candidate"))],
-            ["Brier (p_success)", *(_f(c.calibration[s].brier) for s in ("champion", "candidate"))],
-            ["time range coverage", *(_pct(c.calibration[s].time.coverage) for s in ("champion", "candidate"))],
-            ["time interval score", *(_f(c.calibration[s].time.interval_score) for s in ("champion", "candidate"))],
-            ["cost range coverage", *(_pct(c.calibration[s].cost.coverage) for s in ("champion", "candidate"))],
+            ["Brier (p_success)", *(fmt(c.calibration[s].brier) for s in ("champion", "candidate"))],
+            ["time range coverage", *(pct(c.calibration[s].time.coverage) for s in ("champion", "candidate"))],
+            ["time interval score", *(fmt(c.calibration[s].time.interval_score) for s in ("champion", "candidate"))],
+            ["cost range coverage", *(pct(c.calibration[s].cost.coverage) for s in ("champion", "candidate"))],
         ],
     )
     return "\n".join(lines) + "\n"
@@ -179,14 +180,20 @@ _GRANTS = frozenset({"fresh.quality", "fresh.noninferior", "fresh.efficiency"})
 _PROMOTIONS = frozenset({"promote", "promote-maintenance"})
 
 
-def _outcome(name: str, held: bool) -> str:
-    """A rule's result in words, bold only when it is bad news for the candidate: a veto that
+def rule_outcome(name: str, held: bool) -> tuple[str, bool]:
+    """A rule's result in words, and whether it is bad news for the candidate: a veto that
     holds (no loss shown) is never styled like a failure (docs/gate.md)."""
     if name == "fresh.loss":
-        return "**loss shown**" if held else "no loss shown"
+        return ("loss shown", True) if held else ("no loss shown", False)
     if name in _GRANTS:
-        return "met" if held else "not met"
-    return "holds" if held else "**FAILS**"
+        return ("met" if held else "not met"), False
+    return ("holds", False) if held else ("FAILS", True)
+
+
+def _outcome(name: str, held: bool) -> str:
+    """The outcome in the verdict file: bold only when it is bad news."""
+    words, bad = rule_outcome(name, held)
+    return f"**{words}**" if bad else words
 
 
 def _text(s: str) -> str:
@@ -197,6 +204,11 @@ def _text(s: str) -> str:
 
 
 def _numbers(d: dict[str, Any]) -> str:
+    return rule_numbers(d).replace("|", "\\|")
+
+
+def rule_numbers(d: dict[str, Any]) -> str:
+    """A rule's numbers in one line of plain text (the verdict file's and the report's)."""
     parts = []
     for k, v in d.items():
         if k in _SKIP_NUMBERS or v == [] or v == {}:
@@ -206,11 +218,11 @@ def _numbers(d: dict[str, Any]) -> str:
                 parts.append(f"{k} none (run without --policy)")
             continue
         if isinstance(v, str) and v.startswith("sha256:"):
-            v = _short(v)
+            v = short_digest(v)
         if isinstance(v, list):
             v = ", ".join(str(x.get("task_id", x)) if isinstance(x, dict) else str(x) for x in v[:10])
-        parts.append(f"{k} {_f(v)}")
-    return "; ".join(parts).replace("|", "\\|")
+        parts.append(f"{k} {fmt(v)}")
+    return "; ".join(parts)
 
 
 def _caveats(d: Decision) -> list[str]:
@@ -233,8 +245,8 @@ def checkpoint_label(checkpoint_id: str, names: Mapping[str, str]) -> str:
     """A checkpoint as people know it: its name (checkpoint.toml, from the seal registry)
     and a short id."""
     name = names.get(checkpoint_id)
-    return (f"{_text(name)} `{_short(checkpoint_id)}`" if name
-            else f"`{_short(checkpoint_id)}` (no name: not in this home's seal registry)")
+    return (f"{_text(name)} `{short_digest(checkpoint_id)}`" if name
+            else f"`{short_digest(checkpoint_id)}` (no name: not in this home's seal registry)")
 
 
 def _pts(x: Any) -> str:
@@ -249,21 +261,21 @@ def _figures(d: Decision, names: Mapping[str, str], decision_file: str) -> list[
     lines = [
         f"- candidate: {checkpoint_label(d.candidate.checkpoint_id, names)}, run `{d.candidate.run_id}`",
         f"- champion: {checkpoint_label(d.champion.checkpoint_id, names)}, run `{d.champion.run_id}`",
-        f"- policy: {_text(d.policy.name)} v{d.policy.version} `{_short(d.policy.digest)}`"
+        f"- policy: {_text(d.policy.name)} v{d.policy.version} `{short_digest(d.policy.digest)}`"
         + (f", exception `{_text(d.exception)}`" if d.exception else ""),
-        f"- fresh suite: {count(det.tasks, 'task')}; mean_d {_pts(q.get('mean_d'))}, p better {_f(q.get('p_one_sided'))}, "
-        f"p worse {_f(loss.get('p_worse'))}, {_f(q.get('discordant'))} discordant tasks",
+        f"- fresh suite: {count(det.tasks, 'task')}; mean_d {_pts(q.get('mean_d'))}, p better {fmt(q.get('p_one_sided'))}, "
+        f"p worse {fmt(loss.get('p_worse'))}, {fmt(q.get('discordant'))} discordant tasks",
     ]
     if eff:
         closed = "" if not eff.get("why") else "; closed here, see **Cost** below"
-        lines.append(f"- efficiency: {eff['metric']} ratio (candidate / champion) {_f(eff.get('ratio'))}, upper "
-                     f"{100 * (1 - eff['alpha']):g} % bound {_f(eff.get('upper_bound'))} (the efficiency route needs "
+        lines.append(f"- efficiency: {eff['metric']} ratio (candidate / champion) {fmt(eff.get('ratio'))}, upper "
+                     f"{100 * (1 - eff['alpha']):g} % bound {fmt(eff.get('upper_bound'))} (the efficiency route needs "
                      f"at most {eff['efficiency_ratio']} with the bound below 1{closed})")
     needed = (f"; a win of {_pts(det.win_margin)} would need {count(det.tasks_needed, 'task')}"
               if det.tasks_needed is not None else "")
     lines.append(f"- smallest difference this fresh suite could detect (α {det.alpha}, 80 % power): "
                  f"{_pts(det.mde)} with {count(det.tasks, 'task')}{needed}")
-    lines += [f"- comparison `{_short(d.comparison_digest)}`; decision file `{_text(decision_file)}`"]
+    lines += [f"- comparison `{short_digest(d.comparison_digest)}`; decision file `{_text(decision_file)}`"]
     return lines
 
 
@@ -286,19 +298,45 @@ def _sign_lines(d: Decision, signoffs: Sequence[SignOff], decision_file: str, pr
             f"To change it, sign again: {how}."]
 
 
+def verdict_headline(d: Decision) -> str:
+    """The verdict file's title, which the HTML report repeats word for word (docs/report.md)."""
+    if d.verdict == "block":  # its first sentence names what failed (core/gate.py `_blocked`)
+        return "BLOCK: " + d.summary.split(" Also failing: ")[0].removeprefix("Blocked: ").rstrip(".")
+    return _HEADLINE[d.verdict]
+
+
+@dataclass(frozen=True)
+class ReportLink:
+    """Where the comparison's HTML report is, for the verdict file's pointer to it."""
+
+    comparison_dir: str
+    """The comparison bundle, as the person names it in a command."""
+    href: str | None
+    """report.html relative to the verdict file when it exists, else None."""
+
+
+def _report_line(link: ReportLink, prog: str) -> str:
+    """A pointer to the HTML report, or how to make one (docs/report.md). The verdict file is
+    never digested (gate and sign rewrite it), so this line can change without touching a
+    decision's digest."""
+    make = f"`{prog} report {shlex.quote(link.comparison_dir)}`"
+    if link.href is None:
+        return (f"**Plots and every task:** no HTML report yet; {make} makes one "
+                "(report.html in the comparison bundle).")
+    return (f"**Plots and every task:** [the HTML report]({link.href.replace(' ', '%20')}) "
+            f"(made by {make}; run it again after new gates or sign-offs).")
+
+
 def verdict_markdown(d: Decision, earlier: Sequence[GateLedgerEntry], decision_file: str,
                      signoffs: Sequence[SignOff] = (), names: Mapping[str, str] | None = None,
-                     prog: str = "evalrig") -> str:
+                     prog: str = "evalrig", report: ReportLink | None = None) -> str:
     """The verdict file (docs/gate.md): the verdict and its reason, whether it is signed, the
     figures it stands on, what would change it, the rules, the sign-offs and the
     candidate's earlier gates. `names` maps checkpoint ids to their names; `prog` is the
-    command the person runs the rig by."""
+    command the person runs the rig by; `report` where the HTML report is (or is made)."""
     names = names or {}
-    headline = _HEADLINE[d.verdict]
-    if d.verdict == "block":  # its first sentence names what failed (core/gate.py `_blocked`)
-        headline = "BLOCK: " + d.summary.split(" Also failing: ")[0].removeprefix("Blocked: ").rstrip(".")
     lines = [
-        f"# {headline}",
+        f"# {verdict_headline(d)}",
         "",
         f"**Verdict: `{d.verdict}`** (reason: `{d.reason}`). {d.summary}",
         "",
@@ -306,6 +344,8 @@ def verdict_markdown(d: Decision, earlier: Sequence[GateLedgerEntry], decision_f
         "",
         *_figures(d, names, decision_file),
     ]
+    if report is not None:
+        lines += ["", _report_line(report, prog)]
     lines += _caveats(d)
     lines += ["", "## What would change the answer", ""]
     lines += [f"- {w}" for w in d.what_would_change] or ["- nothing short of new evidence"]
@@ -316,7 +356,7 @@ def verdict_markdown(d: Decision, earlier: Sequence[GateLedgerEntry], decision_f
     if signoffs:
         lines += ["", f"## Sign-offs ({len(signoffs)})", ""]
         lines += _table(["at", "by", "action", "agrees with the gate", "reason"],
-                        [[format_ts(s.at), _text(s.by), s.action, _f(s.agrees_with_gate), _text(s.reason or "–")]
+                        [[format_ts(s.at), _text(s.by), s.action, fmt(s.agrees_with_gate), _text(s.reason or "–")]
                          for s in signoffs])
     lines += ["", f"## Earlier gates of this candidate ({len(earlier)})", ""]
     if earlier:
@@ -324,7 +364,7 @@ def verdict_markdown(d: Decision, earlier: Sequence[GateLedgerEntry], decision_f
             ["at", "verdict", "reason", "champion", "policy", "exception", "comparison", "advisory"],
             [[format_ts(e.at), e.verdict, e.reason, checkpoint_label(e.champion_id, names),
               f"{_text(e.policy.name)} v{e.policy.version}", _text(e.exception or "–"),
-              f"`{_short(e.comparison_digest)}`", _f(e.advisory)] for e in earlier],
+              f"`{short_digest(e.comparison_digest)}`", fmt(e.advisory)] for e in earlier],
         )
     else:
         lines.append("None: this is the first gate of this candidate.")

@@ -270,6 +270,11 @@ class ComparisonManifest(Record):
     candidate: RunRef
     allow_incomplete: bool
     files: dict[str, Digest] = Field(description="Digest of comparison.json and comparison.md.")
+    runs: dict[Literal["champion", "candidate"], str] | None = Field(
+        default=None,
+        description="Where the two run bundles were when compared (absolute paths), for the report's "
+        "trials and evidence; null in comparisons written before it was recorded.",
+    )
 
 
 # -- decisions ---------------------------------------------------------------------------

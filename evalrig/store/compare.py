@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from evalrig.core import report
 from evalrig.core.compare import RunView, build_comparison, history_check, run_view
@@ -225,7 +226,9 @@ def _compare_bundles(champ_dir: Path, cand_dir: Path, out_dir: Path, home: Path,
     check_pairable(champion, candidate, champ_dir, cand_dir)
     history = history_check(champion.history, candidate.history)
     comparison = build_comparison(champion.view, candidate.view, history, allow_incomplete)
-    write_comparison(out_dir, comparison, report.comparison_markdown(comparison), allow_incomplete)
+    runs: dict[Literal["champion", "candidate"], str] = {"champion": str(champ_dir.resolve()),
+                                                         "candidate": str(cand_dir.resolve())}
+    write_comparison(out_dir, comparison, report.comparison_markdown(comparison), allow_incomplete, runs)
     return comparison
 
 
@@ -256,8 +259,10 @@ def check_out_dir(out_dir: Path) -> None:
                       file=manifest, hint="give compare a new --out directory (not a run bundle)")
 
 
-def write_comparison(out_dir: Path, comparison: Comparison, markdown: str, allow_incomplete: bool) -> None:
-    """Write the bundle; a comparison already there with other bytes is never replaced."""
+def write_comparison(out_dir: Path, comparison: Comparison, markdown: str, allow_incomplete: bool,
+                     runs: dict[Literal["champion", "candidate"], str] | None = None) -> None:
+    """Write the bundle; a comparison already there with other bytes is never replaced.
+    `runs` records where the run bundles were, for the report (docs/report.md)."""
     data = pretty_json(comparison)
     md = markdown.encode()
     check_out_dir(out_dir)
@@ -274,7 +279,7 @@ def write_comparison(out_dir: Path, comparison: Comparison, markdown: str, allow
                       "it is never overwritten", file=existing, hint=RECOMPARE_HINT)
     manifest = ComparisonManifest(
         champion=comparison.champion, candidate=comparison.candidate, allow_incomplete=allow_incomplete,
-        files={COMPARISON_JSON: sha256_bytes(data), COMPARISON_MD: sha256_bytes(md)},
+        files={COMPARISON_JSON: sha256_bytes(data), COMPARISON_MD: sha256_bytes(md)}, runs=runs,
     )
     write_bytes_atomic(out_dir / COMPARISON_JSON, data)
     write_bytes_atomic(out_dir / COMPARISON_MD, md)

@@ -6,6 +6,7 @@ gate (`evalrig.core.gate.decide`), and write the decision, its verdict file for 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -21,7 +22,7 @@ from evalrig.store.checkpoint import registered_seal
 from evalrig.store.compare import RECOMPARE_HINT, read_comparison
 from evalrig.store.files import parse_json, write_bytes_atomic
 from evalrig.store.invocation import command_name
-from evalrig.store.layout import ADVISORY, COMPARISON_JSON, DECISIONS, ISSUED
+from evalrig.store.layout import ADVISORY, COMPARISON_JSON, DECISIONS, ISSUED, REPORT_HTML
 from evalrig.store.policy import load_policy
 
 
@@ -164,8 +165,23 @@ def write_verdict_file(path: Path, decision: Decision, digest: str, home: Path) 
         if entry is not None:
             names[ref] = entry.name
     signoffs = [] if decision.advisory else ledger.home_signoffs_of(home, digest)
-    md = report.verdict_markdown(decision, gates[:last], str(path), signoffs, names, command_name())
     md_path = path.with_suffix(".md")
+    md = report.verdict_markdown(decision, gates[:last], str(path), signoffs, names, command_name(),
+                                 report_link(path, md_path))
     write_bytes_atomic(md_path, md.encode())
     return md_path
 
+
+
+def comparison_dir_of(decision_path: Path) -> Path:
+    """The comparison bundle a decision file lies in (decisions/ or decisions/advisory/)."""
+    parent = decision_path.parent
+    return parent.parent.parent if parent.name == ADVISORY else parent.parent
+
+
+def report_link(decision_path: Path, md_path: Path) -> report.ReportLink:
+    """The verdict file's pointer to the comparison's report.html (docs/report.md)."""
+    cmp_dir = comparison_dir_of(decision_path)
+    html = cmp_dir / REPORT_HTML
+    href = os.path.relpath(html, md_path.parent) if html.is_file() else None
+    return report.ReportLink(comparison_dir=str(cmp_dir), href=href)

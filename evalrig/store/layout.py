@@ -25,8 +25,12 @@ ATTEMPTS_DIR = "attempts"
 """One folder of evidence per attempt."""
 LOCK = ".lock"
 LOCK_HOLDER = ".lock.holder"
-NOT_DIGESTED = frozenset({MANIFEST, LOCK, LOCK_HOLDER})
-"""Never digested: the manifest holds the digests, the lock files are the live process's."""
+REPORT_HTML = "report.html"
+"""`evalrig report`'s default output in a bundle (docs/report.md): a view made later, by
+whoever asks, so never digested (like a comparison's decisions/)."""
+NOT_DIGESTED = frozenset({MANIFEST, LOCK, LOCK_HOLDER, REPORT_HTML})
+"""Never digested: the manifest holds the digests, the lock files are the live process's,
+the report is a view of the others."""
 
 # -- a comparison bundle (docs/gate.md) --------------------------------------------------
 

@@ -1,0 +1,141 @@
+"""A small train for the report's tests: two run bundles with evidence (answers, a hostile
+one among them, and an episode's transcript), their comparison, and a gate's decision.
+
+Built with gate_bundles' real files and digests; the evidence is written before the run's
+manifest, so that the bundles verify like those of `evalrig run`.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+from gate_bundles import Side, Task, write_run
+from redteam import add_task
+
+from evalrig.core.digest import canonical_line
+from evalrig.store.compare import compare_bundles
+from evalrig.store.files import sha256_file
+from evalrig.store.tasks import load_taskset
+
+ROOT = Path(__file__).resolve().parent.parent
+POLICY = ROOT / "policies" / "default.toml"
+HOSTILE = '</script><script>alert(1)</script><img src="http://127.0.0.1:9/x.png" onerror="alert(2)">[bold]\x1b[31m'
+EPISODE_TASK = "ep-000"
+EPISODE_SAY = "I will look up order #417 for you."
+
+
+@dataclass(frozen=True)
+class Train:
+    root: Path
+    champion: Path
+    candidate: Path
+    cmp: Path
+    tasks: list[str]
+    taskset: Path
+
+
+def _transcript() -> bytes:
+    frames = [
+        {"type": "session", "tools": [{"type": "function", "function": {"name": "find_order"}}],
+         "messages": [{"role": "user", "content": "Where is my order?"}]},
+        {"type": "message", "message": {"role": "assistant", "content": EPISODE_SAY, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "find_order", "arguments": '{"id": 417}'}}]}},
+        {"type": "turn", "messages": [{"role": "tool", "tool_call_id": "c1", "content": "not found", "error": True}]},
+        {"type": "message", "message": {"role": "assistant", "content": HOSTILE}},
+        {"type": "end", "termination": "driver_end"},
+    ]
+    who = [("rig", "agent"), ("agent", "rig"), ("rig", "agent"), ("agent", "rig"), ("rig", "agent")]
+    lines = [{"seq": i, "from": f, "to": t, "frame": fr, "t_ms": 10 * i} for i, ((f, t), fr) in
+             enumerate(zip(who, frames, strict=True))]
+    lines.append({"seq": 5, "from": "agent", "to": "rig", "raw": "not json {", "reason": "not a JSON object",
+                  "t_ms": 60})
+    return b"".join(canonical_line(x) for x in lines) + orjson.dumps({"seq": 6})[:-2]  # and a torn line
+
+
+def _evidence(dir: Path, name: str, tasks: dict[str, Task]) -> None:
+    """An answer for every attempt (the hostile text for one task), a transcript for the episode."""
+    for task_id, t in tasks.items():
+        for rep in range(len(t.passes)):
+            att = dir / "attempts" / f"{name}-{task_id}-{rep}-1"
+            (att / "out").mkdir(parents=True)
+            answer = HOSTILE if task_id == "t001" else ("42" if t.passes[rep] else "41")
+            (att / "out" / "answer.txt").write_text(answer)
+            (att / "stdout.txt").write_text("ok\n")
+            if task_id == EPISODE_TASK:
+                (att / "transcript.jsonl").write_bytes(_transcript())
+
+
+def build_train(root: Path, home: Path, n: int = 24, k: int = 5, gate: bool = True) -> Train:
+    rng = random.Random(3)
+    digest = sha256_file(POLICY)
+    champ: dict[str, Task] = {}
+    cand: dict[str, Task] = {}
+    for i in range(n):
+        suite = "fixed" if i % 4 == 0 else "fresh"
+        p = rng.random()
+        champ[f"t{i:03d}"] = Task(suite, [rng.random() < p for _ in range(k)], cost=0.01 + 0.01 * rng.random())
+        cand[f"t{i:03d}"] = Task(suite, [rng.random() < min(1, p + 0.2) for _ in range(k)], cost=0.012)
+    for side in (champ, cand):
+        side[EPISODE_TASK] = Task("fresh", [True] * k)
+        side["inv-000"] = Task("invariant", [True] * k)
+    taskset = root / "tasks"
+    for task_id, t in champ.items():
+        add_task(taskset, t.suite, task_id, expected="42")
+    taskset_id = load_taskset(taskset).id
+    a, b = root / "champion", root / "candidate"
+    _evidence(a, "champ", champ)
+    _evidence(b, "cand", cand)
+    write_run(a, Side("champ", champ, repeat=k, policy_digest=digest, taskset_id=taskset_id), home, full=True)
+    write_run(b, Side("cand", cand, repeat=k, policy_digest=digest, taskset_id=taskset_id), home, full=True)
+    cmp = root / "cmp"
+    compare_bundles(a, b, cmp, home)
+    if gate:
+        from datetime import UTC, datetime
+
+        from evalrig.store.decisions import gate_comparison
+
+        gate_comparison(cmp, POLICY, None, False, home, datetime(2026, 12, 2, tzinfo=UTC))
+    return Train(root, a, b, cmp, sorted(champ), taskset)
+
+
+def write_curves(home: Path, fixed_rates: tuple[float, ...]) -> None:
+    """Gate ledger lines carrying the curve figures (one train each, a day apart), chained
+    as the gate chains them."""
+    from pydantic import BaseModel, ConfigDict
+
+    from evalrig.store.jsonl import chained_append
+
+    class Line(BaseModel):
+        model_config = ConfigDict(extra="allow")
+
+    with chained_append(home / "gates.jsonl", Line) as gates:
+        for i, rate in enumerate(fixed_rates):
+            gates.append(Line(
+                schema_version="1.0", at=f"2026-12-{i + 1:02d}T10:00:00.000000Z", verdict="promote", advisory=False,
+                comparison_digest=f"sha256:{i:064x}", candidate_id="sha256:" + "a" * 64,
+                curve={"fixed_pass_rate": {"champion": rate, "candidate": rate + 0.01},
+                       "fresh_mean_d": 0.05 - 0.01 * (i % 3), "fresh_bounds": [0.01 - 0.01 * (i % 3), 0.09],
+                       "cost_per_task": {"champion": 0.02, "candidate": 0.019 + 0.001 * (i % 2)},
+                       "public_pass_rate": {"champion": 0.5, "candidate": 0.5 + 0.02 * (i % 2)}}))
+
+
+def release_events(n_trains: int) -> list[dict]:
+    """A release log over the trains of write_curves: ships, a failed tripwire, its rollback, an alert."""
+    base = {"schema_version": "1.0"}
+    out: list[dict] = []
+    for i in range(n_trains):
+        out.append({**base, "seq": len(out), "at": f"2026-12-{i + 1:02d}T12:00:00.000000Z", "kind": "ship",
+                    "verdict": "promote", "reason": "quality",
+                    "candidate": {"checkpoint_id": f"sha256:{i:064x}", "name": f"v{i}"}, "replaces": None})
+        if i == 2:
+            out.append({**base, "seq": len(out), "at": "2026-12-03T13:00:00.000000Z", "kind": "tripwire",
+                        "checkpoint_id": f"sha256:{i:064x}", "held": False})
+            out.append({**base, "seq": len(out), "at": "2026-12-03T13:00:01.000000Z", "kind": "rollback",
+                        "from": f"sha256:{i:064x}", "to": f"sha256:{i - 1:064x}", "trigger": "tripwire", "by": "rig",
+                        "reason": "a tripwire failed", "evidence": len(out) - 1})
+    out.append({**base, "seq": len(out), "at": f"2026-12-{n_trains:02d}T14:00:00.000000Z", "kind": "alert",
+                "alert_kind": "stall", "metric": "promotions", "trains": [], "detail": "no promote in 6 trains"})
+    return out

@@ -1,0 +1,216 @@
+"""`evalrig report` without a browser: what the page holds, its defences, bad input, the
+verdict file's link and the lazy import of matplotlib (docs/report.md). The page as a
+person sees it is tested in headless Chromium (test_report_chromium.py)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gate_bundles import chain
+from report_bundles import HOSTILE, POLICY, build_train, write_curves
+from typer.testing import CliRunner
+
+from evalrig.cli import app
+from evalrig.store.bundle import check_run_digests
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(home: Path, *args: object):
+    return CliRunner().invoke(app, [str(a) for a in args], env={"EVALRIG_HOME": str(home), "NO_COLOR": "1"})
+
+
+@pytest.fixture
+def train(tmp_path: Path, evalrig_home: Path):
+    return build_train(tmp_path, evalrig_home)
+
+
+def _report(home: Path, *args: object) -> tuple[str, dict]:
+    r = cli(home, "report", *args, "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    return Path(out["report"]).read_text(), out
+
+
+def _scripts(html: str) -> list[str]:
+    return re.findall(r"<script(?![^>]*application/json)[^>]*>(.*?)</script>", html, flags=re.S)
+
+
+def test_comparison_page_verdict_first_plots_inline_and_nothing_to_fetch(train, evalrig_home: Path) -> None:
+    html, out = _report(evalrig_home, train.cmp, "--tasks", train.taskset)
+    assert out["kind"] == "comparison" and out["tasks"] == len(train.tasks) and out["banners"] == []
+    md = next((train.cmp / "decisions").glob("*.md")).read_text()
+    headline = md.splitlines()[0].removeprefix("# ")
+    assert headline in html
+    # the verdict comes before the rules, the suites, the plots and the tasks
+    order = [html.index(x) for x in (headline, "<h3>Rules</h3>", 'id="suites"', 'id="plots"', 'id="tasks"')]
+    assert order == sorted(order)
+    assert html.count("<svg") >= 4
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", html)  # nothing fetched
+    assert "<link" not in html and "@import" not in html
+
+
+def test_one_script_allowed_by_its_hash_and_untrusted_text_escaped(train, evalrig_home: Path) -> None:
+    html, _ = _report(evalrig_home, train.cmp)
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html).group(1).replace("&#x27;", "'")
+    scripts = _scripts(html)
+    assert len(scripts) == 1
+    digest = base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in csp and "default-src 'none'" in csp
+    assert "unsafe-inline'" not in csp.split("script-src")[1].split(";")[0]
+    # the agent's answer and message hold markup: never raw in the page
+    assert "<script>alert(1)" not in html and "<img" not in html and "onerror=\"alert" not in html
+    data = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S).group(1)
+    assert "</" not in data
+    shown = HOSTILE.replace("\x1b", "\\x1b")  # the text itself, its control characters shown escaped
+    assert json.dumps(shown)[1:-1] in json.dumps(json.loads(data)) and "\\u001b" not in data
+
+
+def test_a_tampered_bundle_is_shown_under_a_banner_naming_the_first_digest(train, evalrig_home: Path) -> None:
+    results = train.champion / "results.jsonl"
+    results.write_bytes(results.read_bytes().replace(b'"passed":false', b'"passed":true', 1))
+    html, out = _report(evalrig_home, train.cmp)
+    assert len(out["banners"]) == 1 and "does not verify" in out["banners"][0]
+    assert f"{results}: digest" in out["banners"][0]
+    assert 'class="banner"' in html and html.count("<svg") >= 4
+    # comparison.json edited: named first, still rendered
+    cmp_json = train.cmp / "comparison.json"
+    cmp_json.write_bytes(cmp_json.read_bytes() + b"\n")
+    html, out = _report(evalrig_home, train.cmp)
+    assert f"First digest that fails: {cmp_json}: digest" in out["banners"][0]
+    assert "KEEP the champion" in html or "PROMOTE" in html or "BLOCK" in html
+
+
+def test_moved_runs_are_named_and_the_comparisons_numbers_still_shown(train, evalrig_home: Path) -> None:
+    train.champion.rename(train.root / "elsewhere")
+    html, out = _report(evalrig_home, train.cmp)
+    assert out["banners"] == []
+    assert f"has moved: it is no longer at {train.champion}" in html
+    assert "candidate&#x27;s run bundle" not in html  # the candidate's is where it was
+    assert 'id="suites"' in html and html.count("<svg") >= 3
+
+
+def test_a_run_bundle_report_leaves_the_bundle_verifying(train, evalrig_home: Path) -> None:
+    html, out = _report(evalrig_home, train.champion)
+    assert out["kind"] == "run" and out["tasks"] == len(train.tasks)
+    assert (train.champion / "report.html").is_file()
+    assert check_run_digests(train.champion) == []
+    assert html.count("<svg") >= 4 and "run-champ" in html
+
+
+def test_a_torn_line_is_shown_as_such(train, evalrig_home: Path) -> None:
+    results = train.candidate / "results.jsonl"
+    results.write_bytes(results.read_bytes() + b'{"schema_version": "1.0", "trial')
+    html, out = _report(evalrig_home, train.candidate)
+    assert "results.jsonl ends in a torn line" in html
+    assert "not listed" in out["banners"][0] or "digest" in out["banners"][0]
+
+
+def test_unreadable_input_exits_4(tmp_path: Path, evalrig_home: Path) -> None:
+    r = cli(evalrig_home, "report", tmp_path / "nothing")
+    assert r.exit_code == 4 and "not a bundle" in r.output
+    r = cli(evalrig_home, "report")
+    assert r.exit_code == 2
+
+
+def test_the_verdict_file_links_to_the_report_once_it_exists(train, evalrig_home: Path) -> None:
+    decision = next((train.cmp / "decisions").glob("*.json"))
+    before = decision.read_bytes()
+    md = decision.with_suffix(".md").read_text()
+    assert "no HTML report yet" in md and f"report {train.cmp}" in md
+    _report(evalrig_home, train.cmp)
+    r = cli(evalrig_home, "gate", train.cmp, "--policy", POLICY)  # gating again rewrites the verdict file
+    assert r.exit_code in (0, 1, 3), r.output
+    md = decision.with_suffix(".md").read_text()
+    assert "[the HTML report](../report.html)" in md
+    assert decision.read_bytes() == before  # the decision, which is digested and signed, is untouched
+
+
+def _log(path: Path, lines: list[dict]) -> Path:
+    path.write_bytes(chain(lines))
+    return path
+
+
+def test_release_log_curves_with_events_marked(tmp_path: Path, evalrig_home: Path) -> None:
+    base = {"schema_version": "1.0"}
+    log = _log(tmp_path / "releases.jsonl", [
+        {**base, "seq": 0, "at": "2026-12-01T10:00:00.000000Z", "kind": "ship", "verdict": "promote",
+         "reason": "quality", "candidate": {"checkpoint_id": "sha256:aa", "name": "<b>v2</b>"}, "replaces": None},
+        {**base, "seq": 1, "at": "2026-12-01T11:00:00.000000Z", "kind": "tripwire", "checkpoint_id": "sha256:aa",
+         "held": False},
+        {**base, "seq": 2, "at": "2026-12-01T11:00:01.000000Z", "kind": "rollback", "from": "sha256:aa",
+         "to": "sha256:bb", "trigger": "tripwire", "by": "rig", "reason": "tripwire failed", "evidence": 1},
+        {**base, "seq": 3, "at": "2026-12-01T12:00:00.000000Z", "kind": "alert", "alert_kind": "reversal",
+         "metric": "releases", "trains": [], "detail": "two rollbacks"},
+    ])
+    html, out = _report(evalrig_home, "--log", log)
+    assert out["kind"] == "log" and out["banners"] == [] and Path(out["report"]) == tmp_path / "releases.html"
+    assert html.count("<svg") >= 1 and "ev-rollback" in html and "two rollbacks" in html
+    # a broken chain: the lines before it shown, the first failing line named
+    raw = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(raw[0] + raw[2] + raw[3])
+    html, out = _report(evalrig_home, "--log", log, "--out", tmp_path / "r.html")
+    assert f"{log}:2" in out["banners"][0] and html.count('<tr class="ev-') == 1
+
+
+def test_matplotlib_is_imported_by_report_only() -> None:
+    code = ("import sys\nfrom evalrig.cli import app\n"
+            "for args in (['--help'], ['schema', 'decision']):\n"
+            "    try:\n        app(args, standalone_mode=False)\n    except SystemExit:\n        pass\n"
+            "print('matplotlib' in sys.modules, 'evalrig.read.plots' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "False False"
+
+
+def test_release_curves_come_from_the_gate_ledger(tmp_path: Path, evalrig_home: Path) -> None:
+    write_curves(evalrig_home, (0.81, 0.84, 0.79))
+    log = _log(tmp_path / "releases.jsonl", [
+        {"schema_version": "1.0", "seq": 0, "at": "2026-12-02T11:00:00.000000Z", "kind": "ship"}])
+    html, out = _report(evalrig_home, "--log", log)
+    assert "carries curve figures yet" not in html
+    for label in ("champion fixed pass rate", "fresh delta (mean_d)", "ship", "rollback", "alert"):
+        assert f">{label}<" in html
+    assert "12-03 10:00" in html  # the third train on the axis
+
+
+def test_a_broken_gate_ledger_is_named_not_drawn(tmp_path: Path, evalrig_home: Path) -> None:
+    (evalrig_home / "gates.jsonl").write_text('{"prev": "0000", "at": "x"}\n')
+    log = _log(tmp_path / "releases.jsonl", [])
+    html, out = _report(evalrig_home, "--log", log)
+    assert out["banners"] and "gate ledger does not verify" in out["banners"][0]
+    assert "gates.jsonl" in out["banners"][0]
+
+
+def test_whether_signed_by_the_homes_record(train, evalrig_home: Path) -> None:
+    decision = next((train.cmp / "decisions").glob("*.json"))
+    html, _ = _report(evalrig_home, train.cmp)
+    assert "Not signed yet" in html
+    r = cli(evalrig_home, "sign", decision, "--reject", "--by", "<i>Ada</i>", "--reason", "looked")
+    assert r.exit_code == 0, r.output
+    html, _ = _report(evalrig_home, train.cmp)
+    assert "by &lt;i&gt;Ada&lt;/i&gt;" in html and "<i>Ada" not in html
+
+
+def test_a_link_at_the_output_is_refused_not_followed(train, evalrig_home: Path, tmp_path: Path) -> None:
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    (train.cmp / "report.html").symlink_to(target)
+    r = cli(evalrig_home, "report", train.cmp)
+    assert r.exit_code == 4 and "report.html" in r.output
+    assert target.read_text() == "keep me"
+
+
+def test_a_line_that_is_not_the_rigs_is_a_problem_shown_not_a_refusal(train, evalrig_home: Path) -> None:
+    results = train.candidate / "results.jsonl"
+    results.write_bytes(results.read_bytes() + b'{"schema_version": "1.0", "status": "won"}\n')
+    html, out = _report(evalrig_home, train.candidate)
+    assert "results.jsonl" in out["banners"][0]
+    assert "the run&#x27;s lines are not shown" in html and "run-cand" in html
