@@ -53,6 +53,8 @@ DRIVER_DIR = "driver"
 GRACE_S = 2.0
 DRIVER_LINE_CAP = 16 << 20
 STDERR_TAIL = 2000
+DRIVER_AT_FAULT = "the task's driver is at fault"
+"""How a driver_fault's result error starts (run.findings names the task from it)."""
 VERIFIER_DECIDES = frozenset({"driver_end", "agent_exit", "max_turns", "max_tool_errors", "budget"})
 _READ = 1 << 16
 
@@ -159,6 +161,7 @@ class Relay:
                 self.sel.register(side.r, selectors.EVENT_READ, (side, "read"))
                 self.sel.register(side.done_r, selectors.EVENT_READ, (side, "done"))
                 side.thread.start()
+            self._record("rig", "driver", frame=self.start_frame)
             self._send(self.driver, self.start_frame)
             self.wait_until = self.t0 + self.ep.driver_timeout_s
             while not (self.agent.ended and self.driver.ended):

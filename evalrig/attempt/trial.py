@@ -700,7 +700,7 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
     rec.canary_where += tuple(got.canary_in)
     rec.evidence_truncated, rec.evidence_skipped = got.truncated, tuple(got.skipped)
     rec.evidence_skipped_count = got.skipped_count
-    if rec.status == "interrupted":
+    if rec.status in ("interrupted", "infra_error"):  # infra_error here: an episode's driver fault
         return
     rec.verdict = verify_evidence(
         spec.task, spec.evidence_dir, rec.fin.level, spec.slot, spec.verifier_retries,
@@ -785,7 +785,7 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
     elif got.infra_error is not None:
         rec.status, rec.error, rec.termination = "infra_error", got.infra_error, None
     elif got.termination == "driver_fault":
-        rec.status, rec.error = "infra_error", f"the task's driver is at fault: {got.error}"
+        rec.status, rec.error = "infra_error", f"{episode.DRIVER_AT_FAULT}: {got.error}"
     elif got.termination == "agent_timeout":
         rec.status, rec.error = "timeout", got.error
     elif got.termination == "agent_error":
