@@ -97,6 +97,19 @@ for line in sys.stdin:
         send({"role": "assistant", "content": "done"}, {"cost_usd": 0.01, "input_tokens": 10, "output_tokens": 2})
 """,
     "noop": "\n",
+    # the gold agent, slow in the middle of the episode (a moment to kill the rig in)
+    "slow": """
+import time
+for line in sys.stdin:
+    f = json.loads(line)
+    if f["type"] == "end":
+        break
+    if f["type"] == "session":
+        send(deposit(5))
+    else:
+        time.sleep(4)
+        send({"role": "assistant", "content": "done"})
+""",
     "garbage": """
 sys.stdin.readline()
 sys.stdout.write("I am not a frame\\n"); sys.stdout.flush()
