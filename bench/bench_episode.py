@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,14 +56,14 @@ for line in sys.stdin:
     if frame["type"] == "end":
         break
     n += 1
-    if n <= %d:
-        say({"role": "assistant", "content": None, "tool_calls": [{"id": "c%%d" %% n, "type": "function",
+    if n <= TURNS:
+        say({"role": "assistant", "content": None, "tool_calls": [{"id": "c" + str(n), "type": "function",
              "function": {"name": "noop", "arguments": "{}"}}]})
     else:
         say({"role": "assistant", "content": "done"})
 with open(os.path.join(os.environ["EVALRIG_OUT"], "rtt.json"), "w") as f:
     json.dump(rtt, f)
-""" % TURNS
+""".replace("TURNS", str(TURNS))
 
 DRIVER = """\
 import json, sys
@@ -90,7 +91,7 @@ def make_inputs(root: Path, home: Path) -> tuple[Path, Path]:
     ck.mkdir()
     (ck / "agent.py").write_text(AGENT)
     (ck / "checkpoint.toml").write_text('name = "bench"\n[agent]\ncommand = ["python3", "agent.py"]\n')
-    seal(ck, home, __import__("datetime").datetime.now(__import__("datetime").UTC))
+    seal(ck, home, datetime.now(UTC))
     task = root / "tasks" / "fixed" / "relay"
     (task / "driver").mkdir(parents=True)
     (task / "driver" / "driver.py").write_text(DRIVER)

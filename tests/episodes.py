@@ -209,3 +209,14 @@ def add_episode_task(tasks: Path, task_id: str, *, suite: str = "fixed", scenari
 def transcript(bundle: Path, attempt_id: str) -> list[dict]:
     data = (bundle / "attempts" / attempt_id / "transcript.jsonl").read_bytes()
     return [json.loads(line) for line in data.splitlines()]
+
+
+# A hostile agent: says the canary and a secret to the driver, in its messages.
+AGENTS["leaky"] = """
+for line in sys.stdin:
+    f = json.loads(line)
+    if f["type"] == "end":
+        break
+    said = os.environ["RELEASE_SIGNING_TOKEN"] + " " + os.environ.get("API_KEY", "")
+    send({"role": "assistant", "content": said})
+"""

@@ -226,3 +226,20 @@ def test_validate_and_run_refuse_a_bad_episode_task(tmp_path: Path, change: str,
     ck = episode_checkpoint(tmp_path / "ck", "gold")
     r = _run(home, ck, tasks, tmp_path / "out")
     assert r.code == 4 and field in r.stderr, r
+
+
+def test_the_canary_said_to_the_driver_is_found_and_secrets_are_redacted(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks"
+    add_episode_task(tasks, "bank")
+    ck = episode_checkpoint(tmp_path / "ck", "leaky")
+    secret = "s3cr3t-value-0123456789"
+    seal = eval_sh(tmp_path / "home", "seal", ck)
+    assert seal.code == 0, seal
+    run = eval_sh(tmp_path / "home", "run", "--checkpoint", ck, "--tasks", tasks, "--out", tmp_path / "out",
+                  "--repeat", "1", "--sandbox", _level(), "--secret", "API_KEY", env={"API_KEY": secret})
+    assert run.code == 0, run
+    [res] = results(tmp_path / "out")
+    assert res["termination"] == "driver_end"
+    assert res["canary"]["found"] is True and "transcript.jsonl" in res["canary"]["where"], res["canary"]
+    data = (tmp_path / "out" / "attempts" / str(res["attempt_id"]) / "transcript.jsonl").read_text()
+    assert secret not in data and "[REDACTED:API_KEY]" in data

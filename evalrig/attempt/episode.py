@@ -566,11 +566,11 @@ class Relay:
 
 
 def _redacted(value: Any, secrets: Mapping[str, str]) -> Any:
-    """Every string with a secret's value replaced by `[redacted:NAME]` (like --secret's)."""
+    """Every string with a secret's value replaced by `[REDACTED:NAME]` (streams.Redactor's mark)."""
     if isinstance(value, str):
         for name, secret in secrets.items():
             if secret in value:
-                value = value.replace(secret, f"[redacted:{name}]")
+                value = value.replace(secret, f"[REDACTED:{name}]")
         return value
     if isinstance(value, dict):
         return {k: _redacted(v, secrets) for k, v in value.items()}
