@@ -121,6 +121,19 @@ def run_rig(ck: Path, tasks: Path, out: Path, repeat: int, jobs: int, env: dict[
     return usage.ru_maxrss / 1024, load_run(out).manifest.counts.attempts
 
 
+def handling_ms(out: Path) -> list[float]:
+    """The rig's own time per relayed frame, from its transcript: from the line recording a
+    frame it received to the line recording the frame it sent on (reading, checking,
+    writing the transcript; not the time waiting for a CPU before it could read)."""
+    got: list[float] = []
+    for t in out.glob("attempts/*/transcript.jsonl"):
+        lines = [json.loads(x) for x in t.read_text().splitlines()]
+        for a, b in zip(lines, lines[1:], strict=False):
+            if a["to"] == "rig" and b["from"] == "rig" and b["frame"]["type"] in ("message", "turn"):
+                got.append(b["t_ms"] - a["t_ms"])
+    return got
+
+
 def rig_rtts(out: Path) -> list[int]:
     b = load_run(out)
     got: list[int] = []
@@ -200,10 +213,12 @@ def main() -> int:
         run_rig(ck, tasks, tmp / "warm", 1, 1, env)  # caches, the bwrap probe, the .pyc files
         rig: list[int] = []
         bare: list[int] = []
+        handling: list[float] = []
         for i in range(a.episodes):  # interleaved, so load changes hit both alike
             out = tmp / f"lat-{i}"
             run_rig(ck, tasks, out, 1, 1, env)
             rig += rig_rtts(out)
+            handling += handling_ms(out)
             bare += bare_relay(ck, tasks, tmp)
         rig_ms = [x / 1e6 for x in rig]
         bare_ms = [x / 1e6 for x in bare]
@@ -217,6 +232,8 @@ def main() -> int:
                   f"added per relayed message {added:6.3f} ms (goal <= {goal:g}: "
                   f"{'ok' if added <= goal else 'MISSED'})")
         print(f"  mean   round trip: rig {statistics.mean(rig_ms):7.3f} ms, bare {statistics.mean(bare_ms):7.3f} ms")
+        print(f"  the rig's own handling of a relayed frame (transcript stamps, {len(handling)} frames): "
+              f"median {pct(handling, 0.5):.3f} ms, p99 {pct(handling, 0.99):.3f} ms, max {max(handling):.3f} ms")
         t0 = time.monotonic()
         rss, attempts = run_rig(ck, tasks, tmp / "rss", a.rss_episodes, 2, env)
         took = time.monotonic() - t0

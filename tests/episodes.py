@@ -34,6 +34,32 @@ if mode == "garbage":
     time.sleep(30)
 if mode == "no_session":
     time.sleep(30)
+if "net_port" in scen:  # a driver that needs the network: direct, then through the rig's proxy
+    import socket
+    port, report = scen["net_port"], {}
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=3).close()
+        report["direct"] = "connected"
+    except OSError as e:
+        report["direct"] = type(e).__name__
+    proxy = os.environ.get("HTTPS_PROXY")
+    if proxy:
+        host, _, pport = proxy.split("//", 1)[1].rstrip("/").rpartition(":")
+        s = socket.create_connection((host, int(pport)), timeout=5)
+        s.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\\r\\nHost: 127.0.0.1:%d\\r\\n\\r\\n" % (port, port))
+        head = b""
+        while b"\\r\\n\\r\\n" not in head:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        report["connect"] = int(head.split()[1]) if head else None
+        if report["connect"] == 200:
+            s.sendall(b"hello")
+            report["reply"] = s.recv(100).decode()
+        s.close()
+    with open(os.path.join(os.environ["EVALRIG_DRIVER_OUT"], "net.json"), "w") as fh:
+        json.dump(report, fh)
 world = {"balance": 0, "calls": 0}
 send({"type": "session",
       "tools": [{"type": "function", "function": {"name": "deposit", "parameters": {

@@ -243,3 +243,26 @@ def test_the_canary_said_to_the_driver_is_found_and_secrets_are_redacted(tmp_pat
     assert res["canary"]["found"] is True and "transcript.jsonl" in res["canary"]["where"], res["canary"]
     data = (tmp_path / "out" / "attempts" / str(res["attempt_id"]) / "transcript.jsonl").read_text()
     assert secret not in data and "[REDACTED:API_KEY]" in data
+
+
+def test_a_driver_with_network_is_the_operators_grant_through_the_proxy(tmp_path: Path) -> None:
+    from tests.redteam import Listener
+
+    if not bwrap_works():
+        pytest.skip("bwrap cannot run on this machine")
+    listener = Listener(lambda data: b"ack")
+    try:
+        tasks = tmp_path / "tasks"
+        add_episode_task(tasks, "bank", scenario={"net_port": listener.port}, bounds="network = true\n")
+        ck = episode_checkpoint(tmp_path / "ck", "gold")
+        refused = _run(tmp_path / "home", ck, tasks, tmp_path / "refused")
+        assert refused.code == 4 and "episode.network" in refused.stderr, refused
+        host = f"127.0.0.1:{listener.port}"
+        ok = _run(tmp_path / "home", ck, tasks, tmp_path / "out", "--allow-network", "--allow-host", host)
+        assert ok.code == 0, ok
+        [res] = results(tmp_path / "out")
+        assert res["status"] == "passed" and res["network"] is True and res["network_hosts"] == [host]
+        report = json.loads((tmp_path / "out" / "attempts" / str(res["attempt_id"]) / "driver" / "net.json").read_text())
+        assert report["direct"] != "connected" and report["connect"] == 200 and report["reply"] == "ack"
+    finally:
+        listener.close()

@@ -626,6 +626,7 @@ class _Record:
     evidence_skipped: tuple[str, ...] = ()
     evidence_skipped_count: int = 0
     termination: str | None = None  # an episode's (docs/episodes.md)
+    driver_hosts: tuple[str, ...] | None = None  # an episode's driver had network: the hosts it reached
     turn_usage: dict[str, Any] | None = None  # an episode's per-turn usage, summed
 
 
@@ -746,12 +747,18 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
     denv = environment.driver_env(home=str(root / "home"), tmpdir=tmp, out=str(root / "out"),
                                   task_id=spec.task.id, attempt_id=spec.attempt_id, seed=spec.seed)
     grace = episode.GRACE_S + ep.driver_timeout_s
+    # The driver's network is the operator's grant like the agent's (--allow-network,
+    # --allow-host): the egress proxy in the driver's own namespace, never the host's network.
+    networked = spec.allow_network and ep.network
+    if networked:
+        denv.update(egress.proxy_env())
 
     def start_driver(channel: sandbox.Channel) -> sandbox.Finished:
         return sandbox.launch(sandbox.Launch(
             argv=list(ep.driver), cwd=root / "driver", env=denv, level=spec.level,
             rw_paths=[root], ro_paths=sandbox.interpreter_binds(ep.driver[0]),
-            network=ep.network and spec.allow_network, timeout_s=spec.deadline_s + grace,
+            network=False, egress=spec.allow_hosts if networked else None,
+            timeout_s=spec.deadline_s + grace,
             max_output_bytes=VERIFIER_OUTPUT_CAP, stdout_path=root / "stdout.txt",
             stderr_path=root / "stderr.txt", slot=spec.slot + DRIVER_SLOT_OFFSET,
             attempt_tag=f"driver-{spec.attempt_id}", cancel=spec.cancel, channel=channel))
@@ -770,6 +777,8 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
         cancel=spec.cancel).run()
     rec.fin = got.agent
     rec.termination = got.termination
+    if networked:
+        rec.driver_hosts = got.driver.egress_hosts if got.driver is not None else ()
     rec.turn_usage = got.usage
     try:
         left = episode.keep_driver_out(root / "out", spec.evidence_dir / episode.DRIVER_DIR,
@@ -801,7 +810,8 @@ def _outcome(spec: AttemptSpec, canary: str, rec: _Record, laps: stages.Laps) ->
         usage = Usage("reported", rec.turn_usage.get("cost_usd"), rec.turn_usage.get("input_tokens"),
                       rec.turn_usage.get("output_tokens"), usage.error)
     found = Canary(value=canary, found=bool(rec.canary_where), where=list(rec.canary_where[:WHERE_MAX]))
-    return _records(spec, rec, usage, found, network_of(spec), rec.fin.wall_s if rec.fin else 0.0, laps)
+    network = network_of(spec) or rec.driver_hosts is not None  # a driver with network: the attempt had it
+    return _records(spec, rec, usage, found, network, rec.fin.wall_s if rec.fin else 0.0, laps)
 
 
 def fault_outcome(spec: AttemptSpec, status: str, error: str, wall_s: float) -> AttemptOutcome:
@@ -868,7 +878,7 @@ def _records(spec: AttemptSpec, rec: _Record, usage: Usage, canary: Canary, netw
         # never launched (the workspace failed): claim no more than best effort
         containment=fin.containment if fin else "subreaper",
         network=network,
-        network_hosts=list(fin.egress_hosts) if fin else [],
+        network_hosts=sorted({*(fin.egress_hosts if fin else ()), *(rec.driver_hosts or ())}),
         canary=canary,
         evidence_digest=digest,
         evidence_bytes=size,
