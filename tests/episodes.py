@@ -61,6 +61,12 @@ if "net_port" in scen:  # a driver that needs the network: direct, then through 
     with open(os.path.join(os.environ["EVALRIG_DRIVER_OUT"], "net.json"), "w") as fh:
         json.dump(report, fh)
 world = {"balance": 0, "calls": 0}
+if mode == "big_session":  # far more than a pipe holds: the rig must not block writing it
+    send({"type": "session", "tools": [], "messages": [{"role": "user", "content": "x" * (4 << 20)}]})
+    for line in sys.stdin:
+        if json.loads(line)["type"] == "finish":
+            break
+    sys.exit(0)
 send({"type": "session",
       "tools": [{"type": "function", "function": {"name": "deposit", "parameters": {
           "type": "object", "properties": {"amount": {"type": "integer"}}}}}],
@@ -144,6 +150,11 @@ sys.stdin.read()
     "hang": """
 import time
 sys.stdin.readline()
+time.sleep(60)
+""",
+    # never reads its stdin at all
+    "deaf": """
+import time
 time.sleep(60)
 """,
     "flood": """

@@ -266,3 +266,13 @@ def test_a_driver_with_network_is_the_operators_grant_through_the_proxy(tmp_path
         assert report["direct"] != "connected" and report["connect"] == 200 and report["reply"] == "ack"
     finally:
         listener.close()
+
+
+def test_an_agent_that_never_reads_a_flood_times_out_and_the_rig_never_blocks(tmp_path: Path) -> None:
+    import time
+
+    t0 = time.monotonic()
+    _, res, lines, _ = _one(tmp_path, "deaf", scenario={"mode": "big_session"}, bounds="turn_timeout_s = 2\n")
+    assert (res["termination"], res["status"]) == ("agent_timeout", "timeout"), res
+    assert time.monotonic() - t0 < 25  # the turn's limit ended it, not the task's 30 s
+    assert [x["frame"]["type"] for x in lines if x["to"] == "agent"] == ["session", "end"]
