@@ -115,8 +115,10 @@ def test_verify_rederives_a_command_verdict_from_the_driver_files_without_the_dr
 ])
 def test_what_the_agent_does_ends_the_episode(tmp_path: Path, agent: str, termination: str,
                                               status: str) -> None:
-    _, res, lines, _ = _one(tmp_path, agent, scenario={})
+    _, res, lines, out = _one(tmp_path, agent, scenario={})
     assert (res["termination"], res["status"]) == (termination, status), res
+    verified = eval_sh(tmp_path / "home", "verify", out)  # the termination re-derived from the transcript
+    assert verified.code == 0, verified
     if termination == "agent_error" and agent != "exit_mid":
         offending = [x for x in lines if x["from"] == "agent" and "reason" in x]
         assert offending, lines  # the offending line is in the evidence
@@ -147,8 +149,10 @@ def test_an_agent_that_does_not_answer_times_out(tmp_path: Path) -> None:
 ])
 def test_each_bound_ends_the_episode_and_the_verifier_decides(tmp_path: Path, agent: str, bounds: str,
                                                                 termination: str, turns: int) -> None:
-    _, res, lines, _ = _one(tmp_path, agent, bounds=bounds)
+    _, res, lines, out = _one(tmp_path, agent, bounds=bounds)
     assert res["termination"] == termination, res
+    verified = eval_sh(tmp_path / "home", "verify", out)
+    assert verified.code == 0, verified
     assert res["status"] == "failed"  # the verifier decided: no "done" was said
     said = [x for x in lines if x["from"] == "agent"]
     assert len(said) == turns
@@ -276,3 +280,19 @@ def test_an_agent_that_never_reads_a_flood_times_out_and_the_rig_never_blocks(tm
     assert (res["termination"], res["status"]) == ("agent_timeout", "timeout"), res
     assert time.monotonic() - t0 < 25  # the turn's limit ended it, not the task's 30 s
     assert [x["frame"]["type"] for x in lines if x["to"] == "agent"] == ["session", "end"]
+
+
+def test_verify_rederives_the_termination_from_the_transcript(tmp_path: Path) -> None:
+    from evalrig.store.bundle import file_digests
+
+    _, res, _, out = _one(tmp_path, "gold")
+    # a results.jsonl that claims another termination, its digest made to agree again
+    results_file = out / "results.jsonl"
+    results_file.write_text(results_file.read_text().replace('"termination":"driver_end"',
+                                                             '"termination":"max_turns"'))
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["files"] = file_digests(out)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    bad = eval_sh(tmp_path / "home", "verify", out)
+    assert bad.code == 4, bad
+    assert "recorded termination max_turns, its transcript shows driver_end" in bad.stderr, bad

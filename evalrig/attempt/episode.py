@@ -43,6 +43,8 @@ from evalrig.attempt import sandbox
 from evalrig.attempt.streams import scan
 from evalrig.core.digest import canonical_line
 from evalrig.core.episode import (
+    AFTER_END,
+    VERIFIER_DECIDES,
     BadFrame,
     agent_frame,
     driver_frame,
@@ -61,7 +63,6 @@ DRIVER_LINE_CAP = 16 << 20
 STDERR_TAIL = 2000
 DRIVER_AT_FAULT = "the task's driver is at fault"
 """How a driver_fault's result error starts (run.findings names the task from it)."""
-VERIFIER_DECIDES = frozenset({"driver_end", "agent_exit", "max_turns", "max_tool_errors", "budget"})
 _READ = 1 << 16
 
 
@@ -326,7 +327,7 @@ class Relay:
         if self.state == "over":
             if not self.after_end_seen:
                 self.after_end_seen = True
-                self._keep("agent", line, "written after end")
+                self._keep("agent", line, AFTER_END)
                 if self.out.termination in VERIFIER_DECIDES:
                     self.out.termination = "agent_error"
                     self.out.error = f"the agent wrote after end (transcript line {self.seq - 1})"
@@ -620,20 +621,30 @@ def canary_in(evidence_dir: Path, needles: list[bytes]) -> list[str]:
     return where
 
 
-def last_answer(evidence_dir: Path) -> str | None:
-    """What a non-command verifier judges in an episode: the content of the last assistant
-    message the agent sent (relayed or not), from the transcript; None when there is none."""
+def read_transcript(evidence_dir: Path) -> list[dict[str, Any]] | None:
+    """The transcript's lines as dicts (a line that is not a JSON object skipped); None when
+    the evidence has no transcript."""
     try:
         data = (evidence_dir / TRANSCRIPT).read_bytes()
     except OSError:
         return None
-    answer = None
+    out = []
     for raw in data.splitlines():
         try:
             rec = orjson.loads(raw)
         except orjson.JSONDecodeError:
             continue
-        frame = rec.get("frame") if isinstance(rec, dict) else None
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def last_answer(evidence_dir: Path) -> str | None:
+    """What a non-command verifier judges in an episode: the content of the last assistant
+    message the agent sent (relayed or not), from the transcript; None when there is none."""
+    answer = None
+    for rec in read_transcript(evidence_dir) or []:
+        frame = rec.get("frame")
         if (rec.get("from") == "agent" and "reason" not in rec and isinstance(frame, dict)
                 and frame.get("type") == "message"):
             msg = frame.get("message")

@@ -122,6 +122,27 @@ def tool_errors(messages: list[ChatMessage]) -> int:
     return sum(1 for m in messages if m.role == "tool" and (m.model_extra or {}).get("error") is True)
 
 
+VERIFIER_DECIDES = frozenset({"driver_end", "agent_exit", "max_turns", "max_tool_errors", "budget"})
+"""The terminations after which the task's verifier decides the status."""
+AFTER_END = "written after end"
+"""The reason on an agent's line written after the rig's `end` (it makes the episode an agent_error)."""
+
+
+def termination_of(lines: list[dict[str, Any]]) -> str | None:
+    """What ended an episode, read from its transcript's lines: the termination of the rig's
+    last `end` or `finish` frame, made `agent_error` by an agent line written after `end`.
+    None when no such frame was written (a driver at fault after `finish`, say, is not in
+    the transcript: its attempt is an infra_error, never re-derived)."""
+    found = None
+    for line in lines:
+        frame = line.get("frame")
+        if line.get("from") == "rig" and isinstance(frame, dict) and frame.get("type") in ("end", "finish"):
+            found = frame.get("termination")
+        elif line.get("from") == "agent" and line.get("reason") == AFTER_END and found in VERIFIER_DECIDES:
+            found = "agent_error"
+    return found if isinstance(found, str) else None
+
+
 def prefix(messages: list[dict[str, Any]]) -> str:
     """`sha256:<hex>` of the canonical JSON of the chat messages exchanged before a frame."""
     return sha256_json(messages)
