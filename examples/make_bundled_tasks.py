@@ -67,6 +67,56 @@ def fixed_suite(root: Path) -> None:
         put(root, "fixed", "fix-" + name.replace("_", "-"), draft)  # fmt: skip
 
 
+SHOP_CATALOG = {"lamp": 30, "chair": 45, "table": 120}
+# (task id, opening request, what the customer does after an answer, extra prompt lines,
+#  [episode] bounds, the orders the shop must end with): one per way a correct agent's
+#  episode can end (docs/episodes.md, "How an episode ends").
+SHOP_EPISODES = (
+    ("shop-order", "I would like to order 2 lamp, please.", "end", [], {}, [("lamp", 2)]),
+    ("shop-hang-up", "I would like to order 1 chair, please.", "chat", ["HANG UP: after the order"], {},
+     [("chair", 1)]),
+    ("shop-chatty", "I would like to order 3 lamp, please.", "chat", [], {"max_turns": 4}, [("lamp", 3)]),
+    ("shop-unknown-item", "I would like to order 1 unicorn, please.", "end", [], {"max_tool_errors": 3}, []),
+    ("shop-budget", "I would like to order 1 table, please.", "chat", [], {"max_cost_usd": 0.05}, [("table", 1)]),
+)  # fmt: skip
+
+
+def shop_draft(opening: str, after: str, lines: list[str], bounds: dict[str, object],
+               orders: list[tuple[str, int]]) -> g.Draft:
+    """A shop episode: the driver plays the customer and the shop (task_kit/shop_driver.py);
+    the verifier checks the shop's final orders (task_kit/shop_check.py)."""
+    scenario = {"opening": opening, "after_answer": after, "catalog": SHOP_CATALOG}
+    return g.Draft(
+        family="shop",
+        title="Serve a shop's customer",
+        prompt=g.prompt_text(
+            "Serve a shop's customer",
+            "You are the shop's assistant. A customer will tell you what to order; place the order "
+            "with the shop's tools (lookup, order) and tell the customer when it is placed. Then "
+            "write a one-line summary of what you ordered.",
+            ["TASK: shop", *lines, "ANSWER: out/answer.txt"],
+        ),
+        verifier={"kind": "command", "command": ["python3", "check.py"], "timeout_s": 20, "network": False},
+        verifier_files={
+            "check.py": (g.KIT / "shop_check.py").read_text(),
+            "check.json": json.dumps({"orders": [{"item": i, "qty": q} for i, q in orders]}, indent=2) + "\n",
+        },
+        episode={"driver": ["python3", "driver.py"], "turn_timeout_s": 20, "driver_timeout_s": 20,
+                 "network": False, **bounds},
+        driver_files={
+            "driver.py": (g.KIT / "shop_driver.py").read_text(),
+            "scenario.json": json.dumps(scenario, indent=2) + "\n",
+        },
+        tags=("episode",),
+        timeout_s=30,
+    )
+
+
+def episodes(root: Path) -> None:
+    for task_id, opening, after, lines, bounds, orders in SHOP_EPISODES:
+        put(root, "fixed", task_id, shop_draft(opening, after, lines, bounds, orders))
+
+
 def invariant_suite(root: Path) -> None:
     report = "alpha\nbeta\ngamma\ndelta\nepsilon\n"
     put(root, "invariant", "output-format", g.Draft(
@@ -114,6 +164,7 @@ def invariant_suite(root: Path) -> None:
 
 def write_bundled(root: Path) -> None:
     fixed_suite(root)
+    episodes(root)
     invariant_suite(root)
     g.write_fresh_set(root, BUNDLED_FRESH_COUNT, BUNDLED_FRESH_SEED, g.parse_ts(BUNDLED_CREATED_AT), replace=False)
 

@@ -139,6 +139,8 @@ class Draft:
     evidence: tuple[str, ...] = ()
     timeout_s: float = 30
     tags: tuple[str, ...] = ()
+    episode: dict[str, object] | None = None  # [episode] of an episode task (docs/episodes.md)
+    driver_files: dict[str, str] = field(default_factory=dict)  # name under driver/ -> text
 
 
 def prompt_text(title: str, description: str, lines: list[str]) -> str:
@@ -610,6 +612,8 @@ def task_document(draft: Draft, *, task_id: str | None, suite: str | None, creat
         doc["evidence"] = list(draft.evidence)
     doc["resources"] = {"cpus": 1}
     doc["verifier"] = {**draft.verifier, "version": "1"}
+    if draft.episode is not None:
+        doc["episode"] = draft.episode
     return doc
 
 
@@ -624,10 +628,11 @@ def write_task(task_dir: Path, draft: Draft, doc: dict[str, object]) -> None:
         path = task_dir / "files" / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content)
-    for rel, content in draft.verifier_files.items():
-        path = task_dir / "verifier" / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content)
+    for sub, files in (("verifier", draft.verifier_files), ("driver", draft.driver_files)):
+        for rel, content in files.items():
+            path = task_dir / sub / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
 
 
 def write_fresh_set(out_dir: Path, count: int, seed: int, created_at: dt.datetime, replace: bool) -> Path:

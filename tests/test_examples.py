@@ -273,11 +273,45 @@ def test_prompts_follow_the_template() -> None:
 
 @pytest.mark.parametrize("agent", AGENTS)
 def test_both_builds_pass_every_fixed_and_invariant_trial(agent: str, tmp_path: Path) -> None:
-    tasks = [t for t in ALL_BUNDLED if t.spec.suite in ("fixed", "invariant")]
+    # episodes need the rig's relay and a driver: test_both_builds_pass_every_bundled_episode
+    tasks = [t for t in ALL_BUNDLED if t.spec.suite in ("fixed", "invariant") and t.spec.episode is None]
     attempts = run_all([(agent, t, rep) for t in tasks for rep in range(K)], tmp_path)
     failed = sorted({(a.task_id, a.rep) for a in attempts if not a.passed})
     assert failed == []
     assert all(a.exit_code == 0 for a in attempts)
+
+
+EPISODES = {t.spec.id: t for t in ALL_BUNDLED if t.spec.episode is not None}
+
+
+def test_the_bundled_episodes_end_every_way_a_correct_agent_can() -> None:
+    assert set(EPISODES) == {"shop-order", "shop-hang-up", "shop-chatty", "shop-unknown-item", "shop-budget"}
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_both_builds_pass_every_bundled_episode(agent: str, tmp_path: Path) -> None:
+    """Through the rig (eval.sh): each bundled episode passes on every trial, ending the way
+    its task was made to end; the candidate spends less (it skips the champion's lookup)."""
+    from tests.redteam import eval_sh
+
+    tasks = tmp_path / "tasks" / "fixed"
+    tasks.mkdir(parents=True)
+    for task_id, t in EPISODES.items():
+        shutil.copytree(t.dir, tasks / task_id)
+    home = tmp_path / "home"
+    assert eval_sh(home, "seal", EXAMPLES / agent).code == 0
+    run = eval_sh(home, "run", "--checkpoint", EXAMPLES / agent, "--tasks", tmp_path / "tasks",
+                  "--out", tmp_path / "out", "--repeat", "2", "--jobs", "2")
+    assert run.code == 0, run
+    got = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert len(got) == 2 * len(EPISODES)
+    ends = {"shop-order": "driver_end", "shop-hang-up": "agent_exit", "shop-chatty": "max_turns",
+            "shop-unknown-item": "max_tool_errors", "shop-budget": "budget"}
+    assert {(r["task_id"], r["status"], r["termination"]) for r in got} == {
+        (k, "passed", v) for k, v in ends.items()}
+    spent = {json.loads(x)["task_id"]: json.loads(x)["cost_usd"]
+             for x in (tmp_path / "out" / "actuals.jsonl").read_text().splitlines()}
+    assert spent["shop-order"] == pytest.approx(0.06 if agent == "champion" else 0.03)
 
 
 def test_bundled_fresh_tasks_are_attemptable(tmp_path: Path) -> None:

@@ -386,6 +386,28 @@ class TestOneNode:
         v = cli("verify", tmp_path / "ray")
         assert v.exit_code == 0, v.stderr
 
+    def test_an_episode_task_on_ray_gives_the_local_runs_results(self, one_node: str, tmp_path: Path,
+                                                                   evalrig_home: Path) -> None:
+        from tests.episodes import add_episode_task, episode_checkpoint
+
+        tasks = tmp_path / "tasks"
+        add_episode_task(tasks, "bank")
+        add_episode_task(tasks, "short", bounds="max_turns = 1\n")
+        ck = episode_checkpoint(tmp_path / "ck", "gold")
+        seal(ck, evalrig_home, SEALED_AT)
+        runs = {}
+        for name, more in (("local", ()), ("ray", ("--executor", "ray", "--ray-address", one_node))):
+            got = cli(*run_args(ck, tasks, tmp_path / name, *more))
+            assert got.exit_code == 0, got.stderr
+            runs[name] = {k: (r.status, r.passed, r.termination)
+                          for k, r in final_results(load_run(tmp_path / name)).items()}
+        assert runs["local"] == runs["ray"]
+        assert {t for _, _, t in runs["ray"].values()} == {"driver_end", "max_turns"}
+        for r in load_run(tmp_path / "ray").results:
+            assert (tmp_path / "ray" / "attempts" / r.attempt_id / "transcript.jsonl").is_file()
+        v = cli("verify", tmp_path / "ray")
+        assert v.exit_code == 0, v.stderr
+
     def test_the_agent_sees_no_ray_variables_and_cannot_reach_the_cluster(
             self, one_node: str, tmp_path: Path, evalrig_home: Path) -> None:
         ck = make_checkpoint(tmp_path, evalrig_home)

@@ -252,6 +252,7 @@ def run(
                    "bundle": str(summary.bundle),
                    "verifier_faults": [{**f.as_dict(), "verifier_dir": str(summary.verifier_dirs.get(f.task_id, ""))}
                                        for f in found.verifier_faults],
+                   "driver_faults": [vars(d) for d in found.driver_faults],
                    "warnings": [found.common_failure.as_dict()] if found.common_failure else []})
     else:
         say(_summary_lines(summary))
@@ -287,7 +288,12 @@ def _fault_lines(s: RunSummary) -> list[str]:
         where = s.verifier_dirs.get(f.task_id)
         lines.append(f"  -> fix the verifier ({where}/, or the [verifier] table of its task.toml)"
                      if where else "  -> fix the task's verifier")
-    if lines:
+    for d in s.findings.driver_faults:
+        trials = ", ".join(d.trials[:5]) + (f" and {len(d.trials) - 5} more" if len(d.trials) > 5 else "")
+        lines.append(f"error: the driver of task {d.task_id} is at fault, not the agent (trials {trials} "
+                     f"unscored after every retry): {d.error}")
+        lines.append("  -> fix the task's driver (its driver/ folder, or the [episode] table of its task.toml)")
+    if s.findings.verifier_faults:
         lines.append("resuming will not help until the verifier is fixed: a resume runs the same "
                      "verifier again. A fixed verifier changes the inputs id of its "
                      "task's trials, so the same command then runs only those trials again and "

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from evalrig.attempt.episode import DRIVER_AT_FAULT
 from evalrig.attempt.verifiers import VERIFIER_DIR
 from evalrig.core.errors import EvalrigError
 from evalrig.core.outcomes import final_of
@@ -97,9 +98,20 @@ class CommonFailure:
 
 
 @dataclass(frozen=True)
+class DriverFault:
+    """An episode task whose driver was at fault on the last attempt of each of these
+    unscored trials (docs/episodes.md): a resume runs the same driver again."""
+
+    task_id: str
+    trials: list[str]
+    error: str
+
+
+@dataclass(frozen=True)
 class Findings:
     verifier_faults: list[VerifierFault]
     common_failure: CommonFailure | None
+    driver_faults: list[DriverFault] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -133,7 +145,19 @@ def find(out: Path, counts: RunCounts) -> Findings:
     except EvalrigError:
         return Findings([], None)
     final = final_of(results)
-    return Findings(verifier_faults(out, results, final), common_failure(out, list(final.values())))
+    return Findings(verifier_faults(out, results, final), common_failure(out, list(final.values())),
+                    driver_faults(results, final))
+
+
+def driver_faults(results: list[_Row], final: dict[str, _Row]) -> list[DriverFault]:
+    last = {r.trial_id: r for r in results}
+    by_task: dict[str, list[_Row]] = {}
+    for trial_id, r in last.items():
+        if trial_id not in final and r.status == "infra_error" and (r.error or "").startswith(DRIVER_AT_FAULT):
+            by_task.setdefault(r.task_id, []).append(r)
+    return [DriverFault(task_id, sorted(r.trial_id for r in rs),
+                        shown((rs[-1].error or "").removeprefix(DRIVER_AT_FAULT + ": ")))
+            for task_id, rs in sorted(by_task.items())]
 
 
 def verifier_faults(out: Path, results: list[_Row], final: dict[str, _Row]) -> list[VerifierFault]:

@@ -174,6 +174,9 @@ def refuse_ungranted_network(checkpoint: Checkpoint, tasks: Sequence[LoadedTask]
         if task.spec.network:
             problems.append(Problem(str(task.dir / "task.toml"),
                                     "network = true: the task asks for the network", field="network"))
+        if task.spec.episode is not None and task.spec.episode.network:
+            problems.append(Problem(str(task.dir / "task.toml"), "network = true: the episode's "
+                                    "driver asks for the network", field="episode.network"))
     if problems and not granted:
         first = problems[0]
         raise invalid(

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evalrig.attempt.canary import needle
+from evalrig.attempt.episode import read_transcript
 from evalrig.attempt.evidence import evidence_digest, rederive_canary
 from evalrig.attempt.sandbox import resolve_level
 from evalrig.attempt.verifiers import verify_evidence
+from evalrig.core.episode import termination_of
 from evalrig.core.errors import Problem, invalid
 from evalrig.models.run import Result, RunManifest
 from evalrig.run.lifecycle import register_finished, scratch_dir
@@ -60,6 +62,7 @@ def verify_run(dir: Path) -> VerifyReport:
     problems += manifest_problems(dir, b)
     rederived, verdict_problems = rederive(dir, b)
     problems += verdict_problems
+    problems += termination_problems(dir, b)
     if problems:
         raise invalid(f"{len(problems)} mismatch(es) in the run bundle", file=dir,
                       problems=problems,
@@ -77,6 +80,24 @@ def evidence_problems(dir: Path, b: RunBundle) -> list[Problem]:
             out.append(Problem(str(dir / layout.RESULTS_JSONL),
                                f"trial {r.trial_id}: evidence of {r.attempt_id} has digest "
                                f"{digest}, the result records {r.evidence_digest}", line=i))
+    return out
+
+
+def termination_problems(dir: Path, b: RunBundle) -> list[Problem]:
+    """An episode's recorded termination against the one its transcript shows
+    (docs/episodes.md); infra errors and interrupted attempts are not re-derived."""
+    out = []
+    for i, r in enumerate(b.results, start=1):
+        if r.status in ("infra_error", "interrupted"):
+            continue
+        lines = read_transcript(dir / layout.ATTEMPTS_DIR / r.attempt_id)
+        if lines is None and r.termination is None:
+            continue
+        now = termination_of(lines or [])
+        if now != r.termination:
+            out.append(Problem(str(dir / layout.RESULTS_JSONL),
+                               f"trial {r.trial_id}: recorded termination {r.termination}, its transcript "
+                               f"shows {now}", line=i))
     return out
 
 
