@@ -14,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evalrig.models.comparison import PolicyRef
-from evalrig.models.releases import RELEASE_KINDS, ReleaseEvent, RollbackEvent, ShipEvent
+from evalrig.core.gate import INVARIANT_RULES
+from evalrig.models.comparison import Comparison, PolicyRef, RuleResult
+from evalrig.models.inputs import PolicyFile, TripwireCheck
+from evalrig.models.releases import RELEASE_KINDS, CheckHeld, ReleaseEvent, RollbackEvent, ShipEvent
 
 
 @dataclass(frozen=True)
@@ -85,3 +87,27 @@ def previous(events: Sequence[ReleaseEvent]) -> str | None:
         now = after
     eligible = [(seq, cid) for cid, (seq, kind) in ended.items() if cid != now and kind != "rollback"]
     return max(eligible)[1] if eligible else None
+
+
+def _detail(r: RuleResult) -> str:
+    figures = ", ".join(f"{k}={v}" for k, v in r.numbers.items() if v not in (None, [], 0, False))
+    return r.says + (f" ({figures})" if figures and not r.held else "")
+
+
+def tripwire_checks(run_status: str, unscored: int, self_comparison: Comparison,
+                    checks: Sequence[TripwireCheck], policy: PolicyFile) -> list[CheckHeld]:
+    """The tripwires on one run of the serving champion (docs/release-engineers.md, "tripwire").
+
+    `self_comparison` is the run compared with itself, so that each check is the gate's own
+    invariant rule (every "both sides" is the one run). `complete` always comes first and
+    holds only for a complete run: an invariant not shown to hold does not hold.
+    """
+    out = [CheckHeld(name="complete", held=run_status == "complete",
+                     detail="every trial scored" if run_status == "complete"
+                     else f"the run is {run_status}: {unscored} trials unscored after their retries")]
+    for name in checks:
+        if name == "complete":
+            continue
+        r = INVARIANT_RULES[name](self_comparison, policy)
+        out.append(CheckHeld(name=name, held=r.held, detail=_detail(r)))
+    return out
