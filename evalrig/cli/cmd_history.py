@@ -18,10 +18,12 @@ if TYPE_CHECKING:
 
 def log_of(log: Path | None) -> Path:
     """--log, else the home's release log."""
-    from evalrig.store.checkpoint import evalrig_home
+    if log is not None:
+        return log
+    from evalrig.store.checkpoint import evalrig_home  # checks the home; imports the models
     from evalrig.store.releases import log_path
 
-    return log if log is not None else log_path(evalrig_home())
+    return log_path(evalrig_home())
 
 
 def warn_torn(log: Path, line: int | None, cut: bool = False) -> None:
@@ -31,15 +33,15 @@ def warn_torn(log: Path, line: int | None, cut: bool = False) -> None:
 
 
 def _id(checkpoint_id: str | None) -> str:
-    from evalrig.store.shipping import short
+    from evalrig.store.serving import short
 
     return "nothing" if checkpoint_id is None else short(checkpoint_id)
 
 
 def describe(e: Event) -> str:
     """One event in one line, for people (names and reasons escaped: people and agents wrote them)."""
+    from evalrig.core.words import shown
     from evalrig.models.base import format_ts
-    from evalrig.run.findings import shown
 
     head = f"#{e.seq} {format_ts(e.at)[:19]}Z {e.kind}"
     if e.kind == "ship":

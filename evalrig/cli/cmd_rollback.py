@@ -25,7 +25,7 @@ def rollback_cmd(
     2 without --by or --reason, 4 when --to never served (or nothing serves).
     """
     from evalrig.store.clock import utcnow
-    from evalrig.store.shipping import rollback
+    from evalrig.store.serving import rollback
 
     path = log_of(log)
     e = rollback(to, by, reason, path, utcnow())

@@ -20,9 +20,10 @@ from pathlib import Path
 
 from evalrig.core.compare import build_comparison, history_check
 from evalrig.core.errors import invalid
-from evalrig.core.releases import previous, serving, tripwire_checks
+from evalrig.core.releases import previous
+from evalrig.core.tripwire import tripwire_checks
 from evalrig.models.inputs import PolicyFile, PolicyTripwires
-from evalrig.models.releases import BundleRef, Event, RollbackEvent, TripwireEvent
+from evalrig.models.releases import BundleRef, RollbackEvent, TripwireEvent
 from evalrig.models.run import RunManifest
 from evalrig.run.lifecycle import RunSummary, run_eval
 from evalrig.run.loop import Hooks
@@ -34,8 +35,8 @@ from evalrig.store.compare import load_side
 from evalrig.store.files import read_json
 from evalrig.store.invocation import command_name
 from evalrig.store.layout import MANIFEST
-from evalrig.store.releases import LogWriter, appending, read_log
-from evalrig.store.shipping import short
+from evalrig.store.releases import LogWriter, ReleaseLog, appending, read_log
+from evalrig.store.serving import short
 
 TRIPWIRE_POLICY = PolicyFile(name="tripwire", version=1)
 """The thresholds the invariant rules read (max_infra_error_rate, allow_network): the defaults."""
@@ -69,29 +70,29 @@ def _finished_digest(out: Path) -> str | None:
     return None if m.status == "running" else bundle_digest(dict(m.files))
 
 
-def _recorded(events: list[Event], digest: str | None) -> TripwireEvent | None:
-    if digest is None:
-        return None
-    found = [e for e in events if isinstance(e, TripwireEvent) and e.bundle.digest == digest]
-    return found[-1] if found else None
+def _recorded(log: ReleaseLog, digest: str | None) -> TripwireEvent | None:
+    found = [i for i in log.seqs("tripwire") if log.rows[i]["bundle"]["digest"] == digest]
+    e = log.event(found[-1]) if found and digest is not None else None
+    return e if isinstance(e, TripwireEvent) else None
 
 
-def _rollback_of(events: list[Event], tripwire_seq: int) -> RollbackEvent | None:
-    found = [e for e in events if isinstance(e, RollbackEvent) and e.evidence == tripwire_seq]
-    return found[-1] if found else None
+def _rollback_of(log: ReleaseLog, tripwire_seq: int) -> RollbackEvent | None:
+    found = [i for i in log.seqs("rollback") if log.rows[i]["evidence"] == tripwire_seq]
+    e = log.event(found[-1]) if found else None
+    return e if isinstance(e, RollbackEvent) else None
 
 
 def _roll_back(w: LogWriter, te: TripwireEvent, now: datetime) -> tuple[RollbackEvent | None, str | None]:
     """The automatic rollback of a failed tripwire, once; or why there is none."""
     if te.held:
         return None, None
-    done = _rollback_of(w.events, te.seq)
+    done = _rollback_of(w, te.seq)
     if done is not None:
         return done, None
-    now_serving = serving(w.events)
+    now_serving = w.serving()
     if now_serving is None or now_serving.checkpoint_id != te.checkpoint_id:
         return None, f"{short(te.checkpoint_id)} no longer serves: nothing to roll back"
-    target = previous(w.events)
+    target = previous(w.moves)
     if target is None:
         return None, ("no checkpoint to roll back to (every one that served before left service by a "
                       "rollback): a person must decide what serves")
@@ -111,14 +112,14 @@ def run_tripwire(req: RunRequest, log: Path, home: Path, environ: Mapping[str, s
     out = Path(req.out)
     if req.checkpoint is None or req.tasks is None:
         raise invalid("tripwire needs --checkpoint (the serving champion) and --tasks", file=out)
-    events = read_log(log).events
+    got = read_log(log)
     cid = checkpoint_id(Path(req.checkpoint)).digest
-    recorded = _recorded(events, _finished_digest(out))
+    recorded = _recorded(got, _finished_digest(out))
     if recorded is not None:  # a run of the command that ended after its event: finish, never repeat
         with appending(log) as w:
             rb, why = _roll_back(w, recorded, now())
         return TripwireOutcome(None, recorded, rb, already=True, no_rollback=why)
-    s = serving(events)
+    s = got.serving()
     if s is None:
         raise invalid("nothing serves yet: a tripwire checks the serving champion, and nothing has shipped",
                       file=log, hint=f"ship a signed decision first (`{command_name()} ship`)")
@@ -127,7 +128,8 @@ def run_tripwire(req: RunRequest, log: Path, home: Path, environ: Mapping[str, s
             f"{req.checkpoint} is {short(cid)}, which is not the serving champion: {short(s.checkpoint_id)} "
             f"serves (since event {s.since})", file=req.checkpoint,
             hint=f"a tripwire runs only against the serving champion (`{command_name()} champion` names it)")
-    tripwires = s.promoted_by.tripwires if s.promoted_by is not None else PolicyTripwires()
+    by = got.ship(s.promoted_by)
+    tripwires = by.tripwires if by is not None else PolicyTripwires()
     summary = run_eval(dataclasses.replace(req, suites=(tripwires.suite,)), home, environ, reporter, hooks)
     if summary.interrupted:
         return TripwireOutcome(summary, None)
@@ -137,7 +139,7 @@ def run_tripwire(req: RunRequest, log: Path, home: Path, environ: Mapping[str, s
                              tripwires.checks, TRIPWIRE_POLICY)
     digest = bundle_digest(dict(side.manifest.files))
     with appending(log) as w:
-        te = _recorded(w.events, digest)
+        te = _recorded(w, digest)
         if te is None:
             te = w.append(TripwireEvent(
                 seq=0, at=now(), checkpoint_id=cid, bundle=BundleRef(path=str(out), digest=digest),
