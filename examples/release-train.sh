@@ -81,6 +81,10 @@ log=$train/releases.jsonl
 signer=${SIGNER:-"release-train example (stands in for a person)"}
 
 ship() {  # ship DECISION CHECKPOINT: sign it as $signer (unless approved already), then ship it
+  # A re-run of the script skips a release it shipped before (the log is plain JSONL): ship
+  # itself says "already shipped" only while that release serves, and refuses it once a
+  # newer one does (exit 4), as it must.
+  if [ -f "$log" ] && grep -qF "\"path\":\"$1\"" "$log"; then echo "shipped before: $1"; return; fi
   "$ev" check-release "$1" --checkpoint "$2" >/dev/null 2>&1 \
     || "$ev" sign "$1" --approve --by "$signer" || stop $? "signing $1 failed"
   "$ev" ship "$1" --checkpoint "$2" --log "$log"

@@ -38,6 +38,8 @@ def test_a_release_history_end_to_end(tmp_path: Path, evalrig_home: Path, invari
 
     ok(cli("champion", "--log", log), 1)  # nothing has shipped
     ok(cli("history", "--log", log))
+    r = ok(cli("rollback", "--to", "previous", "--by", "bob", "--reason", "x", "--log", log), 4)
+    assert "nothing has shipped" in r.stderr and not log.exists()  # type: ignore[attr-defined]
 
     # train 1: b over the first champion; not approved until a person signs
     d1 = train(tmp_path, home, "t1", first, b, BETTER)

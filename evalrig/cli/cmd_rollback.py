@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from evalrig.cli.app import DebugOpt, JsonOpt, LogOpt, command, emit_json, say
-from evalrig.cli.cmd_history import describe, log_of
+from evalrig.cli.cmd_history import describe, log_of, warn_torn
 
 
 @command("rollback", 'evalrig rollback --to previous --by alice --reason "pages since the ship"')
@@ -28,9 +28,10 @@ def rollback_cmd(
     from evalrig.store.serving import rollback
 
     path = log_of(log)
-    e = rollback(to, by, reason, path, utcnow())
+    e, torn_cut = rollback(to, by, reason, path, utcnow())
     if json_out:
         emit_json({"log": str(path), "event": e})
     else:
         say([f"rolled back: {e.to} serves from event #{e.seq}", describe(e), f"release log: {path}"])
+    warn_torn(path, torn_cut, cut=True)
     return 0

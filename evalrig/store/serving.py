@@ -81,19 +81,21 @@ def resolve_target(to: str, got: ReleaseLog, log: Path) -> str:
     return matches[0]
 
 
-def rollback(to: str, by: str, reason: str, log: Path, now: datetime) -> RollbackEvent:
-    """A person's rollback: the serving checkpoint out, `to` (which served before) in."""
+def rollback(to: str, by: str, reason: str, log: Path, now: datetime) -> tuple[RollbackEvent, int | None]:
+    """A person's rollback: the serving checkpoint out, `to` (which served before) in. Returns
+    the event and the number of a torn last line cut before it, if any."""
     if not by.strip():
         raise UsageError("--by: give the name of the person rolling back")
     if not reason.strip():
         raise UsageError("--reason: say why the release is rolled back")
     from evalrig.models.releases import RollbackEvent
 
-    read_log(log)
+    if not Path(log).exists():
+        resolve_target(to, read_log(log), log)  # nothing serves: refused before a file is made
     with appending(log) as w:
         target = resolve_target(to, w, log)
         frm = w.serving()
         assert frm is not None  # resolve_target refused an empty log
         return w.append(RollbackEvent.model_validate({
             "seq": 0, "at": now, "from": frm.checkpoint_id, "to": target, "trigger": "person",
-            "by": by, "reason": reason, "evidence": None}))
+            "by": by, "reason": reason, "evidence": None})), w.torn_cut
