@@ -252,3 +252,16 @@ def test_a_kill_between_the_tripwire_event_and_its_rollback_is_finished_by_the_n
     assert [e["kind"] for e in events] == ["ship", "ship", "tripwire", "rollback"]
     ok(cli(*argv), 3)  # and once more: nothing new
     assert len(recompute_chain(log)) == 4
+
+
+def test_rollback_to_a_named_checkpoint_by_a_prefix_of_its_id(
+        tmp_path: Path, shipped: tuple[Path, Path, Path]) -> None:
+    log, b, c = shipped  # c serves, b served before it
+    b_id, c_id = checkpoint_id(b).digest, checkpoint_id(c).digest
+    r = ok(cli("rollback", "--to", b_id[7:10], "--by", "bob", "--reason", "x", "--log", log), 4)
+    assert "too short" in r.stderr  # type: ignore[attr-defined]
+    r = ok(cli("rollback", "--to", c_id, "--by", "bob", "--reason", "x", "--log", log), 4)
+    assert "is the checkpoint serving now" in r.stderr  # type: ignore[attr-defined]
+    r = ok(cli("rollback", "--to", b_id[7:17], "--by", "bob", "--reason", "x", "--log", log, "--json"))
+    e = json.loads(r.stdout)["event"]  # type: ignore[attr-defined]
+    assert (e["from"], e["to"], e["trigger"]) == (c_id, b_id, "person")

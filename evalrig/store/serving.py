@@ -71,7 +71,8 @@ def resolve_target(to: str, got: ReleaseLog, log: Path) -> str:
     matches = [c for c in candidates if c.removeprefix("sha256:").startswith(digits)] if digits else []
     if len(matches) != 1 or len(digits) < 6:
         said = ", ".join(short(c) for c in candidates)
-        why = "matches more than one" if len(matches) > 1 else "is not a checkpoint that served before"
+        why = ("is too short to name a checkpoint (give at least 6 hex digits)" if len(digits) < 6
+               else "matches more than one" if len(matches) > 1 else "is not a checkpoint that served before")
         raise invalid(f"--to {to} {why} (checkpoints that served: {said}); only a sealed checkpoint that "
                       "served can be rolled back to", file=log, field="--to",
                       hint="give `previous`, or a checkpoint id (or at least 6 of its hex digits) from `history`")
