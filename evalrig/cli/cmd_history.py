@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from evalrig.cli.app import DebugOpt, JsonOpt, LogOpt, command, emit_json, err, say
+from evalrig.core.words import count
 
 if TYPE_CHECKING:
     from evalrig.models.releases import Event
@@ -63,7 +64,7 @@ def describe(e: Event) -> str:
 def history(
     log: LogOpt = None,
     verify_only: Annotated[bool, typer.Option(
-        "--verify-only", help="Only verify the chain: say where it breaks (exit 4), else how many events it holds.")
+        "--verify-only", help="Only verify the log (its chain, every event's format): say where it breaks (exit 4), else how many events it holds.")
     ] = False,
     json_out: JsonOpt = False,
     debug: DebugOpt = False,
@@ -77,17 +78,18 @@ def history(
 
     path = log_of(log)
     got = read_log(path)
+    events = got.events  # every event against its schema too, --verify-only included
     if json_out:
-        out: dict[str, object] = {"log": str(path), "verified": True, "events": len(got.events),
+        out: dict[str, object] = {"log": str(path), "verified": True, "count": len(got),
                                   "torn_line": got.torn_line}
         if not verify_only:
-            out["events"] = got.events
+            out["events"] = events
         emit_json(out)
     elif verify_only:
-        say(f"ok: {path}: the chain verifies, {len(got.events)} events")
-    elif not got.events:
+        say(f"ok: {path}: the chain verifies, {count(len(got), 'event')}")
+    elif not events:
         say(f"no events: nothing has shipped ({path})")
     else:
-        say([describe(e) for e in got.events], result=len(got.events))
+        say([describe(e) for e in events], result=len(events))
     warn_torn(path, got.torn_line)
     return 0
