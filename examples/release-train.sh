@@ -106,7 +106,7 @@ rc=$?
 case $rc in
   0) ;;
   3) "$ev" history --log "$log"; stop 3 "a tripwire failed: the release was rolled back; a person must look" ;;
-  5|130) stop "$rc" "the tripwire run did not finish; run this script again with $train to resume" ;;
+  130) stop "$rc" "the tripwire run was interrupted; run this script again with $train to resume" ;;
   *) stop "$rc" "the tripwire could not run" ;;
 esac
 
