@@ -265,3 +265,20 @@ def test_rollback_to_a_named_checkpoint_by_a_prefix_of_its_id(
     r = ok(cli("rollback", "--to", b_id[7:17], "--by", "bob", "--reason", "x", "--log", log, "--json"))
     e = json.loads(r.stdout)["event"]  # type: ignore[attr-defined]
     assert (e["from"], e["to"], e["trigger"]) == (c_id, b_id, "person")
+
+
+def test_a_champion_changed_during_its_tripwire_run_fails_sealed_and_rolls_back(
+        tmp_path: Path, shipped: tuple[Path, Path, Path], evalrig_home: Path) -> None:
+    log, b, c = shipped
+    ok(cli("rollback", "--to", "previous", "--by", "bob", "--reason", "b again", "--log", log))  # b serves
+    tasks, out = slow_tasks(tmp_path), tmp_path / "tw"
+    p = start_tripwire(evalrig_home, b, tasks, out, log)
+    wait_attempt_started(out)
+    (b / "injected.txt").write_text("changed after the seal\n")  # the build in service changes
+    _, stderr = p.communicate(timeout=120)
+    assert p.returncode == 3, stderr
+    assert "the checkpoint changed during the run" in stderr
+    events = recompute_chain(log)
+    tw, rb = events[-2], events[-1]
+    assert tw["kind"] == "tripwire" and {x["name"]: x["held"] for x in tw["checks"]}["sealed"] is False
+    assert (rb["trigger"], rb["from"], rb["to"], rb["evidence"]) == ("tripwire", tw["checkpoint_id"], FIRST, tw["seq"])

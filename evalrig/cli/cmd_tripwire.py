@@ -92,6 +92,8 @@ def tripwire_cmd(
         if t.summary is not None:
             lines += _summary_lines(t.summary)
         say(lines, result=2 if t.rollback is not None else 1)
+    if t.run_error:
+        err(f"error: {t.run_error}\n  (the tripwire run counts as failed: its build changed while it ran)")
     if t.no_rollback:
         err(f"warning: the tripwire failed, and nothing was rolled back: {t.no_rollback}")
     return int(ExitCode.OK if t.event.held else ExitCode.BLOCK)

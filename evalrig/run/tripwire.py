@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 
 from evalrig.core.compare import build_comparison, history_check
-from evalrig.core.errors import invalid
+from evalrig.core.errors import EvalrigError, invalid
 from evalrig.core.releases import previous
 from evalrig.core.tripwire import tripwire_checks
 from evalrig.models.inputs import PolicyFile, PolicyTripwires
@@ -45,7 +45,8 @@ TRIPWIRE_POLICY = PolicyFile(name="tripwire", version=1)
 @dataclass(frozen=True)
 class TripwireOutcome:
     summary: RunSummary | None
-    """The run as this command left it; None when its events were already in the log."""
+    """The run as this command left it; None when its events were already in the log, or when
+    the run refused its own end (`run_error`)."""
     event: TripwireEvent | None
     """None when the run was interrupted (nothing appended)."""
     rollback: RollbackEvent | None = None
@@ -53,6 +54,8 @@ class TripwireOutcome:
     no_rollback: str | None = None
     """Why a failed tripwire rolled nothing back (nothing else served, or the checkpoint no
     longer serves), else None."""
+    run_error: str | None = None
+    """What the run said when it refused its own end (the checkpoint changed during it)."""
 
     @property
     def interrupted(self) -> bool:
@@ -130,8 +133,17 @@ def run_tripwire(req: RunRequest, log: Path, home: Path, environ: Mapping[str, s
             hint=f"a tripwire runs only against the serving champion (`{command_name()} champion` names it)")
     by = got.ship(s.promoted_by)
     tripwires = by.tripwires if by is not None else PolicyTripwires()
-    summary = run_eval(dataclasses.replace(req, suites=(tripwires.suite,)), home, environ, reporter, hooks)
-    if summary.interrupted:
+    run_error = None
+    try:
+        summary: RunSummary | None = run_eval(dataclasses.replace(req, suites=(tripwires.suite,)), home, environ,
+                                              reporter, hooks)
+    except EvalrigError as e:
+        if _finished_digest(out) is None:
+            raise
+        # The run finished and then refused itself: the checkpoint changed under it (its last
+        # seal check failed). That is a tripwire's finding, not an input error: `sealed` fails.
+        summary, run_error = None, e.render()
+    if summary is not None and summary.interrupted:
         return TripwireOutcome(summary, None)
     side = load_side(out, home, allow_incomplete=True)
     comparison = build_comparison(side.view, side.view, history_check(side.history, side.history), True)
@@ -145,4 +157,4 @@ def run_tripwire(req: RunRequest, log: Path, home: Path, environ: Mapping[str, s
                 seq=0, at=now(), checkpoint_id=cid, bundle=BundleRef(path=str(out), digest=digest),
                 checks=checks, held=all(c.held for c in checks)))
         rb, why = _roll_back(w, te, now())
-    return TripwireOutcome(summary, te, rb, no_rollback=why)
+    return TripwireOutcome(summary, te, rb, no_rollback=why, run_error=run_error)
