@@ -13,6 +13,11 @@ from evalrig.cli import (  # noqa: E402,F401  isort: skip
     cmd_tasks,
     cmd_init,
     cmd_report,
+    cmd_ship,
+    cmd_champion,
+    cmd_tripwire,
+    cmd_rollback,
+    cmd_history,
 )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from evalrig.models import agent, comparison, episode, inputs, lock, run
+from evalrig.models import agent, comparison, episode, inputs, lock, releases, run
 
 
 def formats() -> dict[str, type[BaseModel]]:
@@ -32,4 +32,5 @@ def formats() -> dict[str, type[BaseModel]]:
         "frame": episode.Frame,
         "transcript-line": episode.TranscriptLine,
         **comparison.FORMATS,
+        **releases.FORMATS,
     }

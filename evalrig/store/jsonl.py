@@ -15,7 +15,6 @@ appended under an exclusive lock.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import operator
 import os
 from collections.abc import Callable, Iterator
@@ -27,7 +26,8 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from evalrig.core.digest import canonical_json, canonical_line, loads, to_plain
-from evalrig.core.errors import EvalrigError, invalid
+from evalrig.core.errors import invalid
+from evalrig.store.chain import Chain, chain_hash, verify_chain, whole_lines
 from evalrig.store.files import (
     exclusive_lock,
     invalid_from_validation,
@@ -38,14 +38,6 @@ from evalrig.store.files import (
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
-
-
-def whole_lines(data: bytes) -> tuple[list[bytes], int | None]:
-    """The complete lines of a JSONL file's bytes, and the 1-based number of its torn
-    (unterminated) last line, if any: the one torn-line rule of every reader."""
-    lines = data.split(b"\n")
-    tail = lines.pop()
-    return lines, (len(lines) + 1 if tail else None)
 
 
 # -- appending ---------------------------------------------------------------------------
@@ -319,61 +311,7 @@ def read_checked(path: Path, major: str, fast: Callable[[dict[str, Any]], T | No
 # removal of its last lines, and not a rewrite by someone who recomputes every hash.
 
 
-def chain_hash(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-@dataclass(frozen=True)
-class _Chain:
-    objs: list[Any]
-    """The parsed complete lines, in order."""
-    end: int
-    """Bytes up to and including the last complete line's newline."""
-    torn_line: int | None
-    next_prev: str
-    """The `prev` of a line appended now."""
-
-
-def _broken(path: Path, line: int, why: str) -> EvalrigError:
-    return invalid(
-        f"the file's hash chain breaks at this line: {why}", file=path, line=line,
-        hint="this record file is the rig's own, and something other than the rig edited it, "
-        "inserted a line or appended one by hand; nothing was read from it or written to it. "
-        "Restore the file from a backup; if there is none, move it aside (the rig starts a new "
-        "chain) and seal, run and gate again what its records covered",
-    )
-
-
-def _verify_chain(path: Path, data: bytes) -> _Chain:
-    lines, torn = whole_lines(data)
-    end = data.rfind(b"\n") + 1
-    body = data[:end]
-    chained = False
-    last = ""
-    offset = 0
-    objs: list[Any] = []
-    for i, raw in enumerate(lines, start=1):
-        try:
-            obj = loads(raw)
-        except ValueError as e:
-            raise _broken(path, i, f"it does not parse ({e})") from None
-        if not isinstance(obj, dict):
-            raise _broken(path, i, "it is not a JSON object")
-        if "prev" in obj:
-            want = last if chained else chain_hash(body[:offset])
-            if obj["prev"] != want:
-                what = "the previous line" if chained else "every byte before it"
-                raise _broken(path, i, f"its prev {obj['prev']!r} is not the sha256 of {what} ({want})")
-            chained = True
-        elif chained:
-            raise _broken(path, i, "it has no prev, after chained lines")
-        last = chain_hash(raw)
-        offset += len(raw) + 1
-        objs.append(obj)
-    return _Chain(objs, end, torn, last if chained else chain_hash(body))
-
-
-def _chain_records(path: Path, chain: _Chain, model: type[M]) -> list[M]:
+def chain_records(path: Path, chain: Chain, model: type[M]) -> list[M]:
     out = []
     for i, obj in enumerate(chain.objs, start=1):
         try:
@@ -383,7 +321,7 @@ def _chain_records(path: Path, chain: _Chain, model: type[M]) -> list[M]:
     return out
 
 
-def read_chained(path: Path, model: type[M]) -> Records[M]:
+def read_chained(path: Path, model: type[M], strict: bool = False) -> Records[M]:
     """Every record of a hash-chained file, after verifying the whole chain (exit 4 naming
     the first line that breaks it); a torn last line is reported, not read. A missing file
     has no records."""
@@ -395,19 +333,28 @@ def read_chained(path: Path, model: type[M]) -> Records[M]:
         raise invalid(f"cannot be read ({e.strerror})", file=path,
                       hint="the rig keeps this file in its home ($EVALRIG_HOME); check that it is a "
                       "file you may read") from None
-    chain = _verify_chain(Path(path), data)
-    return Records(_chain_records(Path(path), chain, model), chain.torn_line)
+    chain = verify_chain(Path(path), data, strict)
+    return Records(chain_records(Path(path), chain, model), chain.torn_line)
 
 
 class ChainWriter(Generic[M]):
     """What `chained_append` yields: the file's records as verified, and `append`."""
 
-    def __init__(self, path: Path, fd: int, model: type[M], records: list[M], next_prev: str) -> None:
+    def __init__(self, path: Path, fd: int, model: type[M], records: list[M], chain: Chain) -> None:
         self.path = path
+        self.chain = chain
+        """The file as verified before the block."""
         self.records = records
         self._fd = fd
         self._model = model
-        self._next = next_prev
+        self._next = chain.next_prev
+        self.torn_cut = chain.torn_line
+        """The 1-based number of a torn last line cut before this append, if any."""
+
+    @property
+    def last_hash(self) -> str | None:
+        """The sha256 of the last line now in the file (the `prev` of the next one)."""
+        return self._next
 
     def append(self, record: M) -> M:
         """Append `record` with its `prev` set, synced before returning; returns it as written."""
@@ -428,21 +375,23 @@ def lock_path(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def chained_append(path: Path, model: type[M]) -> Iterator[ChainWriter[M]]:
+def chained_append(path: Path, model: type[M], strict: bool = False,
+                   validate: bool = True) -> Iterator[ChainWriter[M]]:
     """Hold the file's exclusive lock from the chain's verification to the sync of every line
     appended in the block. A torn last line is cut first; a broken chain is refused (exit 4)
-    before anything is written."""
+    before anything is written. `validate=False`: the records are not validated (the writer's
+    `records` holds only what it appends; `chain.objs` every parsed line)."""
     path = Path(path)
     with exclusive_lock(lock_path(path)):
         fd = open_nofollow(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         try:
             data = read_fd(fd)
-            chain = _verify_chain(path, data)
-            records = _chain_records(path, chain, model)
+            chain = verify_chain(path, data, strict)
+            records = chain_records(path, chain, model) if validate else []
             if chain.end < len(data):
                 os.ftruncate(fd, chain.end)
                 os.fsync(fd)
-            yield ChainWriter(path, fd, model, records, chain.next_prev)
+            yield ChainWriter(path, fd, model, records, chain)
         finally:
             os.close(fd)
 

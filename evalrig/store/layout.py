@@ -50,3 +50,5 @@ SEALS = "seals.jsonl"
 RUNS = "runs.jsonl"
 GATES = "gates.jsonl"
 HOME_SIGNOFFS = SIGNOFFS
+RELEASES = "releases.jsonl"
+"""The release log: what served, and why (docs/release-engineers.md); `--log FILE` elsewhere."""
