@@ -6,7 +6,8 @@
 #   examples/release-train.sh [TRAIN_DIR]
 #
 # seal champion and candidate -> generate this train's fresh tasks (after the seal) ->
-# validate -> run both with the default policy pinned -> compare -> gate -> show the verdict;
+# validate -> run both with the default policy pinned -> compare -> gate -> show the verdict ->
+# report.html;
 # on promote: sign (as $SIGNER, standing in for the person) -> ship -> a tripwire run on the
 # new champion -> a second train, a maintenance release of the new champion (no fresh tasks,
 # the policy's security-patch exception) -> sign -> ship -> the release history. The release
@@ -74,6 +75,9 @@ for f in "$train"/comparison/decisions/*.md; do
   [ -f "$f" ] && { cat "$f"; echo; echo "verdict file: $f"; }
 done
 decision=$train/comparison/decisions/default-v2.json
+
+step "report (one HTML file: the verdict, its rules, plots, every task and its trials)"
+"$ev" report "$train/comparison" || stop $? "report could not be made"
 [ "$verdict" = 0 ] || exit "$verdict"
 
 # -- after the gate (docs/release-engineers.md) ------------------------------------------
