@@ -54,7 +54,7 @@ def problems(root: Path) -> list[str]:
 def test_load_taskset(tmp_path: Path) -> None:
     ts = load_taskset(sample_set(tmp_path / "tasks"))
     assert [t.id for t in ts.tasks] == ["add", "dates", "mul", "safe"]
-    assert ts.suites() == {"fixed": 2, "fresh": 1, "invariant": 1}
+    assert ts.suites() == {"fixed": 2, "fresh": 1, "invariant": 1, "public": 0}
     assert ts.fresh_created_at() == {"dates": datetime(2026, 12, 1, 10, tzinfo=UTC)}
     add = ts.by_id()["add"]
     assert add.suite == "fixed"
@@ -111,7 +111,7 @@ def test_every_problem_at_once(tmp_path: Path) -> None:
     (root / "extra").mkdir()
     r = str(root)
     assert problems(root) == [
-        f"{r}/extra: not a suite folder: expected one of fixed, fresh, invariant (tasks live in <dir>/<suite>/<id>/)",
+        f"{r}/extra: not a suite folder: expected one of fixed, fresh, invariant, public (tasks live in <dir>/<suite>/<id>/)",
         f"{r}/fixed/a/task.toml:2: not valid TOML: invalid value (at the end of the file)",
         f"{r}/fixed/b/task.toml:2: verifier.kind: expected one of exact, regex, json, command",
         f'{r}/fixed/c/task.toml:1: verifier.pattern: required for kind "regex"',

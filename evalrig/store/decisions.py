@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 from evalrig.core import report
+from evalrig.core.curves import curve_of
 from evalrig.core.digest import pretty_json, sha256_bytes
 from evalrig.core.errors import EvalrigError, ExitCode, invalid
 from evalrig.core.gate import EXIT_OF_VERDICT, decide
@@ -108,6 +109,7 @@ def gate_comparison(dir: Path, policy_path: Path, exception: str | None, advisor
         comparison_digest=comparison_digest, comparison_dir=str(dir.resolve()), policy=decision.policy,
         exception=exception, advisory=advisory, verdict=decision.verdict, reason=decision.reason,
         decision_digest=digest, at=now, fresh_content=sorted(set(comparison.facts.fresh_content.values())),
+        curve=curve_of(comparison),
     ))
     write_verdict_file(path, decision, digest, home)
     return GateResult(decision, path, md_path, EXIT_OF_VERDICT[decision.verdict])
@@ -164,7 +166,9 @@ def write_verdict_file(path: Path, decision: Decision, digest: str, home: Path) 
         if entry is not None:
             names[ref] = entry.name
     signoffs = [] if decision.advisory else ledger.home_signoffs_of(home, digest)
-    md = report.verdict_markdown(decision, gates[:last], str(path), signoffs, names, command_name())
+    curve = next((g.curve for g in reversed(gates) if g.decision_digest == digest), None)
+    md = report.verdict_markdown(decision, gates[:last], str(path), signoffs, names, command_name(),
+                                 curve.public_pass_rate if curve else None)
     md_path = path.with_suffix(".md")
     write_bytes_atomic(md_path, md.encode())
     return md_path

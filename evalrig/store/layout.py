@@ -46,3 +46,13 @@ SEALS = "seals.jsonl"
 RUNS = "runs.jsonl"
 GATES = "gates.jsonl"
 HOME_SIGNOFFS = SIGNOFFS
+
+# -- a comparison bundle, after the train (docs/curves.md, "Retiring a train's fresh tasks") ---
+
+RETIRE_JSON = "retire.json"
+"""What `retire` moved out of the task set's fresh/ for this train."""
+
+# -- a task set (docs/tasks.md) ----------------------------------------------------------
+
+RETIRED = "retired"
+"""DIR/retired/<short comparison digest>/: retired fresh tasks; no command reads it as a suite."""

@@ -33,6 +33,7 @@ from evalrig.models.inputs import SUITES, Suite, TaskFile
 from evalrig.models.lock import FixedLock
 from evalrig.models.run import VerifierIdentity
 from evalrig.store.files import read_toml
+from evalrig.store.layout import RETIRED
 from evalrig.store.tree import hash_tree
 
 TASK_TOML = "task.toml"
@@ -327,6 +328,8 @@ def collect_task_problems(dir: Path) -> TaskProblems:
     tasks: list[LoadedTask] = []
     unreadable: set[str] = set()
     for suite_dir in _subdirs(dir):
+        if suite_dir.name == RETIRED:
+            continue  # retired fresh tasks (`evalrig retire`): kept for people, never a suite
         if suite_dir.name not in SUITES:
             problems.append(Problem(str(suite_dir), "not a suite folder: expected one of "
                                     f"{', '.join(SUITES)} (tasks live in <dir>/<suite>/<id>/)"))
