@@ -67,5 +67,5 @@ step "verdict ($outcome)"
 for f in "$train"/comparison/decisions/*.md; do
   [ -f "$f" ] && { cat "$f"; echo; echo "verdict file: $f"; }
 done
-echo "sign it with: $ev sign $train/comparison/decisions/default-v1.json --approve|--reject --by NAME" >&2
+echo "sign it with: $ev sign $train/comparison/decisions/default-v2.json --approve|--reject --by NAME" >&2
 exit "$verdict"

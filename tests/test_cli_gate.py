@@ -125,7 +125,7 @@ def train(tmp_path_factory: pytest.TempPathFactory) -> Train:
     home = root / "home"
     home.mkdir()
     policy = root / "policy.toml"
-    policy.write_bytes((ROOT / "policies" / "default.toml").read_bytes())
+    policy.write_bytes((ROOT / "policies" / "default-v1.toml").read_bytes())
     return Train(root, home, make_tasks(root), policy)
 
 
@@ -340,7 +340,7 @@ def test_compare_of_a_missing_bundle_names_it(tmp_path: Path, evalrig_home: Path
 
 def test_gate_prints_verdict_reason_and_where(tmp_path: Path, evalrig_home: Path) -> None:
     pol = tmp_path / "policy.toml"
-    pol.write_bytes((ROOT / "policies" / "default.toml").read_bytes())
+    pol.write_bytes((ROOT / "policies" / "default-v1.toml").read_bytes())
     from evalrig.store.files import sha256_file
 
     a = write_run(tmp_path / "a", Side("champ", counts_tasks([3] * 4), policy_digest=sha256_file(pol)), evalrig_home)
@@ -382,7 +382,7 @@ def test_check_release_says_what_to_do_when_not_approved(tmp_path: Path, evalrig
     r = cli(evalrig_home, "check-release", tmp_path / "d.json", "--checkpoint", tmp_path, "--json")
     assert r.exit_code == 1 and "evalrig gate" in json.loads(r.stdout)["hint"]  # type: ignore[attr-defined]
     pol = tmp_path / "policy.toml"
-    pol.write_bytes((ROOT / "policies" / "default.toml").read_bytes())
+    pol.write_bytes((ROOT / "policies" / "default-v1.toml").read_bytes())
     from evalrig.store.files import sha256_file
 
     a = write_run(tmp_path / "a", Side("champ", counts_tasks([3] * 4), policy_digest=sha256_file(pol)), evalrig_home)
@@ -401,7 +401,7 @@ def test_check_release_says_what_to_do_when_not_approved(tmp_path: Path, evalrig
 def test_sign_of_the_verdict_file_or_the_comparison_names_the_decision_to_give(
         tmp_path: Path, evalrig_home: Path) -> None:
     pol = tmp_path / "policy.toml"
-    pol.write_bytes((ROOT / "policies" / "default.toml").read_bytes())
+    pol.write_bytes((ROOT / "policies" / "default-v1.toml").read_bytes())
     from evalrig.store.files import sha256_file
 
     a = write_run(tmp_path / "a", Side("champ", counts_tasks([3] * 4), policy_digest=sha256_file(pol)), evalrig_home)

@@ -31,7 +31,7 @@ def cli(home: Path, *args: object) -> object:
 
 def policy(tmp_path: Path) -> tuple[Path, str]:
     pol = tmp_path / "policy.toml"
-    pol.write_bytes((ROOT / "policies" / "default.toml").read_bytes())
+    pol.write_bytes((ROOT / "policies" / "default-v1.toml").read_bytes())
     return pol, sha256_bytes(pol.read_bytes())
 
 

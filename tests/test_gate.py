@@ -33,7 +33,7 @@ from evalrig.store.compare import compare_bundles
 from evalrig.store.decisions import gate_comparison
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT = tomllib.loads((ROOT / "policies" / "default.toml").read_text())
+DEFAULT = tomllib.loads((ROOT / "policies" / "default-v1.toml").read_text())
 NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 
 # 30 fresh tasks: the champion's counts, a clearly better and a slightly different candidate.
@@ -403,7 +403,7 @@ def test_rule_names_and_order(tmp_path: Path, evalrig_home: Path) -> None:
 def policy_file(tmp_path: Path) -> tuple[Path, str]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "policy.toml"
-    path.write_bytes((ROOT / "policies" / "default.toml").read_bytes())
+    path.write_bytes((ROOT / "policies" / "default-v1.toml").read_bytes())
     return path, sha256_bytes(path.read_bytes())
 
 
@@ -634,7 +634,7 @@ def test_the_ledger_keeps_fresh_content_and_only_other_candidates_count(tmp_path
     from evalrig.store import ledger
 
     pol = tmp_path / "policy.toml"
-    pol.write_bytes((ROOT / "policies" / "default.toml").read_bytes())
+    pol.write_bytes((ROOT / "policies" / "default-v1.toml").read_bytes())
     digest = sha256_bytes(pol.read_bytes())
     champ = Side("champ", counts_tasks(CHAMP), policy_digest=digest)
     a = write_run(tmp_path / "a", champ, evalrig_home)

@@ -16,6 +16,7 @@ from evalrig.store.policy import load_policy, policy_problems
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "policies" / "default.toml"
+DEFAULT_V1 = ROOT / "policies" / "default-v1.toml"
 DESIGN = Path("/work/shared/DESIGN.md")
 
 
@@ -24,13 +25,49 @@ def test_default_policy_is_the_design_text() -> None:
         pytest.skip("DESIGN.md not beside the checkout")
     blocks = re.findall(r"```toml\n(.*?)```", DESIGN.read_text(), re.S)
     design = next(b for b in blocks if b.startswith('name = "default"'))
-    assert DEFAULT.read_text() == design
+    release = next(b for b in blocks if b.startswith("[tripwires]"))
+    # v1 stays byte for byte what runs pinned; v2 is v1's rules plus the release tables
+    assert DEFAULT_V1.read_text() == design
+    assert DEFAULT.read_text() == design.replace("version = 1\n", "version = 2\n", 1) + release
 
 
-def test_default_policy_values() -> None:
-    p = load_policy(DEFAULT)
-    assert (p.name, p.version) == ("default", 1)
-    assert p.digest == "sha256:" + hashlib.sha256(DEFAULT.read_bytes()).hexdigest()
+def test_default_policy_v2_keeps_v1_rules_and_adds_the_release_tables() -> None:
+    v1, v2 = load_policy(DEFAULT_V1), load_policy(DEFAULT)
+    assert (v1.name, v1.version, v2.name, v2.version) == ("default", 1, "default", 2)
+    skip = {"version", "tripwires", "watch"}
+    assert v1.spec.model_dump(exclude=skip) == v2.spec.model_dump(exclude=skip)
+    t, w = v2.spec.tripwires, v2.spec.watch
+    assert (t.suite, t.checks) == ("invariant", ["sealed", "isolated", "no-secret-leak", "invariant-suite"])
+    assert (w.shift_window, w.shift_min, w.shift_min_cost_ratio) == (4, 0.05, 1.25)
+    assert (w.floor_fixed_pass_rate, w.floor_trains, w.stall_trains, w.reversal_window) == (0.80, 3, 6, 6)
+    # v1 declares neither table: the same defaults apply to what it promoted
+    assert v1.spec.tripwires == t and v1.spec.watch == w
+
+
+@pytest.mark.parametrize(("table", "bad", "message"), [
+    ("tripwires", 'checks = ["fresh-after-seal"]', "tripwires.checks[0]"),
+    ("tripwires", "checks = []", "tripwires.checks"),
+    ("tripwires", 'suite = "nightly"', "tripwires.suite"),
+    ("watch", "shift_window = 0", "watch.shift_window"),
+    ("watch", "shift_min = 1.5", "watch.shift_min"),
+    ("watch", "shift_min_cost_ratio = 0.9", "watch.shift_min_cost_ratio"),
+    ("watch", "reversal_window = 1", "watch.reversal_window"),
+    ("watch", "page = true", "watch.page"),
+])
+def test_release_tables_refuse_bad_values(tmp_path: Path, table: str, bad: str, message: str) -> None:
+    p = tmp_path / "p.toml"
+    p.write_text(f'name = "x"\nversion = 1\n[{table}]\n{bad}\n')
+    with pytest.raises(EvalrigError) as e:
+        load_policy(p)
+    assert e.value.code == ExitCode.INVALID
+    assert message in e.value.render()
+
+
+@pytest.mark.parametrize("path", [DEFAULT_V1, DEFAULT])
+def test_default_policy_values(path: Path) -> None:
+    p = load_policy(path)
+    assert (p.name, p.version) == ("default", 1 if path == DEFAULT_V1 else 2)
+    assert p.digest == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
     s = p.spec
     assert s.invariants.checks == list(INVARIANT_CHECKS)
     assert s.invariants.max_infra_error_rate == 0.10
@@ -65,7 +102,7 @@ def test_parse_policy_is_pure() -> None:
 
 
 def variant(tmp_path: Path, old: str, new: str) -> Path:
-    text = DEFAULT.read_text()
+    text = DEFAULT_V1.read_text()  # the line numbers below are v1's (v2 only adds tables at the end)
     assert old in text
     p = tmp_path / "p.toml"
     p.write_text(text.replace(old, new, 1))
@@ -81,7 +118,7 @@ def variant(tmp_path: Path, old: str, new: str) -> Path:
          ":14: fresh.bogus: unknown key (expected one of min_tasks, min_discordant, alpha, "
          "win_margin, noninferiority_margin, efficiency_metric, efficiency_ratio)"),
         ('version = 1', 'version = 1\ncolour = "red"',
-         ":3: colour: unknown key (expected one of name, version, invariants, fixed, fresh, exceptions)"),
+         ":3: colour: unknown key (expected one of name, version, invariants, fixed, fresh, exceptions, tripwires, watch)"),
         ("win_margin = 0.05", "win_margin = -0.1",
          ":15: fresh.win_margin: must be greater than or equal to 0 (got -0.1)"),
         ("noninferiority_margin = 0.05", "noninferiority_margin = -1",

@@ -131,7 +131,7 @@ def test_wall_time_the_rig_measures_still_grants(tmp_path: Path, evalrig_home: P
 def test_the_release_train_policy_says_its_cost_route_is_closed() -> None:
     """The default policy's efficiency metric is cost, which the rig does not meter yet: its
     route is closed, and docs/gate.md says so."""
-    assert 'efficiency_metric = "cost"' in (ROOT / "policies" / "default.toml").read_text()
+    assert 'efficiency_metric = "cost"' in (ROOT / "policies" / "default-v1.toml").read_text()
     assert "cost route is closed" in (ROOT / "docs" / "gate.md").read_text()
 
 
@@ -147,7 +147,7 @@ def networked_train(tmp_path: Path, home: Path, policy: Path, **cand: object) ->
 
 
 def test_network_fails_isolated_under_the_default_policy(tmp_path: Path, evalrig_home: Path) -> None:
-    policy = ROOT / "policies" / "default.toml"
+    policy = ROOT / "policies" / "default-v1.toml"
     a, b = networked_train(tmp_path, evalrig_home, policy, network=True, network_hosts=["api.example.com:443"])
     assert eval_sh(evalrig_home, "compare", a, b, "--out", tmp_path / "cmp").code == 0
     gate = eval_sh(evalrig_home, "gate", tmp_path / "cmp", "--policy", policy, "--json")
@@ -183,7 +183,7 @@ def test_the_networked_policy_allows_network_and_lists_the_hosts(tmp_path: Path,
 def test_the_default_policy_is_kept_and_the_networked_one_is_its_twin() -> None:
     import tomllib
 
-    default = tomllib.loads((ROOT / "policies" / "default.toml").read_text())
+    default = tomllib.loads((ROOT / "policies" / "default-v1.toml").read_text())
     networked = tomllib.loads((ROOT / "policies" / "networked.toml").read_text())
     assert "allow_network" not in default["invariants"]
     assert networked["invariants"].pop("allow_network") is True

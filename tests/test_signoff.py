@@ -33,7 +33,7 @@ def make_checkpoint(dir: Path, name: str, home: Path) -> str:
 def gated(tmp_path: Path, home: Path, cand_counts: list[int], advisory: bool = False) -> tuple[Path, Path]:
     """(decision file, candidate checkpoint dir) of a gated train."""
     pol = tmp_path / "policy.toml"
-    pol.write_bytes((ROOT / "policies" / "default.toml").read_bytes())
+    pol.write_bytes((ROOT / "policies" / "default-v1.toml").read_bytes())
     digest = sha256_bytes(pol.read_bytes())
     ckpt = tmp_path / "candidate"
     cid = make_checkpoint(ckpt, "cand", home)

@@ -67,7 +67,7 @@ def test_validate_good_inputs(tmp_path: Path, evalrig_home: Path) -> None:
     args = ["validate", "--tasks", tasks, "--policies", ROOT / "policies", "--checkpoint", ckpt]
     r = cli(*args)
     assert r.exit_code == 0, r.output
-    assert r.stdout == "ok: checkpoints: 1, policies: 2, tasks: 3\n"  # default and networked
+    assert r.stdout == "ok: checkpoints: 1, policies: 3, tasks: 3\n"  # default v1 and v2, networked
     assert r.stderr == (f"warning: {tasks}/fixed.lock: fixed tasks not locked yet: one, two; "
                         f"run `evalrig lock --tasks {tasks}` (the fixed suite only grows once locked)\n")
     assert cli("lock", "--tasks", tasks).exit_code == 0
@@ -180,7 +180,7 @@ def test_regex_that_does_not_compile(tmp_path: Path) -> None:
 def policy_variant(tmp_path: Path, old: str, new: str) -> Path:
     d = tmp_path / "policies"
     d.mkdir()
-    text = (ROOT / "policies" / "default.toml").read_text()
+    text = (ROOT / "policies" / "default-v1.toml").read_text()
     (d / "default.toml").write_text(text)
     (d / "strict.toml").write_text(text.replace(old, new, 1))
     return d

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from evalrig.models import agent, comparison, inputs, lock, run
+from evalrig.models import agent, comparison, inputs, lock, releases, run
 
 
 def formats() -> dict[str, type[BaseModel]]:
@@ -30,4 +30,5 @@ def formats() -> dict[str, type[BaseModel]]:
         "reward": agent.RewardFile,
         "estimate-output": agent.EstimateLine,
         **comparison.FORMATS,
+        **releases.FORMATS,
     }

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evalrig.models.base import ChainedRecord, Digest, Record, Strict, TaskId, Timestamp
-from evalrig.models.inputs import Suite
+from evalrig.models.inputs import PolicyTripwires, PolicyWatch, Suite
 from evalrig.models.run import PolicyPin, SandboxLevel
 
 Verdict = Literal["promote", "promote-maintenance", "keep-champion", "block"]
@@ -355,6 +355,11 @@ class Decision(Record):
     advisory: bool
     detectable: Inconclusiveness
     what_would_change: list[str]
+    tripwires: PolicyTripwires | None = Field(
+        default=None, description="The policy's [tripwires], which `ship` records for the release (absent in "
+        "decisions written before policies had them: the defaults apply).")
+    watch: PolicyWatch | None = Field(
+        default=None, description="The policy's [watch], which `ship` records for the release (absent: the defaults).")
 
 
 class Issued(Record):

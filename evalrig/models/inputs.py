@@ -277,6 +277,42 @@ class PolicyFresh(HandWritten):
     efficiency_ratio: Annotated[float, Field(gt=0, le=1)] = 0.90
 
 
+TripwireCheck = Literal["complete", "sealed", "isolated", "no-secret-leak", "bundle-integrity", "invariant-suite"]
+TRIPWIRE_CHECKS: tuple[TripwireCheck, ...] = typing.get_args(TripwireCheck)
+"""The invariants a tripwire run can check on the serving champion alone (docs/policy.md,
+"Tripwires"): the gate's, less those that need a second run or a train."""
+
+
+def _default_tripwire_checks() -> list[TripwireCheck]:
+    return ["sealed", "isolated", "no-secret-leak", "invariant-suite"]
+
+
+class PolicyTripwires(HandWritten):
+    """[tripwires]: what `tripwire` checks on the serving champion after it ships."""
+
+    suite: Suite = Field(default="invariant", description="The suite of tasks a tripwire run uses.")
+    checks: list[TripwireCheck] = Field(
+        default_factory=_default_tripwire_checks, min_length=1,
+        description="The checks; any one failing (or an incomplete run) rolls back.")
+
+
+class PolicyWatch(HandWritten):
+    """[watch]: the thresholds of `watch`'s alerts over the trains and the release log."""
+
+    shift_window: int = Field(default=4, ge=1, description="Trains per window of the shift rule.")
+    shift_min: Rate = Field(
+        default=0.05, description="A pass-rate mean moved this much between the last two full windows: shift.")
+    shift_min_cost_ratio: float = Field(
+        default=1.25, gt=1, description="Cost per task moved by this factor between the two windows: shift.")
+    floor_fixed_pass_rate: Rate = Field(
+        default=0.80, description="The serving champion's fixed pass rate below this ...")
+    floor_trains: int = Field(default=3, ge=1, description="... this many trains in a row: floor.")
+    stall_trains: int = Field(
+        default=6, ge=1, description="No promote (a win; maintenance does not count) in this many trains: stall.")
+    reversal_window: int = Field(
+        default=6, ge=2, description="Two rollbacks within this many release events: reversal.")
+
+
 def _described(text: str) -> str:
     if not text.strip():
         raise ValueError("needs a description: say what the exception waives")
@@ -296,6 +332,8 @@ class PolicyFile(HandWritten):
     exceptions: dict[str, ExceptionText] = Field(
         default_factory=dict, description="Name → what the exception waives (--exception NAME)."
     )
+    tripwires: PolicyTripwires = Field(default_factory=PolicyTripwires)
+    watch: PolicyWatch = Field(default_factory=PolicyWatch)
 
     @field_validator("exceptions")
     @classmethod

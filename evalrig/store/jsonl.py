@@ -324,13 +324,17 @@ def chain_hash(data: bytes) -> str:
 
 
 @dataclass(frozen=True)
-class _Chain:
+class Chain:
     objs: list[Any]
     """The parsed complete lines, in order."""
+    hashes: list[str]
+    """Each complete line's sha256 (bare hex), in order."""
+    tail: bytes
+    """The torn last line's bytes (b"" when none)."""
     end: int
     """Bytes up to and including the last complete line's newline."""
     torn_line: int | None
-    next_prev: str
+    next_prev: str | None
     """The `prev` of a line appended now."""
 
 
@@ -344,7 +348,9 @@ def _broken(path: Path, line: int, why: str) -> EvalrigError:
     )
 
 
-def _verify_chain(path: Path, data: bytes) -> _Chain:
+def verify_chain(path: Path, data: bytes, strict: bool = False) -> Chain:
+    """`strict`: the release log's rule (docs/release-engineers.md): every line has `prev`,
+    null on the first; no legacy lines."""
     lines, torn = whole_lines(data)
     end = data.rfind(b"\n") + 1
     body = data[:end]
@@ -352,6 +358,7 @@ def _verify_chain(path: Path, data: bytes) -> _Chain:
     last = ""
     offset = 0
     objs: list[Any] = []
+    hashes: list[str] = []
     for i, raw in enumerate(lines, start=1):
         try:
             obj = loads(raw)
@@ -359,7 +366,14 @@ def _verify_chain(path: Path, data: bytes) -> _Chain:
             raise _broken(path, i, f"it does not parse ({e})") from None
         if not isinstance(obj, dict):
             raise _broken(path, i, "it is not a JSON object")
-        if "prev" in obj:
+        if strict:
+            want_s = last if i > 1 else None
+            if "prev" not in obj:
+                raise _broken(path, i, "it has no prev")
+            if obj["prev"] != want_s:
+                what = "the sha256 of the previous line" if i > 1 else "null (the first line)"
+                raise _broken(path, i, f"its prev {obj['prev']!r} is not {what} ({want_s})")
+        elif "prev" in obj:
             want = last if chained else chain_hash(body[:offset])
             if obj["prev"] != want:
                 what = "the previous line" if chained else "every byte before it"
@@ -368,12 +382,16 @@ def _verify_chain(path: Path, data: bytes) -> _Chain:
         elif chained:
             raise _broken(path, i, "it has no prev, after chained lines")
         last = chain_hash(raw)
+        hashes.append(last)
         offset += len(raw) + 1
         objs.append(obj)
-    return _Chain(objs, end, torn, last if chained else chain_hash(body))
+    tail = data[end:]
+    if strict:
+        return Chain(objs, hashes, tail, end, torn, last or None)
+    return Chain(objs, hashes, tail, end, torn, last if chained else chain_hash(body))
 
 
-def _chain_records(path: Path, chain: _Chain, model: type[M]) -> list[M]:
+def chain_records(path: Path, chain: Chain, model: type[M]) -> list[M]:
     out = []
     for i, obj in enumerate(chain.objs, start=1):
         try:
@@ -383,7 +401,7 @@ def _chain_records(path: Path, chain: _Chain, model: type[M]) -> list[M]:
     return out
 
 
-def read_chained(path: Path, model: type[M]) -> Records[M]:
+def read_chained(path: Path, model: type[M], strict: bool = False) -> Records[M]:
     """Every record of a hash-chained file, after verifying the whole chain (exit 4 naming
     the first line that breaks it); a torn last line is reported, not read. A missing file
     has no records."""
@@ -395,19 +413,28 @@ def read_chained(path: Path, model: type[M]) -> Records[M]:
         raise invalid(f"cannot be read ({e.strerror})", file=path,
                       hint="the rig keeps this file in its home ($EVALRIG_HOME); check that it is a "
                       "file you may read") from None
-    chain = _verify_chain(Path(path), data)
-    return Records(_chain_records(Path(path), chain, model), chain.torn_line)
+    chain = verify_chain(Path(path), data, strict)
+    return Records(chain_records(Path(path), chain, model), chain.torn_line)
 
 
 class ChainWriter(Generic[M]):
     """What `chained_append` yields: the file's records as verified, and `append`."""
 
-    def __init__(self, path: Path, fd: int, model: type[M], records: list[M], next_prev: str) -> None:
+    def __init__(self, path: Path, fd: int, model: type[M], records: list[M], chain: Chain) -> None:
         self.path = path
+        self.chain = chain
+        """The file as verified before the block."""
         self.records = records
         self._fd = fd
         self._model = model
-        self._next = next_prev
+        self._next = chain.next_prev
+        self.torn_cut = chain.torn_line
+        """The 1-based number of a torn last line cut before this append, if any."""
+
+    @property
+    def last_hash(self) -> str | None:
+        """The sha256 of the last line now in the file (the `prev` of the next one)."""
+        return self._next
 
     def append(self, record: M) -> M:
         """Append `record` with its `prev` set, synced before returning; returns it as written."""
@@ -428,7 +455,7 @@ def lock_path(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def chained_append(path: Path, model: type[M]) -> Iterator[ChainWriter[M]]:
+def chained_append(path: Path, model: type[M], strict: bool = False) -> Iterator[ChainWriter[M]]:
     """Hold the file's exclusive lock from the chain's verification to the sync of every line
     appended in the block. A torn last line is cut first; a broken chain is refused (exit 4)
     before anything is written."""
@@ -437,12 +464,12 @@ def chained_append(path: Path, model: type[M]) -> Iterator[ChainWriter[M]]:
         fd = open_nofollow(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         try:
             data = read_fd(fd)
-            chain = _verify_chain(path, data)
-            records = _chain_records(path, chain, model)
+            chain = verify_chain(path, data, strict)
+            records = chain_records(path, chain, model)
             if chain.end < len(data):
                 os.ftruncate(fd, chain.end)
                 os.fsync(fd)
-            yield ChainWriter(path, fd, model, records, chain.next_prev)
+            yield ChainWriter(path, fd, model, records, chain)
         finally:
             os.close(fd)
 

@@ -46,6 +46,8 @@ SEALS = "seals.jsonl"
 RUNS = "runs.jsonl"
 GATES = "gates.jsonl"
 HOME_SIGNOFFS = SIGNOFFS
+RELEASES = "releases.jsonl"
+"""The release log: what served, and why (docs/release-engineers.md); `--log FILE` elsewhere."""
 
 # -- a comparison bundle, after the train (docs/curves.md, "Retiring a train's fresh tasks") ---
 
