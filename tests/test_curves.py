@@ -4,7 +4,6 @@ trains drawn from ledger lines, and every alert kind from synthetic ledgers."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,9 +14,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from evalrig.cli import app
-from evalrig.core.curves import DefaultThresholds, ReleaseMark, alerts, trains_of
+from evalrig.core.curves import ReleaseMark, alerts, trains_of
 from evalrig.core.digest import sha256_bytes
 from evalrig.models.comparison import Curve, CurveSides, GateLedgerEntry, PolicyRef
+from evalrig.models.inputs import PolicyWatch
 from evalrig.store.compare import compare_bundles
 from evalrig.store.decisions import gate_comparison
 
@@ -77,11 +77,11 @@ def test_a_candidate_much_worse_on_public_still_promotes_on_fresh(tmp_path: Path
 
 def test_the_curve_is_null_where_a_suite_is_empty(tmp_path: Path, evalrig_home: Path) -> None:
     cmp, pol = train(tmp_path, evalrig_home, counts_tasks(CHAMP, fixed=0), counts_tasks(BETTER, fixed=0))
-    gate_comparison(cmp, pol, None, False, evalrig_home, NOW)
+    r = gate_comparison(cmp, pol, None, False, evalrig_home, NOW)
     curve = json.loads((evalrig_home / "gates.jsonl").read_text().splitlines()[-1])["curve"]
     assert curve["public_pass_rate"] == {"champion": None, "candidate": None}
     assert curve["fixed_pass_rate"] == {"champion": None, "candidate": None}
-    assert "Public benchmarks" not in (cmp / "decisions" / "default-v1.md").read_text()
+    assert "Public benchmarks" not in r.verdict_file.read_text()
 
 
 @pytest.mark.parametrize(("extra", "field"), [
@@ -146,7 +146,7 @@ def ledger(curves: list[Curve], verdicts: list[str] | None = None) -> list[GateL
     return [entry(i, c, (verdicts or ["promote"] * len(curves))[i]) for i, c in enumerate(curves)]
 
 
-TH = DefaultThresholds()
+TH = PolicyWatch()
 
 
 def kinds(es: list[GateLedgerEntry], marks: list[ReleaseMark] = (), th: object = TH) -> dict[str, list[str]]:  # type: ignore[assignment]
@@ -274,4 +274,4 @@ def test_alerts_are_a_function_of_the_prefix(values: list[float]) -> None:
 def test_thresholds_come_from_the_object_given() -> None:
     es = ledger([curve(0.95)] * 2 + [curve(0.85)] * 2)
     assert "shift" not in kinds(es)
-    assert "shift" in kinds(es, th=replace(TH, shift_window=2))
+    assert "shift" in kinds(es, th=TH.model_copy(update={"shift_window": 2}))

@@ -12,6 +12,7 @@ from evalrig.cli import (  # noqa: E402,F401  isort: skip
     cmd_compare,
     cmd_tasks,
     cmd_init,
+    cmd_watch,
 )
 
 

@@ -14,13 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Literal
 
 from evalrig.core.digest import short_digest
 from evalrig.models.comparison import Comparison, Curve, CurveSides, GateLedgerEntry, Verdict
-
-AlertKind = Literal["shift", "floor", "stall", "reversal"]
-ALERT_KINDS: tuple[AlertKind, ...] = ("shift", "floor", "stall", "reversal")
+from evalrig.models.inputs import PolicyWatch
+from evalrig.models.releases import AlertKind
 
 RATE_METRICS = ("fixed_pass_rate.champion", "fixed_pass_rate.candidate",
                 "public_pass_rate.champion", "public_pass_rate.candidate")
@@ -28,31 +27,8 @@ COST_METRICS = ("cost_per_task.champion", "cost_per_task.candidate")
 FLOOR_METRIC = "fixed_pass_rate.champion"
 STALL_METRIC = "promote"
 REVERSAL_METRIC = "rollback"
-
-
-class Thresholds(Protocol):
-    """The policy's `[watch]` table (docs/policy.md); any object with these attributes."""
-
-    shift_window: int
-    shift_min: float
-    shift_min_cost_ratio: float
-    floor_fixed_pass_rate: float
-    floor_trains: int
-    stall_trains: int
-    reversal_window: int
-
-
-@dataclass(frozen=True)
-class DefaultThresholds:
-    """The defaults of `[watch]` (policies/default.toml says the same)."""
-
-    shift_window: int = 4
-    shift_min: float = 0.05
-    shift_min_cost_ratio: float = 1.25
-    floor_fixed_pass_rate: float = 0.80
-    floor_trains: int = 3
-    stall_trains: int = 6
-    reversal_window: int = 6
+Thresholds = PolicyWatch
+"""The policy's `[watch]` table (docs/policy.md)."""
 
 
 # -- the curve of one gate ---------------------------------------------------------------

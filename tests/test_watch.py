@@ -1,0 +1,158 @@
+"""`watch` through the CLI (docs/curves.md): alerts appended once per id, exit 3 while one
+fires, thresholds from --policy, else the serving release's ship event, else the default;
+a broken log refused; ledger lines without curves skipped and said."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from test_curves import curve, entry
+from typer.testing import CliRunner
+
+from evalrig.cli import app
+from evalrig.core.digest import sha256_bytes
+from evalrig.models.comparison import GateLedgerEntry, PolicyRef
+from evalrig.models.inputs import PolicyTripwires, PolicyWatch
+from evalrig.models.releases import DecisionRef, RollbackEvent, ShipEvent, ShippedCandidate
+from evalrig.store.ledger import record_gate
+from evalrig.store.releases import append_event
+
+ROOT = Path(__file__).resolve().parent.parent
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def run(home: Path, *args: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(app, ["watch", *args], env={"EVALRIG_HOME": str(home)})
+    return r.exit_code, r.stdout, r.stderr
+
+
+def gates(home: Path, entries: list[GateLedgerEntry]) -> None:
+    for e in entries:
+        record_gate(home, e)
+
+
+def ship(log: Path, i: int, watch: PolicyWatch | None = None) -> ShipEvent:
+    return append_event(log, ShipEvent(
+        seq=0, at=T0 + timedelta(days=i, hours=1), decision=DecisionRef(path=f"d{i}.json",
+        digest=sha256_bytes(f"dec{i}".encode())), verdict="promote", reason="quality",
+        candidate=ShippedCandidate(checkpoint_id=sha256_bytes(f"cand{i}".encode()), name=f"c{i}"),
+        replaces=sha256_bytes(f"champ{i}".encode()),
+        policy=PolicyRef(name="default", version=2, digest=sha256_bytes(b"policy")),
+        tripwires=PolicyTripwires(), watch=watch or PolicyWatch(), signed_by="alice"))
+
+
+def rollback(log: Path, i: int) -> None:
+    append_event(log, RollbackEvent.model_validate({
+        "seq": 0, "at": T0 + timedelta(days=i, hours=2), "from": sha256_bytes(f"cand{i}".encode()),
+        "to": sha256_bytes(f"champ{i}".encode()), "trigger": "person", "by": "bob", "reason": "bad",
+        "evidence": None}))
+
+
+def alert_lines(log: Path) -> list[dict]:
+    return [x for x in map(json.loads, log.read_text().splitlines()) if x["kind"] == "alert"]
+
+
+def test_nothing_to_see_exits_0_and_writes_nothing(evalrig_home: Path) -> None:
+    gates(evalrig_home, [entry(i, curve(0.95)) for i in range(5)])
+    code, out, _ = run(evalrig_home)
+    assert code == 0 and out.startswith("no alert over 5 trains")
+    assert not (evalrig_home / "releases.jsonl").exists()
+
+
+def test_a_floor_alert_is_appended_once_and_keeps_paging(evalrig_home: Path) -> None:
+    gates(evalrig_home, [entry(i, curve(0.7)) for i in range(3)])
+    code, out, _ = run(evalrig_home)
+    assert code == 3, out
+    log = evalrig_home / "releases.jsonl"
+    lines = alert_lines(log)
+    assert [x["alert_kind"] for x in lines] == ["floor"]
+    a = lines[0]
+    assert a["alert_id"] == f"floor:fixed_pass_rate.champion:{sha256_bytes(b'cmp0')[7:19]}"
+    assert a["metric"] == "fixed_pass_rate.champion" and len(a["trains"]) == 3 and a["seq"] == 0
+    assert a["prev"] is None and "below 0.8" in a["detail"]
+    # again, and after one more bad train: still firing (exit 3), nothing appended
+    code, out, _ = run(evalrig_home)
+    assert code == 3 and "nothing appended" in out
+    gates(evalrig_home, [entry(3, curve(0.7))])
+    code, _, _ = run(evalrig_home, "--json")
+    assert code == 3 and len(alert_lines(log)) == 1
+    # the floor lifts: no alert fires, exit 0; the alert stays in the log
+    gates(evalrig_home, [entry(4, curve(0.9))])
+    code, _, _ = run(evalrig_home)
+    assert code == 0 and len(alert_lines(log)) == 1
+
+
+def test_every_kind_through_the_cli_with_json(evalrig_home: Path, tmp_path: Path) -> None:
+    verdicts = ["keep-champion"] * 8
+    gates(evalrig_home, [entry(i, curve(0.95 if i < 4 else 0.75, cost=0.01 if i < 4 else 0.02), verdicts[i])
+                         for i in range(8)])
+    log = tmp_path / "releases.jsonl"
+    ship(log, 0)
+    rollback(log, 0)
+    ship(log, 1)
+    rollback(log, 1)
+    code, out, _ = run(evalrig_home, "--log", str(log), "--json")
+    assert code == 3
+    doc = json.loads(out)
+    assert {a["alert_kind"] for a in doc["firing"]} == {"shift", "floor", "stall", "reversal"}
+    assert all(a["new"] for a in doc["firing"]) and len(doc["appended"]) == len(doc["firing"])
+    assert doc["trains"] == 8 and len(doc["series"]["trains"]) == 8
+    assert [m["kind"] for m in doc["series"]["releases"]] == ["ship", "rollback", "ship", "rollback"]
+    assert {a["alert_kind"] for a in alert_lines(log)} == {"shift", "floor", "stall", "reversal"}
+    n = len(log.read_text().splitlines())
+    code, out, _ = run(evalrig_home, "--log", str(log), "--json")
+    assert code == 3 and json.loads(out)["appended"] == [] and len(log.read_text().splitlines()) == n
+
+
+def test_thresholds_from_the_policy_then_the_serving_ship_then_the_default(evalrig_home: Path,
+                                                                             tmp_path: Path) -> None:
+    gates(evalrig_home, [entry(i, curve(0.85)) for i in range(3)])
+    log = tmp_path / "releases.jsonl"
+    assert run(evalrig_home, "--log", str(log))[0] == 0  # the default floor is 0.80
+    ship(log, 9, PolicyWatch(floor_fixed_pass_rate=0.9))
+    code, out, _ = run(evalrig_home, "--log", str(log))
+    assert code == 3 and "thresholds from the ship event 0 of the serving release" in out
+    pol = tmp_path / "p.toml"
+    pol.write_text((ROOT / "policies" / "default.toml").read_text().replace(
+        "floor_fixed_pass_rate = 0.80", "floor_fixed_pass_rate = 0.50"))
+    code, out, _ = run(evalrig_home, "--log", str(log), "--policy", str(pol))
+    assert code == 0 and f"thresholds from {pol}" in out and out.startswith("no alert")
+
+
+def test_a_log_edited_by_one_byte_is_refused_naming_the_line(evalrig_home: Path, tmp_path: Path) -> None:
+    gates(evalrig_home, [entry(i, curve(0.7)) for i in range(3)])
+    log = tmp_path / "releases.jsonl"
+    ship(log, 0)
+    ship(log, 1)
+    data = log.read_bytes().replace(b'"signed_by":"alice"', b'"signed_by":"alicf"', 1)
+    log.write_bytes(data)
+    code, out, err = run(evalrig_home, "--log", str(log))
+    assert code == 4
+    assert err.startswith(f"error: {log}:2: the file's hash chain breaks at this line")
+    assert not alert_lines(log)
+
+
+def test_ledger_lines_without_curves_are_skipped_and_said(evalrig_home: Path) -> None:
+    gates(evalrig_home, [entry(i, None) for i in range(2)] + [entry(2, curve())])
+    code, out, err = run(evalrig_home)
+    assert code == 0 and "over 1 train" in out
+    assert "2 trains not drawn" in err
+    code, out, _ = run(evalrig_home, "--json")
+    assert json.loads(out)["skipped"] == 2
+
+
+@pytest.mark.parametrize("hostile", ["floor:x\n\u001b[31m", "a" * 10])
+def test_alert_ids_already_in_the_log_are_text_not_trusted_markup(evalrig_home: Path, tmp_path: Path,
+                                                                  hostile: str) -> None:
+    """An alert id in the log that is not one watch computes never hides a real alert."""
+    from evalrig.models.releases import AlertEvent
+
+    gates(evalrig_home, [entry(i, curve(0.7)) for i in range(3)])
+    log = tmp_path / "releases.jsonl"
+    append_event(log, AlertEvent(seq=0, at=T0, alert_id=hostile, alert_kind="floor", metric="m", trains=[],
+                                 detail="written by hand"))
+    code, _, _ = run(evalrig_home, "--log", str(log))
+    assert code == 3 and len(alert_lines(log)) == 2
