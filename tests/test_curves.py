@@ -164,7 +164,7 @@ def test_one_train_per_comparison_its_last_non_advisory_gate_and_old_lines_count
           entry(4, curve(0.7))]
     t = trains_of(es)
     assert t.skipped == 1
-    assert [x.curve.fixed_pass_rate.champion for x in t.trains] == [0.5, 0.7]
+    assert [x.value("fixed_pass_rate.champion") for x in t.trains] == [0.5, 0.7]
     assert [x.id for x in t.trains] == [sha256_bytes(b"cmp1")[7:19], sha256_bytes(b"cmp4")[7:19]]
 
 

@@ -156,3 +156,16 @@ def test_alert_ids_already_in_the_log_are_text_not_trusted_markup(evalrig_home: 
                                  detail="written by hand"))
     code, _, _ = run(evalrig_home, "--log", str(log))
     assert code == 3 and len(alert_lines(log)) == 2
+
+
+def test_a_ledger_line_of_the_wrong_shape_is_named_by_its_model(evalrig_home: Path) -> None:
+    """watch reads the ledger's lines for a few fields; a line that is not the shape the rig
+    writes (its last line edited: no later line's prev covers it) is refused naming it."""
+    gates(evalrig_home, [entry(i, curve(0.95)) for i in range(3)])
+    path = evalrig_home / "gates.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[-1] = lines[-1].replace(b'"fixed_pass_rate":{"candidate":0.95', b'"fixed_pass_rate":{"candidate":"high"')
+    path.write_bytes(b"".join(lines))
+    code, _, err = run(evalrig_home)
+    assert code == 4
+    assert f"{path}:3" in err and "curve.fixed_pass_rate.candidate" in err

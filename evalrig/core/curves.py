@@ -74,24 +74,50 @@ def curve_of(c: Comparison) -> Curve:
 
 
 @dataclass(frozen=True)
+class GateLine:
+    """What the curves read from one line of the gate ledger."""
+
+    comparison_digest: str
+    advisory: bool
+    verdict: Verdict
+    reason: str
+    at: datetime
+    champion_id: str
+    candidate_id: str
+    decision_digest: str
+    values: dict[str, float | None] | None
+    """The curve's numbers by metric (`fixed_pass_rate.champion`, ...); None on a line without `curve`."""
+    bounds: tuple[float, float] | None = None
+    """The curve's `fresh_bounds`."""
+
+
+def values_of(c: Curve) -> dict[str, float | None]:
+    out: dict[str, float | None] = {"fresh_mean_d": c.fresh_mean_d}
+    for name in ("fixed_pass_rate", "cost_per_task", "public_pass_rate"):
+        sides = getattr(c, name)
+        out[f"{name}.champion"], out[f"{name}.candidate"] = sides.champion, sides.candidate
+    return out
+
+
+def gate_line(e: GateLedgerEntry) -> GateLine:
+    return GateLine(
+        comparison_digest=e.comparison_digest, advisory=e.advisory, verdict=e.verdict, reason=e.reason, at=e.at,
+        champion_id=e.champion_id, candidate_id=e.candidate_id, decision_digest=e.decision_digest,
+        values=values_of(e.curve) if e.curve is not None else None,
+        bounds=e.curve.fresh_bounds if e.curve is not None else None)
+
+
+@dataclass(frozen=True)
 class Train:
     index: int
     """0-based position among the trains drawn."""
     id: str
     """The short comparison digest (the name `retire` gives the train's folder too)."""
-    comparison_digest: str
-    at: datetime
-    verdict: Verdict
-    reason: str
-    champion_id: str
-    candidate_id: str
-    decision_digest: str
-    curve: Curve
+    line: GateLine
+    values: dict[str, float | None]
 
     def value(self, metric: str) -> float | None:
-        name, _, side = metric.partition(".")
-        v = getattr(self.curve, name)
-        return getattr(v, side) if side else v  # type: ignore[no-any-return]
+        return self.values[metric]
 
 
 @dataclass(frozen=True)
@@ -101,22 +127,19 @@ class Trains:
     """Trains whose last gate was written before the ledger carried `curve` (not drawn)."""
 
 
-def trains_of(entries: Iterable[GateLedgerEntry]) -> Trains:
-    last: dict[str, tuple[int, GateLedgerEntry]] = {}
-    for i, e in enumerate(entries):
+def trains_of(lines: Iterable[GateLine | GateLedgerEntry]) -> Trains:
+    last: dict[str, tuple[int, GateLine | GateLedgerEntry]] = {}
+    for i, e in enumerate(lines):
         if not e.advisory:
             last[e.comparison_digest] = (i, e)
     out: list[Train] = []
     skipped = 0
     for _, e in sorted(last.values(), key=lambda x: x[0]):
-        if e.curve is None:
+        g = gate_line(e) if isinstance(e, GateLedgerEntry) else e
+        if g.values is None:
             skipped += 1
             continue
-        out.append(Train(
-            index=len(out), id=short_digest(e.comparison_digest), comparison_digest=e.comparison_digest, at=e.at,
-            verdict=e.verdict, reason=e.reason, champion_id=e.champion_id, candidate_id=e.candidate_id,
-            decision_digest=e.decision_digest, curve=e.curve,
-        ))
+        out.append(Train(index=len(out), id=short_digest(g.comparison_digest), line=g, values=g.values))
     return Trains(tuple(out), skipped)
 
 
@@ -171,12 +194,7 @@ def _episodes(n: int, fires: Callable[[int], int | None]) -> dict[int, int]:
 
 
 def _series(trains: Sequence[Train], metric: str) -> list[tuple[Train, float]]:
-    out = []
-    for t in trains:
-        v = t.value(metric)
-        if v is not None:
-            out.append((t, float(v)))
-    return out
+    return [(t, float(v)) for t in trains if (v := t.values[metric]) is not None]
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -257,7 +275,7 @@ def _floor_alerts(trains: Sequence[Train], th: Thresholds) -> list[Alert]:
 
 def _stall_alerts(trains: Sequence[Train], th: Thresholds) -> list[Alert]:
     return _run_alert(
-        "stall", STALL_METRIC, trains, lambda t: t.verdict != "promote", th.stall_trains,
+        "stall", STALL_METRIC, trains, lambda t: t.line.verdict != "promote", th.stall_trains,
         lambda run: f"no train promoted on a win (maintenance does not count) in the last {run} trains: stalled",
         {"stall_trains": th.stall_trains},
     )
@@ -279,7 +297,7 @@ def _reversal_alerts(marks: Sequence[ReleaseMark], trains: Sequence[Train], th: 
     if last not in eps:
         return []
     window = releases[max(0, last + 1 - w):]
-    by_decision = {t.decision_digest: t.id for t in trains}
+    by_decision = {t.line.decision_digest: t.id for t in trains}
     covered = tuple(by_decision[m.decision_digest] for m in window
                     if m.kind == "ship" and m.decision_digest in by_decision)
     backs = sum(m.kind == "rollback" for m in window)
@@ -305,16 +323,17 @@ def series(trains: Sequence[Train], marks: Sequence[ReleaseMark], fired: Sequenc
     JSON values, for `watch --json` and the report)."""
     return {
         "trains": [
-            {"train": t.id, "comparison_digest": t.comparison_digest, "at": t.at, "verdict": t.verdict,
-             "reason": t.reason, "champion_id": t.champion_id, "candidate_id": t.candidate_id,
-             "fixed_pass_rate": {"champion": t.curve.fixed_pass_rate.champion,
-                                 "candidate": t.curve.fixed_pass_rate.candidate},
-             "fresh_mean_d": t.curve.fresh_mean_d,
-             "fresh_bounds": list(t.curve.fresh_bounds) if t.curve.fresh_bounds else None,
-             "cost_per_task": {"champion": t.curve.cost_per_task.champion,
-                               "candidate": t.curve.cost_per_task.candidate},
-             "public_pass_rate": {"champion": t.curve.public_pass_rate.champion,
-                                  "candidate": t.curve.public_pass_rate.candidate}}
+            {"train": t.id, "comparison_digest": t.line.comparison_digest, "at": t.line.at,
+             "verdict": t.line.verdict, "reason": t.line.reason, "champion_id": t.line.champion_id,
+             "candidate_id": t.line.candidate_id,
+             "fixed_pass_rate": {"champion": t.values["fixed_pass_rate.champion"],
+                                 "candidate": t.values["fixed_pass_rate.candidate"]},
+             "fresh_mean_d": t.values["fresh_mean_d"],
+             "fresh_bounds": list(t.line.bounds) if t.line.bounds else None,
+             "cost_per_task": {"champion": t.values["cost_per_task.champion"],
+                               "candidate": t.values["cost_per_task.candidate"]},
+             "public_pass_rate": {"champion": t.values["public_pass_rate.champion"],
+                                  "candidate": t.values["public_pass_rate.candidate"]}}
             for t in trains
         ],
         "releases": [{"seq": m.seq, "kind": m.kind, "at": m.at, "checkpoint_id": m.checkpoint_id} for m in marks],

@@ -112,9 +112,10 @@ def _check_head(path: Path, chain: Chain, head: str | None) -> None:
                   file=path, line=line, hint=BROKEN_HINT)
 
 
-def read_log(path: Path) -> ReleaseLog:
-    """Every event, after verifying the chain (exit 4 naming the first bad line). A missing
-    or empty log has no events."""
+def read_chain(path: Path) -> Chain | None:
+    """The log's lines as parsed objects, after verifying the chain and the head (exit 4 naming
+    the first bad line), not yet read as events; None for a missing log. For a reader that
+    needs only a few fields of many lines (`watch`); `read_log` reads every event."""
     path = Path(path)
     if path.is_dir():
         raise invalid("is a directory, not a release log", file=path,
@@ -123,16 +124,32 @@ def read_log(path: Path) -> ReleaseLog:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        return ReleaseLog(path, [], None)
+        return None
     except OSError as e:
         raise _refused_unreadable(path, e) from None
     try:
         chain = verify_chain(path, data, strict=True)
-        lines = chain_records(path, chain, ReleaseLine)
     except EvalrigError as e:
         raise _with_hint(e) from None
     _check_head(path, chain, head)
-    return ReleaseLog(path, _events(path, lines), chain.torn_line)
+    return chain
+
+
+def events_of(path: Path, chain: Chain) -> list[Event]:
+    """Every event of a verified chain (exit 4 naming a line that is no event)."""
+    try:
+        return _events(path, chain_records(path, chain, ReleaseLine))
+    except EvalrigError as e:
+        raise _with_hint(e) from None
+
+
+def read_log(path: Path) -> ReleaseLog:
+    """Every event, after verifying the chain (exit 4 naming the first bad line). A missing
+    or empty log has no events."""
+    chain = read_chain(path)
+    if chain is None:
+        return ReleaseLog(Path(path), [], None)
+    return ReleaseLog(Path(path), events_of(Path(path), chain), chain.torn_line)
 
 
 def _with_hint(e: EvalrigError) -> EvalrigError:

@@ -7,17 +7,31 @@ lock (read, then append), so that a second `watch` (or two at once) adds nothing
 
 from __future__ import annotations
 
+import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from evalrig.core import curves
 from evalrig.core.releases import serving
+from evalrig.models.base import SCHEMA_VERSION
+from evalrig.models.comparison import Verdict
 from evalrig.models.inputs import PolicyWatch
-from evalrig.models.releases import AlertEvent, Event, RollbackEvent, ShipEvent
+from evalrig.models.releases import (
+    AlertEvent,
+    DecisionRef,
+    Event,
+    ReleaseLine,
+    RollbackEvent,
+    ShipEvent,
+    ShippedCandidate,
+)
 from evalrig.store import ledger
+from evalrig.store.jsonl import verify_chain
 from evalrig.store.policy import load_policy
-from evalrig.store.releases import appending, read_log
+from evalrig.store.releases import appending, events_of, read_chain
 
 DEFAULT_POLICY = Path(__file__).resolve().parent.parent.parent / "policies" / "default.toml"
 """The bundled default policy (the repository's policies/default.toml)."""
@@ -39,7 +53,7 @@ class Watched:
         return curves.series(self.trains.trains, self.marks, self.firing)
 
 
-def marks_of(events: list[Event]) -> list[curves.ReleaseMark]:
+def marks_of(events: Sequence[Event]) -> list[curves.ReleaseMark]:
     out = []
     for e in events:
         if isinstance(e, ShipEvent):
@@ -49,18 +63,157 @@ def marks_of(events: list[Event]) -> list[curves.ReleaseMark]:
     return out
 
 
-def thresholds(policy: Path | None, events: list[Event]) -> tuple[PolicyWatch, str]:
+# -- reading many lines fast -------------------------------------------------------------
+# `watch` reads every line of two files that grow by one line a train, on a schedule; it
+# needs a few fields of each. Both files' chains are verified as always; each line is then
+# read for those fields alone (types checked here), and only a line that is not the shape
+# the rig writes goes through its model, so that its error names the line and the field.
+
+
+def _ts(v: object) -> datetime | None:
+    if not isinstance(v, str):
+        return None
+    try:
+        ts = datetime.fromisoformat(v)
+    except ValueError:
+        return None
+    return ts if ts.tzinfo is not None else None
+
+
+def _num(v: object) -> bool:
+    # orjson reads no NaN or infinity: a parsed float is finite
+    return v is None or type(v) is float or type(v) is int
+
+
+def _sides(v: object) -> tuple[float | None, float | None] | None:
+    if not (isinstance(v, dict) and v.keys() == {"champion", "candidate"} and _num(v["champion"])
+            and _num(v["candidate"])):
+        return None
+    return v["champion"], v["candidate"]
+
+
+_CURVE_KEYS = {"fixed_pass_rate", "fresh_mean_d", "fresh_bounds", "cost_per_task", "public_pass_rate"}
+_SIDED = ("fixed_pass_rate", "cost_per_task", "public_pass_rate")
+
+
+def _curve(v: object) -> tuple[dict[str, float | None], tuple[float, float] | None] | None | bool:
+    """The curve's numbers and bounds, None when absent, False when malformed."""
+    if v is None:
+        return None
+    if not (isinstance(v, dict) and v.keys() == _CURVE_KEYS and _num(v["fresh_mean_d"])):
+        return False
+    b = v["fresh_bounds"]
+    if not (b is None or (isinstance(b, list) and len(b) == 2 and all(x is not None and _num(x) for x in b))):
+        return False
+    out: dict[str, float | None] = {"fresh_mean_d": v["fresh_mean_d"]}
+    for name in _SIDED:
+        sides = _sides(v[name])
+        if sides is None:
+            return False
+        out[f"{name}.champion"], out[f"{name}.candidate"] = sides
+    return out, (b[0], b[1]) if b is not None else None
+
+
+_VERDICTS = frozenset(typing.get_args(Verdict))
+_GATE_TEXT = ("comparison_digest", "reason", "champion_id", "candidate_id", "decision_digest")
+
+
+def _gate(obj: dict[str, Any]) -> curves.GateLine | None:
+    curve = _curve(obj.get("curve"))
+    at = _ts(obj.get("at"))
+    if (curve is False or curve is True or at is None or type(obj.get("advisory")) is not bool
+            or obj.get("verdict") not in _VERDICTS or not all(isinstance(obj.get(k), str) for k in _GATE_TEXT)):
+        return None
+    values, bounds = curve if curve is not None else (None, None)
+    return curves.GateLine(
+        comparison_digest=obj["comparison_digest"], advisory=obj["advisory"], verdict=obj["verdict"],
+        reason=obj["reason"], at=at, champion_id=obj["champion_id"], candidate_id=obj["candidate_id"],
+        decision_digest=obj["decision_digest"], values=values, bounds=bounds)
+
+
+def gate_lines(home: Path) -> list[curves.GateLine]:
+    """The gate ledger's lines for the curves."""
+    path = ledger.ledger_path(home)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return [curves.gate_line(e) for e in ledger.all_gates(home)]  # says what is wrong with it
+    out = []
+    for obj in verify_chain(path, data).objs:
+        row = _gate(obj)
+        if row is None:  # the model names the line and the field
+            return [curves.gate_line(e) for e in ledger.all_gates(home)]
+        out.append(row)
+    return out
+
+
+def _event(obj: dict[str, Any], seq: int) -> Event | None | bool:
+    """A ship or rollback (the fields `serving` and the marks read), an alert (its id),
+    None for another kind, False when malformed."""
+    kind, at = obj.get("kind"), _ts(obj.get("at"))
+    if obj.get("seq") != seq or at is None:
+        return False
+    if kind == "ship":
+        c, d, r = obj.get("candidate"), obj.get("decision"), obj.get("replaces")
+        if not (isinstance(c, dict) and isinstance(c.get("checkpoint_id"), str) and isinstance(c.get("name"), str)
+                and isinstance(d, dict) and isinstance(d.get("digest"), str) and (r is None or isinstance(r, str))):
+            return False
+        # Every field with a default given: model_construct would otherwise look each default up.
+        return ShipEvent.model_construct(
+            schema_version=SCHEMA_VERSION, seq=seq, at=at, prev=None, kind="ship", note=None,
+            candidate=ShippedCandidate.model_construct(checkpoint_id=c["checkpoint_id"], name=c["name"]),
+            decision=DecisionRef.model_construct(path=d.get("path"), digest=d["digest"]), replaces=r)
+    if kind == "rollback":
+        if not (isinstance(obj.get("from"), str) and isinstance(obj.get("to"), str)):
+            return False
+        return RollbackEvent.model_construct(schema_version=SCHEMA_VERSION, seq=seq, at=at, prev=None,
+                                             kind="rollback", from_=obj["from"], to=obj["to"])
+    if kind == "alert":
+        return AlertEvent.model_construct(schema_version=SCHEMA_VERSION, seq=seq, at=at, prev=None, kind="alert",
+                                          alert_id=obj.get("alert_id")) \
+            if isinstance(obj.get("alert_id"), str) else False
+    return None if kind == "tripwire" else False
+
+
+@dataclass(frozen=True)
+class LogLines:
+    events: list[Event]
+    """Ships, rollbacks and alerts, with the fields the curves read."""
+    objs: list[Any]
+    """Every line, parsed, for reading one of them in full."""
+
+
+def log_lines(log: Path) -> LogLines:
+    chain = read_chain(log)
+    if chain is None:
+        return LogLines([], [])
+    out: list[Event] = []
+    for seq, obj in enumerate(chain.objs):
+        e = _event(obj, seq)
+        if e is False:
+            return LogLines(list(events_of(log, chain)), chain.objs)  # the models name a bad line
+        if e is not None and e is not True:
+            out.append(e)
+    return LogLines(out, chain.objs)
+
+
+def thresholds(policy: Path | None, log: LogLines) -> tuple[PolicyWatch, str]:
     if policy is not None:
         return load_policy(policy).spec.watch, str(policy)
-    now = serving(events)
+    now = serving(log.events)
     if now is not None and now.promoted_by is not None:
-        return now.promoted_by.watch, f"the ship event {now.promoted_by.seq} of the serving release"
+        seq = now.promoted_by.seq
+        ship = ReleaseLine.model_validate(log.objs[seq]).root  # the one ship event read in full
+        assert isinstance(ship, ShipEvent)
+        return ship.watch, f"the ship event {seq} of the serving release"
     if DEFAULT_POLICY.is_file():
         return load_policy(DEFAULT_POLICY).spec.watch, str(DEFAULT_POLICY)
     return PolicyWatch(), "the default [watch] thresholds"
 
 
-def _new(firing: list[curves.Alert], events: list[Event], now: datetime) -> list[AlertEvent]:
+def _new(firing: list[curves.Alert], events: Sequence[Event], now: datetime) -> list[AlertEvent]:
     logged = {e.alert_id for e in events if isinstance(e, AlertEvent)}
     return [AlertEvent(seq=0, at=now, alert_id=a.alert_id, alert_kind=a.alert_kind, metric=a.metric,
                        trains=list(a.trains), detail=a.detail)
@@ -69,16 +222,15 @@ def _new(firing: list[curves.Alert], events: list[Event], now: datetime) -> list
 
 def watch(home: Path, log: Path, policy: Path | None, now: datetime) -> Watched:
     """Draw the curves, check them, and append the new alerts to the release log at `log`."""
-    trains = curves.trains_of(ledger.all_gates(home))
-    events = read_log(log).events
-    th, source = thresholds(policy, events)
-    marks = marks_of(events)
+    trains = curves.trains_of(gate_lines(home))
+    lines = log_lines(log)
+    th, source = thresholds(policy, lines)
+    marks = marks_of(lines.events)
     firing = curves.alerts(trains.trains, marks, th)
-    new = _new(firing, events, now)
+    new = _new(firing, lines.events, now)
     if new:
         with appending(log) as writer:  # again under the lock: another watch may have appended
-            if writer.events != events:
-                marks = marks_of(writer.events)
-                firing = curves.alerts(trains.trains, marks, th)
+            marks = marks_of(writer.events)
+            firing = curves.alerts(trains.trains, marks, th)
             new = [writer.append(e) for e in _new(firing, writer.events, now)]
     return Watched(trains, marks, th, source, firing, new, log)
