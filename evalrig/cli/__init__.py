@@ -13,6 +13,7 @@ from evalrig.cli import (  # noqa: E402,F401  isort: skip
     cmd_tasks,
     cmd_init,
     cmd_watch,
+    cmd_retire,
 )
 
 

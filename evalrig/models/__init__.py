@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from evalrig.models import agent, comparison, inputs, lock, releases, run
+from evalrig.models import agent, comparison, inputs, lock, releases, retire, run
 
 
 def formats() -> dict[str, type[BaseModel]]:
@@ -31,4 +31,5 @@ def formats() -> dict[str, type[BaseModel]]:
         "estimate-output": agent.EstimateLine,
         **comparison.FORMATS,
         **releases.FORMATS,
+        **retire.FORMATS,
     }
