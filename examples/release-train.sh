@@ -25,11 +25,11 @@ step "seal the champion and the candidate"
 "$ev" seal "$champion" || stop $? "sealing the champion failed"
 "$ev" seal "$candidate" || stop $? "sealing the candidate failed"
 
-step "assemble the task set: the locked fixed suite, the invariants, and a fresh set made now"
+step "assemble the task set: the locked fixed suite, the invariants, the public benchmarks (reported, never deciding), and a fresh set made now"
 # A resumed train keeps the task set it was given: fresh tasks are made once per train.
 if [ ! -d "$train/tasks" ]; then
   rm -rf "$train/tasks.partial" && mkdir -p "$train/tasks.partial"
-  cp -R "$root/tasks/fixed" "$root/tasks/invariant" "$root/tasks/fixed.lock" "$train/tasks.partial/" \
+  cp -R "$root/tasks/fixed" "$root/tasks/invariant" "$root/tasks/public" "$root/tasks/fixed.lock" "$train/tasks.partial/" \
     || stop 6 "copying the bundled tasks failed"
   "$root/.venv/bin/python" "$here/make_fresh_tasks.py" "$train/tasks.partial" --count "${FRESH_COUNT:-30}" \
     || stop 6 "generating the fresh tasks failed"
