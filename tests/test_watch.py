@@ -169,3 +169,17 @@ def test_a_ledger_line_of_the_wrong_shape_is_named_by_its_model(evalrig_home: Pa
     code, _, err = run(evalrig_home)
     assert code == 4
     assert f"{path}:3" in err and "curve.fixed_pass_rate.candidate" in err
+
+
+def test_the_history_example_pages_every_kind(tmp_path: Path) -> None:
+    """examples/watch-history.py, as a newcomer runs it: each alert kind is raised once."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, str(ROOT / "examples" / "watch-history.py"), str(tmp_path / "h")],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    kinds = [x["alert_kind"] for x in alert_lines(tmp_path / "h" / "releases.jsonl")]
+    assert set(kinds) == {"shift", "floor", "stall", "reversal"}
+    assert len(kinds) == len({x["alert_id"] for x in alert_lines(tmp_path / "h" / "releases.jsonl")})
+    assert "-> watch exit 3" in p.stdout and "train  1: promote" in p.stdout
