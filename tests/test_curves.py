@@ -86,18 +86,21 @@ def test_the_curve_is_null_where_a_suite_is_empty(tmp_path: Path, evalrig_home: 
 
 @pytest.mark.parametrize(("extra", "field"), [
     ("[public]\nmin_pass_rate = 0.5\n", "public"),
+    ('', "tripwires.suite"),  # the default policy's [tripwires] suite, pointed at public
     ('[exceptions]\n', None),  # control: the policy itself is fine
 ])
 def test_validate_and_gate_refuse_a_policy_with_a_public_table(tmp_path: Path, evalrig_home: Path,
                                                                extra: str, field: str | None) -> None:
     pol = policy_file(tmp_path / "pol", extra if field else "")
+    if field == "tripwires.suite":
+        pol.write_text(pol.read_text().replace('suite = "invariant"', 'suite = "public"'))
     runner = CliRunner()
     r = runner.invoke(app, ["validate", "--policies", str(pol.parent)], env={"EVALRIG_HOME": str(evalrig_home)})
     if field is None:
         assert r.exit_code == 0, r.output
         return
     assert r.exit_code == 4, r.output
-    assert str(pol) in r.output and "public" in r.output and "read by no rule" in r.output
+    assert str(pol) in r.output and f"{field}: the public suite is read by no rule" in r.output
     cmp, _ = train(tmp_path / "t", evalrig_home, counts_tasks(CHAMP), counts_tasks(BETTER))
     r = runner.invoke(app, ["gate", str(cmp), "--policy", str(pol), "--advisory"],
                       env={"EVALRIG_HOME": str(evalrig_home)})
