@@ -183,3 +183,38 @@ def test_the_history_example_pages_every_kind(tmp_path: Path) -> None:
     assert set(kinds) == {"shift", "floor", "stall", "reversal"}
     assert len(kinds) == len({x["alert_id"] for x in alert_lines(tmp_path / "h" / "releases.jsonl")})
     assert "-> watch exit 3" in p.stdout and "train  1: promote" in p.stdout
+
+
+def blocked_on_locks() -> int:
+    """Lock requests waiting in the kernel (lines `N: -> FLOCK ...` of /proc/locks)."""
+    return sum("->" in line for line in Path("/proc/locks").read_text().splitlines())
+
+
+def test_two_watches_at_once_append_each_alert_once(evalrig_home: Path, tmp_path: Path) -> None:
+    """Real processes that all read the log before any appends (the test holds the log's lock
+    until each waits for it): each finds the alerts new, and each but the first finds them in
+    the log once it holds the lock, so the log keeps one of each."""
+    import os
+    import subprocess
+    import time
+
+    from evalrig.store.releases import appending
+
+    gates(evalrig_home, [entry(i, curve(0.7), "keep-champion") for i in range(6)])
+    log = tmp_path / "releases.jsonl"
+    env = {**os.environ, "EVALRIG_HOME": str(evalrig_home)}
+    evalrig = ROOT / ".venv" / "bin" / "evalrig"
+    waiting = blocked_on_locks()
+    with appending(log):
+        procs = [subprocess.Popen([str(evalrig), "watch", "--log", str(log)], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE) for _ in range(4)]
+        deadline = time.monotonic() + 300
+        while blocked_on_locks() < waiting + len(procs) and time.monotonic() < deadline:
+            if any(p.poll() is not None for p in procs):
+                break
+            time.sleep(0.05)  # polling what the kernel says, not guessing a duration
+    codes = [p.wait(timeout=300) for p in procs]
+    assert codes == [3] * 4, [p.stderr.read() for p in procs if p.stderr]  # type: ignore[union-attr]
+    ids = [x["alert_id"] for x in alert_lines(log)]
+    assert sorted(ids) == sorted(set(ids)) and {i.split(":")[0] for i in ids} == {"floor", "stall"}
+    assert [json.loads(x)["seq"] for x in log.read_text().splitlines()] == list(range(len(ids)))
