@@ -65,3 +65,15 @@ def test_the_verifier_judges_by_the_childs_authentic_report(tmp_path: Path, solu
     code, verdict = verify(tmp_path, solution)
     assert code == (0 if passes else 1)
     assert verdict == []
+
+
+def test_init_writes_a_public_task_that_validates(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from evalrig.cli import app
+
+    env = {"EVALRIG_HOME": str(tmp_path / "home")}
+    r = CliRunner().invoke(app, ["init", "task", "bench-1", "--tasks", str(tmp_path / "t"), "--suite", "public"], env=env)
+    assert r.exit_code == 0, r.output
+    assert "# Suite: public" in (tmp_path / "t" / "public" / "bench-1" / "task.toml").read_text()
+    assert load_taskset(tmp_path / "t").suites()["public"] == 1
