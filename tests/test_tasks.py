@@ -54,7 +54,7 @@ def problems(root: Path) -> list[str]:
 def test_load_taskset(tmp_path: Path) -> None:
     ts = load_taskset(sample_set(tmp_path / "tasks"))
     assert [t.id for t in ts.tasks] == ["add", "dates", "mul", "safe"]
-    assert ts.suites() == {"fixed": 2, "fresh": 1, "invariant": 1, "public": 0}
+    assert ts.suites() == {"fixed": 2, "fresh": 1, "invariant": 1}
     assert ts.fresh_created_at() == {"dates": datetime(2026, 12, 1, 10, tzinfo=UTC)}
     add = ts.by_id()["add"]
     assert add.suite == "fixed"

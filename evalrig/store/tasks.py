@@ -86,10 +86,12 @@ class TaskSet:
         return {t.id: t for t in self.tasks}
 
     def suites(self) -> dict[Suite, int]:
-        """Tasks per suite; every suite is present, with 0 when it has none."""
-        counts: dict[Suite, int] = {s: 0 for s in SUITES}
+        """Tasks per suite; fixed, fresh and invariant always, with 0 when one has none, and
+        public only when the set has public tasks (so a run manifest of a set without them
+        reads as it did before the suite existed)."""
+        counts: dict[Suite, int] = {s: 0 for s in SUITES if s != "public"}
         for t in self.tasks:
-            counts[t.suite] += 1
+            counts[t.suite] = counts.get(t.suite, 0) + 1
         return counts
 
     def fresh_created_at(self) -> dict[str, datetime]:
