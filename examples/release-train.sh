@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# A whole release train on the bundled examples, written as a release flow writes one:
-# every step is an eval.sh call, and the flow branches on exit codes (docs/release-flow.md).
+# A whole release train on the bundled examples, and the release's life after the gate,
+# written as a release flow writes one: every step is an eval.sh call, and the flow branches
+# on exit codes (docs/release-flow.md, docs/release-engineers.md).
 #
 #   examples/release-train.sh [TRAIN_DIR]
 #
 # seal champion and candidate -> generate this train's fresh tasks (after the seal) ->
-# validate -> run both with the default policy pinned -> compare -> gate -> show the verdict.
-# Exits with the gate's code: 0 promote, 1 keep the champion, 3 block; 4/5/6 on trouble.
+# validate -> run both with the default policy pinned -> compare -> gate -> show the verdict;
+# on promote: sign (as $SIGNER, standing in for the person) -> ship -> a tripwire run on the
+# new champion -> a second train, a maintenance release of the new champion (no fresh tasks,
+# the policy's security-patch exception) -> sign -> ship -> the release history. The release
+# log is TRAIN_DIR/releases.jsonl, so that every train directory has its own history.
+# Exits 0 when both releases shipped and the tripwire held; 1 when the gate keeps the
+# champion, 3 when it blocks or the tripwire fired (rolled back); 4/5/6 on trouble.
 set -u
 here=$(cd -P "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
@@ -67,5 +73,70 @@ step "verdict ($outcome)"
 for f in "$train"/comparison/decisions/*.md; do
   [ -f "$f" ] && { cat "$f"; echo; echo "verdict file: $f"; }
 done
-echo "sign it with: $ev sign $train/comparison/decisions/default-v2.json --approve|--reject --by NAME" >&2
-exit "$verdict"
+decision=$train/comparison/decisions/default-v2.json
+[ "$verdict" = 0 ] || exit "$verdict"
+
+# -- after the gate (docs/release-engineers.md) ------------------------------------------
+log=$train/releases.jsonl
+signer=${SIGNER:-"release-train example (stands in for a person)"}
+
+ship() {  # ship DECISION CHECKPOINT: sign it as $signer (unless approved already), then ship it
+  # A re-run of the script skips a release it shipped before (the log is plain JSONL): ship
+  # itself says "already shipped" only while that release serves, and refuses it once a
+  # newer one does (exit 4), as it must.
+  if [ -f "$log" ] && grep -qF "\"path\":\"$1\"" "$log"; then echo "shipped before: $1"; return; fi
+  "$ev" check-release "$1" --checkpoint "$2" >/dev/null 2>&1 \
+    || "$ev" sign "$1" --approve --by "$signer" || stop $? "signing $1 failed"
+  "$ev" ship "$1" --checkpoint "$2" --log "$log"
+  local rc=$?
+  case $rc in
+    0) ;;
+    1) stop 1 "$1 is not approved: nothing shipped" ;;
+    *) stop "$rc" "ship refused $1" ;;
+  esac
+}
+
+step "sign and ship (a person signs; here \$SIGNER stands in for one)"
+ship "$decision" "$candidate"
+
+step "tripwire: the new champion checked again, with the promoting policy's [tripwires]"
+"$ev" tripwire --checkpoint "$candidate" --tasks "$train/tasks" --out "$train/tripwire-1" --log "$log" \
+  ${JOBS:+--jobs "$JOBS"}
+rc=$?
+case $rc in
+  0) ;;
+  3) "$ev" history --log "$log"; stop 3 "a tripwire failed: the release was rolled back; a person must look" ;;
+  5|130) stop "$rc" "the tripwire run did not finish; run this script again with $train to resume" ;;
+  *) stop "$rc" "the tripwire could not run" ;;
+esac
+
+step "second train: a maintenance release of the new champion (security-patch exception, no fresh tasks)"
+maint=$train/maintenance
+patched=$maint/patched-build   # the new champion plus one file: a build of its own, sealed anew
+if [ ! -d "$maint" ]; then
+  rm -rf "$maint.partial" && mkdir -p "$maint.partial"
+  cp -R "$candidate" "$maint.partial/patched-build" && rm -f "$maint.partial/patched-build/SEAL.json" \
+    && echo "security patch: the example's one change" > "$maint.partial/patched-build/PATCH.txt" \
+    && mkdir -p "$maint.partial/tasks" \
+    && cp -R "$root/tasks/fixed" "$root/tasks/invariant" "$root/tasks/fixed.lock" "$maint.partial/tasks/" \
+    || stop 6 "preparing the maintenance train failed"
+  mv "$maint.partial" "$maint"
+fi
+"$ev" seal "$patched" || stop $? "sealing the patched candidate failed"
+for side in champion candidate; do
+  dir=$candidate; [ "$side" = candidate ] && dir=$patched   # the champion is the build now serving
+  "$ev" run --checkpoint "$dir" --tasks "$maint/tasks" --out "$maint/$side" --policy "$policy" \
+    ${JOBS:+--jobs "$JOBS"}
+  rc=$?
+  [ "$rc" = 0 ] || stop "$rc" "the maintenance train's $side run did not complete"
+done
+"$ev" compare "$maint/champion" "$maint/candidate" --out "$maint/comparison" || stop $? "compare refused the runs"
+"$ev" gate "$maint/comparison" --policy "$policy" --exception security-patch
+rc=$?
+[ "$rc" = 0 ] || stop "$rc" "the maintenance train was not promoted (gate exit $rc)"
+ship "$maint/comparison/decisions/default-v2+security-patch.json" "$patched"
+
+step "the release history"
+"$ev" history --log "$log" || stop $? "the release log does not verify"
+"$ev" champion --log "$log" || stop $? "nothing serves"
+exit 0

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from evalrig.core.errors import EvalrigError, ExitCode
-from evalrig.core.releases import previous, served, serving
+from evalrig.core.releases import Move, Serving, moves_of, previous, served, serving
 from evalrig.models.comparison import PolicyRef
 from evalrig.models.inputs import PolicyTripwires, PolicyWatch
 from evalrig.models.releases import (
@@ -154,28 +154,47 @@ def test_a_torn_last_line_is_reported_then_cut_before_the_next_append(tmp_path: 
 
 def test_who_serves_and_previous() -> None:
     assert serving([]) is None and previous([]) is None
-    ev = placed([ship("b", "a")])
-    s = serving(ev)
-    assert s is not None and (s.checkpoint_id, s.since, s.name) == (cid("b"), 0, "agent-b")
+
+    def moves(events: list[ReleaseEvent]) -> list[Move]:
+        return moves_of(placed(events))
+
+    ev = moves([ship("b", "a")])
+    assert serving(ev) == Serving(cid("b"), 0, 0)
     assert previous(ev) == cid("a") and served(ev) == {cid("a"), cid("b")}
-    # the first champion serves again after a rollback; its policy is the first ship's
-    ev = placed([ship("b", "a"), tripwire("b", False), rollback("b", "a", "tripwire", 1)])
-    s = serving(ev)
-    assert s is not None and (s.checkpoint_id, s.since, s.name) == (cid("a"), 2, None)
-    assert s.policy is not None and s.policy.version == 2
+    # the first champion serves again after a rollback; what promoted it is the first ship
+    ev = moves([ship("b", "a"), tripwire("b", False), rollback("b", "a", "tripwire", 1)])
+    assert serving(ev) == Serving(cid("a"), 2, 0)
     assert previous(ev) is None  # b left by a rollback: never a target again
     # a -> b -> c; rollback to previous (b); then previous is a, never c (rolled back from)
-    ev = placed([ship("b", "a"), ship("c", "b"), rollback("c", "b")])
-    assert serving(ev).checkpoint_id == cid("b")  # type: ignore[union-attr]
+    ev = moves([ship("b", "a"), ship("c", "b"), rollback("c", "b")])
+    assert serving(ev) == Serving(cid("b"), 2, 0)
     assert previous(ev) == cid("a")
     # tripwires and alerts do not change what serves
-    ev = placed([ship("b", "a"), tripwire("b", True),
-                 AlertEvent(seq=0, at=NOW, alert_id="stall:fresh:x", alert_kind="stall", metric="fresh",
-                            trains=["x"], detail="d")])
-    assert serving(ev).since == 0  # type: ignore[union-attr]
+    ev = moves([ship("b", "a"), tripwire("b", True),
+                AlertEvent(seq=0, at=NOW, alert_id="stall:fresh:x", alert_kind="stall", metric="fresh",
+                           trains=["x"], detail="d")])
+    assert serving(ev) == Serving(cid("b"), 0, 0)
     # a checkpoint rolled back from and later shipped again is a target once a ship removes it
-    ev = placed([ship("b", "a"), rollback("b", "a"), ship("b", "a"), ship("c", "b")])
-    assert previous(ev) == cid("b")
+    ev = moves([ship("b", "a"), rollback("b", "a"), ship("b", "a"), ship("c", "b")])
+    assert previous(ev) == cid("b") and serving(ev) == Serving(cid("c"), 3, 3)
+
+
+def test_the_store_reads_the_serving_rules_fields_of_every_line_and_validates_on_use(tmp_path: Path) -> None:
+    log = tmp_path / "releases.jsonl"
+    write(log, [ship("b", "a"), rollback("b", "a")])
+    got = read_log(log)
+    assert got.serving() == Serving(cid("a"), 1, 0)
+    assert got.ship(0) is not None and got.ship(0).candidate.name == "agent-b"  # type: ignore[union-attr]
+    # a line whose serving fields are of the wrong type is refused by every read, naming its field
+    lines = log.read_bytes().split(b"\n")
+    obj = json.loads(lines[1])
+    obj["to"] = 7
+    head_path(log).unlink()
+    raw = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+    log.write_bytes(lines[0] + b"\n" + raw + b"\n")
+    with pytest.raises(EvalrigError) as e:
+        read_log(log)
+    assert (e.value.line, e.value.code) == (2, ExitCode.INVALID) and "to" in (e.value.field or "")
 
 
 def test_an_edit_of_the_last_line_or_a_cut_end_is_refused_by_the_head(tmp_path: Path) -> None:

@@ -12,6 +12,11 @@ from evalrig.cli import (  # noqa: E402,F401  isort: skip
     cmd_compare,
     cmd_tasks,
     cmd_init,
+    cmd_ship,
+    cmd_champion,
+    cmd_tripwire,
+    cmd_rollback,
+    cmd_history,
     cmd_watch,
     cmd_retire,
 )

@@ -17,6 +17,7 @@ import threading
 import traceback
 import typing
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 # The rig uses no pydantic plugins; looking for them scans every installed package's entry
@@ -121,6 +122,8 @@ app = typer.Typer(
 # Shared options: spelled once, used by every command.
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks of internal errors.")]
+LogOpt = Annotated[Path | None, typer.Option(
+    "--log", metavar="<file>", help="The release log (default $EVALRIG_HOME/releases.jsonl).")]
 QuietOpt = Annotated[bool, typer.Option(
     "--quiet", "-q", help="Only the result: no progress, no detail lines (errors and warnings still show).")]
 

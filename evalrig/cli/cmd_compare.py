@@ -85,7 +85,7 @@ def gate_cmd(
     return int(r.exit_code)
 
 
-@command("sign", "evalrig sign trains/t1/decisions/default-v1.json --approve --by alice")
+@command("sign", "evalrig sign trains/t1/decisions/default-v2.json --approve --by alice")
 def sign_cmd(
     decision: Annotated[Path, typer.Argument(help="The decision file gate wrote.")],
     by: Annotated[str, typer.Option("--by", help="Who signs.")],
@@ -112,7 +112,7 @@ def sign_cmd(
     return 0
 
 
-@command("check-release", "evalrig check-release trains/t1/decisions/default-v1.json --checkpoint examples/candidate")
+@command("check-release", "evalrig check-release trains/t1/decisions/default-v2.json --checkpoint examples/candidate")
 def check_release_cmd(
     decision: Annotated[Path, typer.Argument(help="The signed decision file.")],
     checkpoint: Annotated[Path, typer.Option("--checkpoint", help="The checkpoint directory about to ship.")],

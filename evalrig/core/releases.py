@@ -13,9 +13,35 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from evalrig.models.comparison import PolicyRef
-from evalrig.models.releases import RELEASE_KINDS, ReleaseEvent, RollbackEvent, ShipEvent
+if TYPE_CHECKING:  # `champion` reads the release log without importing the models (store/releases.py)
+    from evalrig.models.releases import Event
+
+
+@dataclass(frozen=True)
+class Move:
+    """A release event as the serving rules see it: which checkpoint it put in service
+    (`to`), and which one it took out (`out`: a ship's `replaces`, a rollback's `from`)."""
+
+    seq: int
+    kind: str
+    """"ship" or "rollback"."""
+    to: str
+    out: str | None
+
+    @staticmethod
+    def of(e: Event) -> Move | None:
+        """The move of a ship or rollback event; None for the other kinds."""
+        if e.kind == "ship":
+            return Move(e.seq, "ship", e.candidate.checkpoint_id, e.replaces)
+        if e.kind == "rollback":
+            return Move(e.seq, "rollback", e.to, e.from_)
+        return None
+
+
+def moves_of(events: Sequence[Event]) -> list[Move]:
+    return [m for m in map(Move.of, events) if m is not None]
 
 
 @dataclass(frozen=True)
@@ -23,65 +49,43 @@ class Serving:
     checkpoint_id: str
     since: int
     """The seq of the release event that put it in service."""
-    name: str | None
-    """The checkpoint's name, when a ship event names it (the first champion has none)."""
-    promoted_by: ShipEvent | None
-    """The ship event whose policy declared its tripwires and watch: the last ship of this
-    checkpoint; for the first champion (never shipped itself), the first ship."""
-
-    @property
-    def policy(self) -> PolicyRef | None:
-        return self.promoted_by.policy if self.promoted_by is not None else None
+    promoted_by: int | None
+    """The seq of the ship event whose policy declared its tripwires and watch: its last ship;
+    for the first champion (never shipped itself), the first ship."""
 
 
-def release_events(events: Sequence[ReleaseEvent]) -> list[ShipEvent | RollbackEvent]:
-    return [e for e in events if isinstance(e, (ShipEvent, RollbackEvent)) and e.kind in RELEASE_KINDS]
-
-
-def _target(e: ShipEvent | RollbackEvent) -> str:
-    return e.candidate.checkpoint_id if isinstance(e, ShipEvent) else e.to
-
-
-def promoted_by(events: Sequence[ReleaseEvent], checkpoint_id: str) -> ShipEvent | None:
-    ships = [e for e in events if isinstance(e, ShipEvent)]
-    own = [e for e in ships if e.candidate.checkpoint_id == checkpoint_id]
+def promoted_by(moves: Sequence[Move], checkpoint_id: str) -> int | None:
+    ships = [m for m in moves if m.kind == "ship"]
+    own = [m for m in ships if m.to == checkpoint_id]
     if own:
-        return own[-1]
-    first = ships[0] if ships else None
-    return first if first is not None and first.replaces == checkpoint_id else None
+        return own[-1].seq
+    return ships[0].seq if ships and ships[0].out == checkpoint_id else None
 
 
-def serving(events: Sequence[ReleaseEvent]) -> Serving | None:
+def serving(moves: Sequence[Move]) -> Serving | None:
     """The serving champion, or None before the first ship."""
-    rel = release_events(events)
-    if not rel:
+    if not moves:
         return None
-    last = rel[-1]
-    cid = _target(last)
-    by = promoted_by(events, cid)
-    name = by.candidate.name if by is not None and by.candidate.checkpoint_id == cid else None
-    return Serving(cid, last.seq, name, by)
+    last = moves[-1]
+    return Serving(last.to, last.seq, promoted_by(moves, last.to))
 
 
-def served(events: Sequence[ReleaseEvent]) -> set[str]:
+def served(moves: Sequence[Move]) -> set[str]:
     """Every checkpoint that has been in service (the first ship's `replaces` included)."""
-    out: set[str] = set()
-    for e in release_events(events):
-        if isinstance(e, ShipEvent) and e.replaces is not None:
-            out.add(e.replaces)
-        out.add(_target(e))
+    out = {m.to for m in moves}
+    if moves and moves[0].kind == "ship" and moves[0].out is not None:
+        out.add(moves[0].out)
     return out
 
 
-def previous(events: Sequence[ReleaseEvent]) -> str | None:
+def previous(moves: Sequence[Move]) -> str | None:
     """The rollback target `previous`, or None when there is none."""
     now: str | None = None
     ended: dict[str, tuple[int, str]] = {}  # checkpoint -> (seq of its last removal, kind)
-    for e in release_events(events):
-        before = now if now is not None else (e.replaces if isinstance(e, ShipEvent) else None)
-        after = _target(e)
-        if before is not None and before != after:
-            ended[before] = (e.seq, e.kind)
-        now = after
+    for m in moves:
+        before = now if now is not None else m.out
+        if before is not None and before != m.to:
+            ended[before] = (m.seq, m.kind)
+        now = m.to
     eligible = [(seq, cid) for cid, (seq, kind) in ended.items() if cid != now and kind != "rollback"]
     return max(eligible)[1] if eligible else None

@@ -27,6 +27,7 @@ from pathlib import Path
 from evalrig.attempt.verifiers import VERIFIER_DIR
 from evalrig.core.errors import EvalrigError
 from evalrig.core.outcomes import final_of
+from evalrig.core.words import shown
 from evalrig.models.run import RunCounts
 from evalrig.run.loop import is_verifier_fault
 from evalrig.store import layout
@@ -35,7 +36,6 @@ from evalrig.store.jsonl import Fields, read_rows
 STDERR = "stderr.txt"
 HEAD_LINES = 5
 """How many first lines of a verifier's stderr the run shows."""
-LINE_MAX = 240
 READ_MAX = 64 << 10
 NO_ANSWER = ("agent_error", "timeout")
 """The statuses whose shared way of failing the summary warns about: the agent gave no answer."""
@@ -214,10 +214,3 @@ def _lines(path: Path) -> list[str]:
     except OSError:
         return []
     return [shown(line) for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
-
-
-def shown(text: str) -> str:
-    """Text an agent or a verifier wrote, safe on a terminal: control characters escaped
-    (no escape sequence reaches the screen), cut at LINE_MAX characters."""
-    safe = "".join(c if c.isprintable() or c == "\t" else f"\\x{ord(c):02x}" for c in text.rstrip())
-    return safe if len(safe) <= LINE_MAX else safe[:LINE_MAX] + "…"

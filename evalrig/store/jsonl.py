@@ -15,7 +15,6 @@ appended under an exclusive lock.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import operator
 import os
 from collections.abc import Callable, Iterator
@@ -27,7 +26,8 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from evalrig.core.digest import canonical_json, canonical_line, loads, to_plain
-from evalrig.core.errors import EvalrigError, invalid
+from evalrig.core.errors import invalid
+from evalrig.store.chain import Chain, chain_hash, verify_chain, whole_lines
 from evalrig.store.files import (
     exclusive_lock,
     invalid_from_validation,
@@ -38,14 +38,6 @@ from evalrig.store.files import (
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
-
-
-def whole_lines(data: bytes) -> tuple[list[bytes], int | None]:
-    """The complete lines of a JSONL file's bytes, and the 1-based number of its torn
-    (unterminated) last line, if any: the one torn-line rule of every reader."""
-    lines = data.split(b"\n")
-    tail = lines.pop()
-    return lines, (len(lines) + 1 if tail else None)
 
 
 # -- appending ---------------------------------------------------------------------------
@@ -319,78 +311,6 @@ def read_checked(path: Path, major: str, fast: Callable[[dict[str, Any]], T | No
 # removal of its last lines, and not a rewrite by someone who recomputes every hash.
 
 
-def chain_hash(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-@dataclass(frozen=True)
-class Chain:
-    objs: list[Any]
-    """The parsed complete lines, in order."""
-    hashes: list[str]
-    """Each complete line's sha256 (bare hex), in order."""
-    tail: bytes
-    """The torn last line's bytes (b"" when none)."""
-    end: int
-    """Bytes up to and including the last complete line's newline."""
-    torn_line: int | None
-    next_prev: str | None
-    """The `prev` of a line appended now."""
-
-
-def _broken(path: Path, line: int, why: str) -> EvalrigError:
-    return invalid(
-        f"the file's hash chain breaks at this line: {why}", file=path, line=line,
-        hint="this record file is the rig's own, and something other than the rig edited it, "
-        "inserted a line or appended one by hand; nothing was read from it or written to it. "
-        "Restore the file from a backup; if there is none, move it aside (the rig starts a new "
-        "chain) and seal, run and gate again what its records covered",
-    )
-
-
-def verify_chain(path: Path, data: bytes, strict: bool = False) -> Chain:
-    """`strict`: the release log's rule (docs/release-engineers.md): every line has `prev`,
-    null on the first; no legacy lines."""
-    lines, torn = whole_lines(data)
-    end = data.rfind(b"\n") + 1
-    body = data[:end]
-    chained = False
-    last = ""
-    offset = 0
-    objs: list[Any] = []
-    hashes: list[str] = []
-    for i, raw in enumerate(lines, start=1):
-        try:
-            obj = loads(raw)
-        except ValueError as e:
-            raise _broken(path, i, f"it does not parse ({e})") from None
-        if not isinstance(obj, dict):
-            raise _broken(path, i, "it is not a JSON object")
-        if strict:
-            want_s = last if i > 1 else None
-            if "prev" not in obj:
-                raise _broken(path, i, "it has no prev")
-            if obj["prev"] != want_s:
-                what = "the sha256 of the previous line" if i > 1 else "null (the first line)"
-                raise _broken(path, i, f"its prev {obj['prev']!r} is not {what} ({want_s})")
-        elif "prev" in obj:
-            want = last if chained else chain_hash(body[:offset])
-            if obj["prev"] != want:
-                what = "the previous line" if chained else "every byte before it"
-                raise _broken(path, i, f"its prev {obj['prev']!r} is not the sha256 of {what} ({want})")
-            chained = True
-        elif chained:
-            raise _broken(path, i, "it has no prev, after chained lines")
-        last = chain_hash(raw)
-        hashes.append(last)
-        offset += len(raw) + 1
-        objs.append(obj)
-    tail = data[end:]
-    if strict:
-        return Chain(objs, hashes, tail, end, torn, last or None)
-    return Chain(objs, hashes, tail, end, torn, last if chained else chain_hash(body))
-
-
 def chain_records(path: Path, chain: Chain, model: type[M]) -> list[M]:
     out = []
     for i, obj in enumerate(chain.objs, start=1):
@@ -455,17 +375,19 @@ def lock_path(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def chained_append(path: Path, model: type[M], strict: bool = False) -> Iterator[ChainWriter[M]]:
+def chained_append(path: Path, model: type[M], strict: bool = False,
+                   validate: bool = True) -> Iterator[ChainWriter[M]]:
     """Hold the file's exclusive lock from the chain's verification to the sync of every line
     appended in the block. A torn last line is cut first; a broken chain is refused (exit 4)
-    before anything is written."""
+    before anything is written. `validate=False`: the records are not validated (the writer's
+    `records` holds only what it appends; `chain.objs` every parsed line)."""
     path = Path(path)
     with exclusive_lock(lock_path(path)):
         fd = open_nofollow(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         try:
             data = read_fd(fd)
             chain = verify_chain(path, data, strict)
-            records = chain_records(path, chain, model)
+            records = chain_records(path, chain, model) if validate else []
             if chain.end < len(data):
                 os.ftruncate(fd, chain.end)
                 os.fsync(fd)

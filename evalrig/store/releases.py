@@ -21,32 +21,23 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from evalrig.core.errors import EvalrigError, invalid
-from evalrig.models.releases import (
-    AlertEvent,
-    Event,
-    ReleaseLine,
-    RollbackEvent,
-    ShipEvent,
-    TripwireEvent,
-)
-from evalrig.store.files import write_bytes_atomic
-from evalrig.store.jsonl import (
-    Chain,
-    ChainWriter,
-    chain_hash,
-    chain_records,
-    chained_append,
-    verify_chain,
-)
+from evalrig.core.releases import Move, Serving, serving
+from evalrig.store.chain import Chain, chain_hash, verify_chain
 from evalrig.store.layout import RELEASES
-from evalrig.store.ledger import ensure_dir
 
-E = TypeVar("E", ShipEvent, TripwireEvent, RollbackEvent, AlertEvent)
+if TYPE_CHECKING:  # the models and pydantic are imported when an event is validated (see below)
+    from evalrig.models.releases import Event, ReleaseLine, ShipEvent
+    from evalrig.store.jsonl import ChainWriter
+
+E = TypeVar("E", bound="Event")
+
+BROKEN_HINT = ("the release log is append-only and only the rig writes it: something else edited it; nothing "
+               "was read from it or written to it. Restore it from a backup (`history --verify-only` says where "
+               "it breaks)")
 
 
 def log_path(home: Path, log: Path | None = None) -> Path:
@@ -54,36 +45,115 @@ def log_path(home: Path, log: Path | None = None) -> Path:
     return Path(log) if log is not None else Path(home) / RELEASES
 
 
-@dataclass(frozen=True)
+def head_path(path: Path) -> Path:
+    """The file beside the log that records its last line's sha256: `.NAME.head`."""
+    return Path(path).with_name(f".{Path(path).name}.head")
+
+
+# -- what every line is checked for ------------------------------------------------------
+#
+# Validating every event against its model costs ~25 us a line (a quarter of a second for a
+# log of 10,000 events), and importing the models and pydantic a tenth of a second more: more
+# than `ship` and `champion` may take in all. So every line is parsed, hashed and checked for
+# its `prev`, its `seq`, its major version and the fields the serving rules read (`_move`); a
+# whole event is validated when a command uses it (`event`), and only then are the models
+# imported.
+
+
+def _is(obj: Any, key: str, *kinds: type) -> bool:
+    return isinstance(obj, dict) and type(obj.get(key)) in kinds
+
+
+def _usable(row: dict[str, Any]) -> bool:
+    v, kind = row.get("schema_version"), row.get("kind")
+    if not (type(v) is str and v.startswith("1.")) or type(row.get("seq")) is not int:
+        return False
+    if kind == "ship":
+        cand, policy = row.get("candidate"), row.get("policy")
+        return _is(cand, "checkpoint_id", str) and _is(cand, "name", str) and _is(row, "replaces", str, type(None)) \
+            and _is(row.get("decision"), "digest", str) and _is(policy, "name", str) \
+            and _is(policy, "version", int) and _is(policy, "digest", str)
+    if kind == "rollback":
+        return _is(row, "to", str) and _is(row, "from", str) and _is(row, "evidence", int, type(None))
+    if kind == "tripwire":
+        return _is(row.get("bundle"), "digest", str) and _is(row, "checkpoint_id", str) and _is(row, "held", bool)
+    return kind == "alert" and _is(row, "alert_id", str)
+
+
+def _validated(path: Path, line: int, row: dict[str, Any]) -> Event:
+    from pydantic import ValidationError
+
+    from evalrig.models.releases import ReleaseLine
+    from evalrig.store.files import invalid_from_validation
+
+    try:
+        return ReleaseLine.model_validate(row).root
+    except ValidationError as e:
+        err = invalid_from_validation(e, path, line)
+        raise (_with_hint(err) if isinstance(err, EvalrigError) else err) from None
+
+
+def _move(path: Path, line: int, row: dict[str, Any]) -> Move | None:
+    if not _usable(row):
+        _validated(path, line, row)  # raises, naming the field
+        raise invalid("the line does not match its schema", file=path, line=line, hint=BROKEN_HINT)
+    if row["seq"] != line - 1:
+        raise invalid(f"its seq is {row['seq']}, but it is event {line - 1} of the log (seq counts lines from 0)",
+                      file=path, line=line, field="seq", hint=BROKEN_HINT)
+    if row["kind"] == "ship":
+        return Move(line - 1, "ship", row["candidate"]["checkpoint_id"], row["replaces"])
+    if row["kind"] == "rollback":
+        return Move(line - 1, "rollback", row["to"], row["from"])
+    return None
+
+
 class ReleaseLog:
-    path: Path
-    events: list[Event]
-    torn_line: int | None
-    """1-based number of a torn last line that was not read (cut before the next append)."""
+    """The release log as verified: every line's chain, seq and the fields the serving rules
+    use; whole events validated on use (`event`, `events`)."""
 
+    def __init__(self, path: Path, rows: list[dict[str, Any]], torn_line: int | None) -> None:
+        self.path = path
+        self.rows = rows
+        self.torn_line = torn_line
+        """1-based number of a torn last line that was not read (cut before the next append)."""
+        moves = [_move(path, i, row) for i, row in enumerate(rows, start=1)]
+        self.moves: list[Move] = [m for m in moves if m is not None]
+        self._events: dict[int, Event] = {}
 
-def _events(path: Path, lines: list[ReleaseLine]) -> list[Event]:
-    events = [ln.root for ln in lines]
-    for i, e in enumerate(events):
-        if e.seq != i:
-            raise invalid(f"its seq is {e.seq}, but it is event {i} of the log (seq counts lines from 0)",
-                          file=path, line=i + 1, field="seq", hint=BROKEN_HINT)
-    return events
+    def __len__(self) -> int:
+        return len(self.rows)
 
+    def event(self, seq: int) -> Event:
+        got = self._events.get(seq)
+        if got is None:
+            got = self._events[seq] = _validated(self.path, seq + 1, self.rows[seq])
+        return got
 
-BROKEN_HINT = ("the release log is append-only and only the rig writes it: something else edited it; nothing "
-               "was read from it or written to it. Restore it from a backup (`history --verify-only` says where "
-               "it breaks)")
+    @property
+    def events(self) -> list[Event]:
+        return [self.event(i) for i in range(len(self.rows))]
+
+    def seqs(self, kind: str) -> list[int]:
+        return [i for i, row in enumerate(self.rows) if row["kind"] == kind]
+
+    def serving(self) -> Serving | None:
+        return serving(self.moves)
+
+    def ship(self, seq: int | None) -> ShipEvent | None:
+        e = None if seq is None else self.event(seq)
+        return e if e is not None and e.kind == "ship" else None
+
+    def _added(self, row: dict[str, Any], event: Event) -> None:
+        self.rows.append(row)
+        self._events[event.seq] = event
+        m = Move.of(event)
+        if m is not None:
+            self.moves.append(m)
 
 
 def _refused_unreadable(path: Path, e: OSError) -> EvalrigError:
     return invalid(f"cannot be used as the release log ({e.strerror or e})", file=path,
                    hint="give --log a file you may read and write, or point EVALRIG_HOME at the rig's home")
-
-
-def head_path(path: Path) -> Path:
-    """The file beside the log that records its last line's sha256: `.NAME.head`."""
-    return Path(path).with_name(f".{Path(path).name}.head")
 
 
 def _read_head(path: Path) -> str | None:
@@ -106,50 +176,9 @@ def _check_head(path: Path, chain: Chain, head: str | None) -> None:
                       "as a torn line", file=path, line=chain.torn_line, hint=BROKEN_HINT)
     if head in chain.hashes:
         return
-    line = max(1, len(chain.hashes))
     raise invalid(f"the file's last line is not the one the rig last appended ({head_path(path).name} records "
                   f"sha256 {head}, and no line has it): a line was edited, or lines were removed from the end",
-                  file=path, line=line, hint=BROKEN_HINT)
-
-
-def read_chain(path: Path) -> Chain | None:
-    """The log's lines as parsed objects, after verifying the chain and the head (exit 4 naming
-    the first bad line), not yet read as events; None for a missing log. For a reader that
-    needs only a few fields of many lines (`watch`); `read_log` reads every event."""
-    path = Path(path)
-    if path.is_dir():
-        raise invalid("is a directory, not a release log", file=path,
-                      hint="give --log the release log file (releases.jsonl)")
-    head = _read_head(path)  # before the log: a concurrent append only adds lines after it
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise _refused_unreadable(path, e) from None
-    try:
-        chain = verify_chain(path, data, strict=True)
-    except EvalrigError as e:
-        raise _with_hint(e) from None
-    _check_head(path, chain, head)
-    return chain
-
-
-def events_of(path: Path, chain: Chain) -> list[Event]:
-    """Every event of a verified chain (exit 4 naming a line that is no event)."""
-    try:
-        return _events(path, chain_records(path, chain, ReleaseLine))
-    except EvalrigError as e:
-        raise _with_hint(e) from None
-
-
-def read_log(path: Path) -> ReleaseLog:
-    """Every event, after verifying the chain (exit 4 naming the first bad line). A missing
-    or empty log has no events."""
-    chain = read_chain(path)
-    if chain is None:
-        return ReleaseLog(Path(path), [], None)
-    return ReleaseLog(Path(path), events_of(Path(path), chain), chain.torn_line)
+                  file=path, line=max(1, len(chain.hashes)), hint=BROKEN_HINT)
 
 
 def _with_hint(e: EvalrigError) -> EvalrigError:
@@ -158,21 +187,48 @@ def _with_hint(e: EvalrigError) -> EvalrigError:
     return EvalrigError(e.message, e.code, e.file, e.field, e.line, BROKEN_HINT, e.problems)
 
 
-class LogWriter:
-    """What `appending` yields: the events as verified, and `append`."""
+def _refuse_dir(path: Path) -> None:
+    if path.is_dir():
+        raise invalid("is a directory, not a release log", file=path,
+                      hint="give --log the release log file (releases.jsonl)")
 
-    def __init__(self, path: Path, chain: ChainWriter[ReleaseLine], events: list[Event]) -> None:
-        self.path = path
+
+def read_log(path: Path) -> ReleaseLog:
+    """The log, after verifying it (exit 4 naming the first bad line). A missing or empty log
+    has no events."""
+    path = Path(path)
+    _refuse_dir(path)
+    head = _read_head(path)  # before the log: a concurrent append only adds lines after it
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return ReleaseLog(path, [], None)
+    except OSError as e:
+        raise _refused_unreadable(path, e) from None
+    try:
+        chain = verify_chain(path, data, strict=True)
+    except EvalrigError as e:
+        raise _with_hint(e) from None
+    _check_head(path, chain, head)
+    return ReleaseLog(path, chain.objs, chain.torn_line)
+
+
+class LogWriter(ReleaseLog):
+    """What `appending` yields: the log as verified under its lock, and `append`."""
+
+    def __init__(self, path: Path, chain: ChainWriter[ReleaseLine]) -> None:
+        super().__init__(path, list(chain.chain.objs), chain.chain.torn_line)
         self._chain = chain
-        self.events = events
         self.torn_cut = chain.torn_cut
         """The 1-based number of a torn last line cut before appending, if any."""
 
     def append(self, event: E) -> E:
         """Append `event` with its `seq` and `prev` set, synced before returning; returns it as written."""
-        placed = event.model_copy(update={"seq": len(self.events)})
+        from evalrig.models.releases import ReleaseLine
+
+        placed = event.model_copy(update={"seq": len(self.rows)})
         written = self._chain.append(ReleaseLine(placed)).root
-        self.events.append(written)
+        self._added(written.model_dump(mode="json"), written)
         return written  # type: ignore[return-value]  # the same kind as given
 
 
@@ -180,20 +236,23 @@ class LogWriter:
 def appending(path: Path) -> Iterator[LogWriter]:
     """The release log under its exclusive lock, verified (exit 4 naming the first bad line), a
     torn last line cut; every `append` in the block is a whole synced line."""
+    from evalrig.models.releases import ReleaseLine
+    from evalrig.store.files import write_bytes_atomic
+    from evalrig.store.jsonl import chained_append
+    from evalrig.store.ledger import ensure_dir
+
     path = Path(path)
-    if path.is_dir():
-        raise invalid("is a directory, not a release log", file=path,
-                      hint="give --log the release log file (releases.jsonl)")
+    _refuse_dir(path)
     ensure_dir(path.parent)
     with contextlib.ExitStack() as stack:
         try:
-            chain = stack.enter_context(chained_append(path, ReleaseLine, strict=True))
+            chain = stack.enter_context(chained_append(path, ReleaseLine, strict=True, validate=False))
         except EvalrigError as e:
             raise _with_hint(e) from None
         except OSError as e:
             raise _refused_unreadable(path, e) from e
         _check_head(path, chain.chain, _read_head(path))
-        writer = LogWriter(path, chain, _events(path, chain.records))
+        writer = LogWriter(path, chain)
         before = chain.last_hash
         try:
             yield writer

@@ -8,30 +8,19 @@ lock (read, then append), so that a second `watch` (or two at once) adds nothing
 from __future__ import annotations
 
 import typing
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from evalrig.core import curves
-from evalrig.core.releases import serving
-from evalrig.models.base import SCHEMA_VERSION
 from evalrig.models.comparison import Verdict
 from evalrig.models.inputs import PolicyWatch
-from evalrig.models.releases import (
-    AlertEvent,
-    DecisionRef,
-    Event,
-    ReleaseLine,
-    RollbackEvent,
-    ShipEvent,
-    ShippedCandidate,
-)
+from evalrig.models.releases import AlertEvent
 from evalrig.store import ledger
-from evalrig.store.jsonl import verify_chain
+from evalrig.store.chain import verify_chain
 from evalrig.store.policy import load_policy
-from evalrig.store.releases import appending, events_of, read_chain
+from evalrig.store.releases import ReleaseLog, appending, read_log
 
 DEFAULT_POLICY = Path(__file__).resolve().parent.parent.parent / "policies" / "default.toml"
 """The bundled default policy (the repository's policies/default.toml)."""
@@ -53,21 +42,25 @@ class Watched:
         return curves.series(self.trains.trains, self.marks, self.firing)
 
 
-def marks_of(events: Sequence[Event]) -> list[curves.ReleaseMark]:
+def marks_of(log: ReleaseLog) -> list[curves.ReleaseMark]:
+    """The ships and rollbacks, from the fields the release log checks on every line."""
     out = []
-    for e in events:
-        if isinstance(e, ShipEvent):
-            out.append(curves.ReleaseMark(e.seq, "ship", e.at, e.candidate.checkpoint_id, e.decision.digest))
-        elif isinstance(e, RollbackEvent):
-            out.append(curves.ReleaseMark(e.seq, "rollback", e.at, e.to))
+    for m in log.moves:
+        row = log.rows[m.seq]
+        at = _ts(row.get("at"))
+        if at is None:
+            at = log.event(m.seq).at  # the model names what is wrong with the line
+        digest = row["decision"]["digest"] if m.kind == "ship" else None
+        out.append(curves.ReleaseMark(m.seq, "ship" if m.kind == "ship" else "rollback", at, m.to, digest))
     return out
 
 
-# -- reading many lines fast -------------------------------------------------------------
-# `watch` reads every line of two files that grow by one line a train, on a schedule; it
-# needs a few fields of each. Both files' chains are verified as always; each line is then
-# read for those fields alone (types checked here), and only a line that is not the shape
-# the rig writes goes through its model, so that its error names the line and the field.
+# -- reading the gate ledger fast --------------------------------------------------------
+# `watch` reads every line of a ledger that grows by a line a gate, on a schedule, and needs
+# a few fields of each (the release log is read the same way by store/releases.py). The
+# chain is verified as always; each line is then read for those fields alone (types checked
+# here), and only a line that is not the shape the rig writes goes through its model, so
+# that its error names the line and the field.
 
 
 def _ts(v: object) -> datetime | None:
@@ -149,72 +142,20 @@ def gate_lines(home: Path) -> list[curves.GateLine]:
     return out
 
 
-def _event(obj: dict[str, Any], seq: int) -> Event | None | bool:
-    """A ship or rollback (the fields `serving` and the marks read), an alert (its id),
-    None for another kind, False when malformed."""
-    kind, at = obj.get("kind"), _ts(obj.get("at"))
-    if obj.get("seq") != seq or at is None:
-        return False
-    if kind == "ship":
-        c, d, r = obj.get("candidate"), obj.get("decision"), obj.get("replaces")
-        if not (isinstance(c, dict) and isinstance(c.get("checkpoint_id"), str) and isinstance(c.get("name"), str)
-                and isinstance(d, dict) and isinstance(d.get("digest"), str) and (r is None or isinstance(r, str))):
-            return False
-        # Every field with a default given: model_construct would otherwise look each default up.
-        return ShipEvent.model_construct(
-            schema_version=SCHEMA_VERSION, seq=seq, at=at, prev=None, kind="ship", note=None,
-            candidate=ShippedCandidate.model_construct(checkpoint_id=c["checkpoint_id"], name=c["name"]),
-            decision=DecisionRef.model_construct(path=d.get("path"), digest=d["digest"]), replaces=r)
-    if kind == "rollback":
-        if not (isinstance(obj.get("from"), str) and isinstance(obj.get("to"), str)):
-            return False
-        return RollbackEvent.model_construct(schema_version=SCHEMA_VERSION, seq=seq, at=at, prev=None,
-                                             kind="rollback", from_=obj["from"], to=obj["to"])
-    if kind == "alert":
-        return AlertEvent.model_construct(schema_version=SCHEMA_VERSION, seq=seq, at=at, prev=None, kind="alert",
-                                          alert_id=obj.get("alert_id")) \
-            if isinstance(obj.get("alert_id"), str) else False
-    return None if kind == "tripwire" else False
-
-
-@dataclass(frozen=True)
-class LogLines:
-    events: list[Event]
-    """Ships, rollbacks and alerts, with the fields the curves read."""
-    objs: list[Any]
-    """Every line, parsed, for reading one of them in full."""
-
-
-def log_lines(log: Path) -> LogLines:
-    chain = read_chain(log)
-    if chain is None:
-        return LogLines([], [])
-    out: list[Event] = []
-    for seq, obj in enumerate(chain.objs):
-        e = _event(obj, seq)
-        if e is False:
-            return LogLines(list(events_of(log, chain)), chain.objs)  # the models name a bad line
-        if e is not None and e is not True:
-            out.append(e)
-    return LogLines(out, chain.objs)
-
-
-def thresholds(policy: Path | None, log: LogLines) -> tuple[PolicyWatch, str]:
+def thresholds(policy: Path | None, log: ReleaseLog) -> tuple[PolicyWatch, str]:
     if policy is not None:
         return load_policy(policy).spec.watch, str(policy)
-    now = serving(log.events)
-    if now is not None and now.promoted_by is not None:
-        seq = now.promoted_by.seq
-        ship = ReleaseLine.model_validate(log.objs[seq]).root  # the one ship event read in full
-        assert isinstance(ship, ShipEvent)
-        return ship.watch, f"the ship event {seq} of the serving release"
+    now = log.serving()
+    ship = log.ship(now.promoted_by) if now is not None else None  # the one ship event read in full
+    if ship is not None:
+        return ship.watch, f"the ship event {ship.seq} of the serving release"
     if DEFAULT_POLICY.is_file():
         return load_policy(DEFAULT_POLICY).spec.watch, str(DEFAULT_POLICY)
     return PolicyWatch(), "the default [watch] thresholds"
 
 
-def _new(firing: list[curves.Alert], events: Sequence[Event], now: datetime) -> list[AlertEvent]:
-    logged = {e.alert_id for e in events if isinstance(e, AlertEvent)}
+def _new(firing: list[curves.Alert], log: ReleaseLog, now: datetime) -> list[AlertEvent]:
+    logged = {log.rows[i]["alert_id"] for i in log.seqs("alert")}
     return [AlertEvent(seq=0, at=now, alert_id=a.alert_id, alert_kind=a.alert_kind, metric=a.metric,
                        trains=list(a.trains), detail=a.detail)
             for a in firing if a.alert_id not in logged]
@@ -223,14 +164,14 @@ def _new(firing: list[curves.Alert], events: Sequence[Event], now: datetime) -> 
 def watch(home: Path, log: Path, policy: Path | None, now: datetime) -> Watched:
     """Draw the curves, check them, and append the new alerts to the release log at `log`."""
     trains = curves.trains_of(gate_lines(home))
-    lines = log_lines(log)
-    th, source = thresholds(policy, lines)
-    marks = marks_of(lines.events)
+    got = read_log(log)
+    th, source = thresholds(policy, got)
+    marks = marks_of(got)
     firing = curves.alerts(trains.trains, marks, th)
-    new = _new(firing, lines.events, now)
+    new = _new(firing, got, now)
     if new:
         with appending(log) as writer:  # again under the lock: another watch may have appended
-            marks = marks_of(writer.events)
+            marks = marks_of(writer)
             firing = curves.alerts(trains.trains, marks, th)
-            new = [writer.append(e) for e in _new(firing, writer.events, now)]
+            new = [writer.append(e) for e in _new(firing, writer, now)]
     return Watched(trains, marks, th, source, firing, new, log)
