@@ -9,10 +9,10 @@
 # validate -> run both with the default policy pinned -> compare -> gate -> show the verdict;
 # on promote: sign (as $SIGNER, standing in for the person) -> ship -> a tripwire run on the
 # new champion -> a second train, a maintenance release of the new champion (no fresh tasks,
-# the policy's security-patch exception) -> sign -> ship -> the release history. The release
+# the policy's security-patch exception) -> sign -> ship -> watch -> the release history. The release
 # log is TRAIN_DIR/releases.jsonl, so that every train directory has its own history.
 # Exits 0 when both releases shipped and the tripwire held; 1 when the gate keeps the
-# champion, 3 when it blocks or the tripwire fired (rolled back); 4/5/6 on trouble.
+# champion, 3 when it blocks, the tripwire fired (rolled back) or an alert fires; 4/5/6 on trouble.
 set -u
 here=$(cd -P "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
@@ -135,6 +135,15 @@ done
 rc=$?
 [ "$rc" = 0 ] || stop "$rc" "the maintenance train was not promoted (gate exit $rc)"
 ship "$maint/comparison/decisions/default-v2+security-patch.json" "$patched"
+
+step "watch: the curves over the trains so far (a scheduled job pages a person on exit 3)"
+"$ev" watch --log "$log"
+rc=$?
+case $rc in
+  0) ;;
+  3) stop 3 "an alert fires (docs/curves.md says what each means and what to do)" ;;
+  *) stop "$rc" "watch could not read the ledger or the release log" ;;
+esac
 
 step "the release history"
 "$ev" history --log "$log" || stop $? "the release log does not verify"
