@@ -8,12 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
-from gate_bundles import Side, Task, write_run
+from gate_bundles import Side, Task, view_from_counts, write_run
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_curves import NOW, policy_file
 from typer.testing import CliRunner
 
 from evalrig.cli import app
+from evalrig.core.compare import build_comparison, history_check
 from evalrig.core.digest import sha256_bytes
+from evalrig.core.retire import Where, plan
 from evalrig.store.compare import compare_bundles
 from evalrig.store.decisions import gate_comparison
 
@@ -171,3 +175,36 @@ def test_a_fresh_task_folder_that_is_a_link_is_not_moved(tmp_path: Path, evalrig
     code, _, err = run(evalrig_home, cmp, "--tasks", tasks)
     assert code == 4 and "t09" in err
     assert (tasks / "fresh" / "t09").is_symlink()
+
+
+# -- the plan, pure ------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(champ=st.lists(st.integers(0, 5), min_size=1, max_size=30), data=st.data(),
+       failed=st.booleans(), sample=st.integers(0, 10), kept=st.sampled_from(["champion", "candidate"]))
+def test_the_plan_moves_every_fresh_task_once(champ: list[int], data: st.DataObject, failed: bool,
+                                              sample: int, kept: str) -> None:
+    """Every fresh task of the train moves exactly once; graduation is what was asked (the
+    named, the kept side's failures, at most `sample` it passed every trial); the same inputs
+    give the same plan."""
+
+    cand = data.draw(st.lists(st.integers(0, 5), min_size=len(champ), max_size=len(champ)))
+    c = build_comparison(view_from_counts("champ", champ), view_from_counts("cand", cand),
+                         history_check(None, None), False)
+    ids = [r.task_id for r in c.suites["fresh"].per_task]
+    named = data.draw(st.lists(st.sampled_from(ids), unique=True, max_size=3))
+    where = Where({t: t for t in ids}, frozenset(), frozenset(), frozenset())
+    digest = sha256_bytes(b"comparison")
+    g, r = plan(c, digest, kept, where, named, failed, sample, "abc")  # type: ignore[arg-type]
+    assert sorted(m.task_id for m in g + r) == sorted(ids)
+    counts = dict(zip(ids, cand if kept == "candidate" else champ, strict=True))
+    why = {m.task_id: m.why for m in g}
+    assert {t for t, w in why.items() if w == "named"} == set(named)
+    assert {t for t, w in why.items() if w == "failed"} == ({t for t in ids if counts[t] < K} - set(named)
+                                                            if failed else set())
+    drawn = [t for t, w in why.items() if w == "sample"]
+    assert len(drawn) <= sample and all(counts[t] == K for t in drawn)
+    assert len(drawn) == min(sample, sum(1 for t in ids if counts[t] == K and t not in why or t in drawn))
+    assert plan(c, digest, kept, where, named, failed, sample, "abc") == (g, r)  # type: ignore[arg-type]
+    assert all(m.dest == f"fixed/{m.task_id}" for m in g) and all(m.dest == f"retired/abc/{m.task_id}" for m in r)
