@@ -78,10 +78,14 @@ def _num(v: object) -> bool:
     return v is None or type(v) is float or type(v) is int
 
 
-def _sides(v: object) -> tuple[float | None, float | None] | None:
+class _Shape(Exception):
+    """A ledger line not of the shape the rig writes: read it through its model instead."""
+
+
+def _sides(v: object) -> tuple[float | None, float | None]:
     if not (isinstance(v, dict) and v.keys() == {"champion", "candidate"} and _num(v["champion"])
             and _num(v["candidate"])):
-        return None
+        raise _Shape
     return v["champion"], v["candidate"]
 
 
@@ -89,21 +93,18 @@ _CURVE_KEYS = {"fixed_pass_rate", "fresh_mean_d", "fresh_bounds", "cost_per_task
 _SIDED = ("fixed_pass_rate", "cost_per_task", "public_pass_rate")
 
 
-def _curve(v: object) -> tuple[dict[str, float | None], tuple[float, float] | None] | None | bool:
-    """The curve's numbers and bounds, None when absent, False when malformed."""
+def _curve(v: object) -> tuple[dict[str, float | None] | None, tuple[float, float] | None]:
+    """The curve's numbers by metric and its bounds; (None, None) for a line without one."""
     if v is None:
-        return None
+        return None, None
     if not (isinstance(v, dict) and v.keys() == _CURVE_KEYS and _num(v["fresh_mean_d"])):
-        return False
+        raise _Shape
     b = v["fresh_bounds"]
     if not (b is None or (isinstance(b, list) and len(b) == 2 and all(x is not None and _num(x) for x in b))):
-        return False
+        raise _Shape
     out: dict[str, float | None] = {"fresh_mean_d": v["fresh_mean_d"]}
     for name in _SIDED:
-        sides = _sides(v[name])
-        if sides is None:
-            return False
-        out[f"{name}.champion"], out[f"{name}.candidate"] = sides
+        out[f"{name}.champion"], out[f"{name}.candidate"] = _sides(v[name])
     return out, (b[0], b[1]) if b is not None else None
 
 
@@ -111,13 +112,12 @@ _VERDICTS = frozenset(typing.get_args(Verdict))
 _GATE_TEXT = ("comparison_digest", "reason", "champion_id", "candidate_id", "decision_digest")
 
 
-def _gate(obj: dict[str, Any]) -> curves.GateLine | None:
-    curve = _curve(obj.get("curve"))
+def _gate(obj: dict[str, Any]) -> curves.GateLine:
+    values, bounds = _curve(obj.get("curve"))
     at = _ts(obj.get("at"))
-    if (curve is False or curve is True or at is None or type(obj.get("advisory")) is not bool
-            or obj.get("verdict") not in _VERDICTS or not all(isinstance(obj.get(k), str) for k in _GATE_TEXT)):
-        return None
-    values, bounds = curve if curve is not None else (None, None)
+    if (at is None or type(obj.get("advisory")) is not bool or obj.get("verdict") not in _VERDICTS
+            or not all(isinstance(obj.get(k), str) for k in _GATE_TEXT)):
+        raise _Shape
     return curves.GateLine(
         comparison_digest=obj["comparison_digest"], advisory=obj["advisory"], verdict=obj["verdict"],
         reason=obj["reason"], at=at, champion_id=obj["champion_id"], candidate_id=obj["candidate_id"],
@@ -133,13 +133,10 @@ def gate_lines(home: Path) -> list[curves.GateLine]:
         return []
     except OSError:
         return [curves.gate_line(e) for e in ledger.all_gates(home)]  # says what is wrong with it
-    out = []
-    for obj in verify_chain(path, data).objs:
-        row = _gate(obj)
-        if row is None:  # the model names the line and the field
-            return [curves.gate_line(e) for e in ledger.all_gates(home)]
-        out.append(row)
-    return out
+    try:
+        return [_gate(obj) for obj in verify_chain(path, data).objs]
+    except _Shape:  # the model names the line and the field
+        return [curves.gate_line(e) for e in ledger.all_gates(home)]
 
 
 def thresholds(policy: Path | None, log: ReleaseLog) -> tuple[PolicyWatch, str]:
