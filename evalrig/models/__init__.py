@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from evalrig.models import agent, comparison, episode, inputs, lock, releases, run
+from evalrig.models import agent, comparison, episode, inputs, lock, releases, retire, run
 
 
 def formats() -> dict[str, type[BaseModel]]:
@@ -33,4 +33,5 @@ def formats() -> dict[str, type[BaseModel]]:
         "transcript-line": episode.TranscriptLine,
         **comparison.FORMATS,
         **releases.FORMATS,
+        **retire.FORMATS,
     }

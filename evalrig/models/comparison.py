@@ -375,6 +375,26 @@ class Issued(Record):
     issued_at: Timestamp
 
 
+class CurveSides(Strict):
+    champion: float | None
+    candidate: float | None
+
+
+class Curve(Strict):
+    """What the curves need from one gate (docs/curves.md), beside its verdict in the ledger;
+    null where the suite (or the figure) is empty."""
+
+    fixed_pass_rate: CurveSides = Field(description="Pass rate over the fixed suite's trials, each side.")
+    fresh_mean_d: float | None = Field(description="The fresh suite's mean per-task difference (candidate - champion).")
+    fresh_bounds: tuple[float, float] | None = Field(
+        description="[lower, upper] two-sided t bounds of fresh_mean_d at the comparison's alpha.")
+    cost_per_task: CurveSides = Field(
+        description="Mean cost per task over every scored task of the comparison (all suites), each side; "
+        "null when any task lacks a cost figure.")
+    public_pass_rate: CurveSides = Field(
+        description="Pass rate over the public suite (public benchmarks: reported, read by no rule).")
+
+
 class GateLedgerEntry(ChainedRecord):
     """$EVALRIG_HOME/gates.jsonl: every gate the rig ran, so re-rolled trains are visible."""
 
@@ -393,6 +413,11 @@ class GateLedgerEntry(ChainedRecord):
         default_factory=list,
         description="The content digests of the comparison's fresh tasks (distinct, sorted): a later gate of "
         "another candidate whose fresh suite holds one of them is not fresh (invariant.fresh-after-seal).",
+    )
+    curve: Curve | None = Field(
+        default=None,
+        description="The numbers the curves need (`evalrig watch`); absent on lines written before the rig "
+        "recorded them (the curves skip those and say so).",
     )
 
 

@@ -26,8 +26,8 @@ class HandWritten(Strict):
     model_config = ConfigDict(strict=True)
 
 
-Suite = Literal["fixed", "fresh", "invariant"]
-SUITES: tuple[Suite, ...] = ("fixed", "fresh", "invariant")
+Suite = Literal["fixed", "fresh", "invariant", "public"]
+SUITES: tuple[Suite, ...] = ("fixed", "fresh", "invariant", "public")
 
 
 # -- checkpoint.toml ---------------------------------------------------------------------

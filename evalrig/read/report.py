@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 
 from evalrig.core import report as words
 from evalrig.core.compare import RunRecords
-from evalrig.core.digest import loads, sha256_bytes
+from evalrig.core.digest import loads, sha256_bytes, short_digest
 from evalrig.core.errors import EvalrigError, Problem, invalid
 from evalrig.core.outcomes import final_of
 from evalrig.core.stats import side_summary
@@ -420,7 +420,7 @@ def _comparison_page(dir: Path, tasks_dir: Path | None, home: Path) -> Page:
     decisions, d_problems = _decisions(dir, comparison_digest)
     runs, run_notes, run_problems = _runs(dir, manifest)
     problems += d_problems + run_problems
-    page = Page(title=f"Comparison {words.short_digest(comparison_digest)}", kind="comparison")
+    page = Page(title=f"Comparison {short_digest(comparison_digest)}", kind="comparison")
     if (b := _banner(problems)) is not None:
         page.banners.append(b)
     page.notes += run_notes
@@ -480,7 +480,7 @@ def _verdict_section(dir: Path, decisions: list[tuple[Path, Decision]], home: Pa
         f'<section id="verdict"><h2 class="verdict {cls}">{esc(words.verdict_headline(d))}</h2>'
         f'<p class="sentence"><strong>Verdict: <code>{esc(d.verdict)}</code></strong> (reason: '
         f"<code>{esc(d.reason)}</code>). {esc(d.summary)}</p>{signed}"
-        f"<p>Policy {esc(d.policy.name)} v{esc(d.policy.version)} <code>{esc(words.short_digest(d.policy.digest))}"
+        f"<p>Policy {esc(d.policy.name)} v{esc(d.policy.version)} <code>{esc(short_digest(d.policy.digest))}"
         f"</code>{', exception ' + esc(d.exception) if d.exception else ''}; decision file "
         f"<code>{esc(path.relative_to(dir))}</code>, verdict file <code>{esc(path.with_suffix('.md').relative_to(dir))}"
         f"</code> (who signed is there).</p>{others}"
@@ -497,9 +497,9 @@ def _list_section(title: str, items: Iterable[str]) -> str:
 def _comparison_facts(c: Comparison, runs: Mapping[str, RunData]) -> str:
     f = c.facts
     rows = [
-        ("champion", f"run {c.champion.run_id}, checkpoint {words.short_digest(c.champion.checkpoint_id)}"
+        ("champion", f"run {c.champion.run_id}, checkpoint {short_digest(c.champion.checkpoint_id)}"
          + (f" ({runs['champion'].manifest.checkpoint.name})" if "champion" in runs else "")),
-        ("candidate", f"run {c.candidate.run_id}, checkpoint {words.short_digest(c.candidate.checkpoint_id)}"
+        ("candidate", f"run {c.candidate.run_id}, checkpoint {short_digest(c.candidate.checkpoint_id)}"
          + (f" ({runs['candidate'].manifest.checkpoint.name})" if "candidate" in runs else "")),
         ("trials per task (k)", str(c.repeat)),
         ("both runs complete", words.fmt(f.both_complete)),
@@ -631,8 +631,8 @@ def _run_page(dir: Path, tasks_dir: Path | None) -> Page:
     status = (f"{m.status}: {count(c.trials, 'trial')}, {c.scored} scored, {c.passed} passed, {c.failed} failed, "
               f"{c.agent_error} agent errors, {c.timeout} timeouts, {c.infra_error} infrastructure errors, "
               f"{c.unscored} unscored")
-    rows = [("checkpoint", f"{m.checkpoint.name} {words.short_digest(m.checkpoint.id)}"), ("status", status),
-            ("trials per task (k)", str(m.repeat)), ("task set", words.short_digest(m.taskset.id))]
+    rows = [("checkpoint", f"{m.checkpoint.name} {short_digest(m.checkpoint.id)}"), ("status", status),
+            ("trials per task (k)", str(m.repeat)), ("task set", short_digest(m.taskset.id))]
     page.sections.append('<section id="verdict"><h2 class="verdict neutral">' + esc(f"Run {m.run_id}: {m.status}")
                          + '</h2><table class="facts"><tbody>'
                          + "".join(f"<tr><th>{esc(a)}</th><td>{esc(b)}</td></tr>" for a, b in rows)
@@ -705,7 +705,7 @@ class _Train(BaseModel):
 
 
 def _short(digest: Any) -> str:
-    return words.short_digest(digest) if isinstance(digest, str) else ""
+    return short_digest(digest) if isinstance(digest, str) else ""
 
 
 def _release_events(path: Path) -> tuple[list[_Event], list[str]]:

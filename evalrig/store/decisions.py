@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from evalrig.core import report
+from evalrig.core.curves import curve_of
 from evalrig.core.digest import pretty_json, sha256_bytes
 from evalrig.core.errors import EvalrigError, ExitCode, invalid
 from evalrig.core.gate import EXIT_OF_VERDICT, decide
@@ -109,6 +110,7 @@ def gate_comparison(dir: Path, policy_path: Path, exception: str | None, advisor
         comparison_digest=comparison_digest, comparison_dir=str(dir.resolve()), policy=decision.policy,
         exception=exception, advisory=advisory, verdict=decision.verdict, reason=decision.reason,
         decision_digest=digest, at=now, fresh_content=sorted(set(comparison.facts.fresh_content.values())),
+        curve=curve_of(comparison),
     ))
     write_verdict_file(path, decision, digest, home)
     return GateResult(decision, path, md_path, EXIT_OF_VERDICT[decision.verdict])
@@ -165,12 +167,12 @@ def write_verdict_file(path: Path, decision: Decision, digest: str, home: Path) 
         if entry is not None:
             names[ref] = entry.name
     signoffs = [] if decision.advisory else ledger.home_signoffs_of(home, digest)
+    curve = next((g.curve for g in reversed(gates) if g.decision_digest == digest), None)
     md_path = path.with_suffix(".md")
     md = report.verdict_markdown(decision, gates[:last], str(path), signoffs, names, command_name(),
-                                 report_link(path, md_path))
+                                 report_link(path, md_path), curve.public_pass_rate if curve else None)
     write_bytes_atomic(md_path, md.encode())
     return md_path
-
 
 
 def comparison_dir_of(decision_path: Path) -> Path:

@@ -52,3 +52,13 @@ GATES = "gates.jsonl"
 HOME_SIGNOFFS = SIGNOFFS
 RELEASES = "releases.jsonl"
 """The release log: what served, and why (docs/release-engineers.md); `--log FILE` elsewhere."""
+
+# -- a comparison bundle, after the train (docs/curves.md, "Retiring a train's fresh tasks") ---
+
+RETIRE_JSON = "retire.json"
+"""What `retire` moved out of the task set's fresh/ for this train."""
+
+# -- a task set (docs/tasks.md) ----------------------------------------------------------
+
+RETIRED = "retired"
+"""DIR/retired/<short comparison digest>/: retired fresh tasks; no command reads it as a suite."""

@@ -23,6 +23,8 @@ SUITE_NOTES = {
               "# it; the gate's win is measured on these."),
     "invariant": ("# Suite: invariant, tasks every build must pass (the policy's `invariant-suite` check);\n"
                   "# one failure blocks a release."),
+    "public": ("# Suite: public, a public benchmark's problem: compared and reported in every comparison,\n"
+               "# read by no rule of the gate (docs/curves.md)."),
 }
 
 TASK_TOML = """\

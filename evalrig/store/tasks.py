@@ -35,6 +35,7 @@ from evalrig.models.inputs import SUITES, Suite, TaskFile
 from evalrig.models.lock import FixedLock
 from evalrig.models.run import VerifierIdentity
 from evalrig.store.files import read_toml
+from evalrig.store.layout import RETIRED
 from evalrig.store.tree import hash_tree
 
 TASK_TOML = "task.toml"
@@ -92,10 +93,12 @@ class TaskSet:
         return {t.id: t for t in self.tasks}
 
     def suites(self) -> dict[Suite, int]:
-        """Tasks per suite; every suite is present, with 0 when it has none."""
-        counts: dict[Suite, int] = {s: 0 for s in SUITES}
+        """Tasks per suite; fixed, fresh and invariant always, with 0 when one has none, and
+        public only when the set has public tasks (so a run manifest of a set without them
+        reads as it did before the suite existed)."""
+        counts: dict[Suite, int] = {s: 0 for s in SUITES if s != "public"}
         for t in self.tasks:
-            counts[t.suite] += 1
+            counts[t.suite] = counts.get(t.suite, 0) + 1
         return counts
 
     def fresh_created_at(self) -> dict[str, datetime]:
@@ -370,6 +373,8 @@ def collect_task_problems(dir: Path) -> TaskProblems:
     tasks: list[LoadedTask] = []
     unreadable: set[str] = set()
     for suite_dir in _subdirs(dir):
+        if suite_dir.name == RETIRED:
+            continue  # retired fresh tasks (`evalrig retire`): kept for people, never a suite
         if suite_dir.name not in SUITES:
             problems.append(Problem(str(suite_dir), "not a suite folder: expected one of "
                                     f"{', '.join(SUITES)} (tasks live in <dir>/<suite>/<id>/)"))
