@@ -216,6 +216,48 @@ class Launch:
     # The operator's grant (--allow-host values): an egress proxy reached at
     # evalrig.attempt.egress.PROXY_ADDRESS inside the sandbox's own network namespace. None: no proxy.
     egress: tuple[str, ...] | None = None
+    # An episode's process (evalrig.attempt.episode): stdin and stdout are the relay's
+    # pipes instead of /dev/null and a capped file, and the relay may stop it.
+    channel: Channel | None = None
+
+
+class Channel:
+    """The child's ends of a relay's two pipes, and a way to stop the launch.
+
+    launch() hands `stdin_fd` and `stdout_fd` to the child and closes the rig's copies as
+    soon as it has started (or failed to), so that the relay sees end of file when the
+    child and everything it started are gone. `stop()` kills the launch's processes
+    (Finished.killed_for "stopped"); it is a pipe the launch's selector waits on, so the
+    kill follows at once, with no polling."""
+
+    def __init__(self, stdin_fd: int, stdout_fd: int) -> None:
+        self.stdin_fd: int | None = stdin_fd
+        self.stdout_fd: int | None = stdout_fd
+        self.stop_r, self.stop_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        """Close the child's ends in the rig (idempotent)."""
+        with self._lock:
+            for name in ("stdin_fd", "stdout_fd"):
+                fd = getattr(self, name)
+                if fd is not None:
+                    setattr(self, name, None)
+                    os.close(fd)
+
+    def stop(self) -> None:
+        try:
+            os.write(self.stop_w, b"x")
+        except OSError:
+            pass  # already asked (the pipe is full) or closed
+
+    def close(self) -> None:
+        self.release()
+        with self._lock:
+            for fd in (self.stop_r, self.stop_w):
+                if fd >= 0:
+                    os.close(fd)
+            self.stop_r = self.stop_w = -1
 
 
 @dataclass(frozen=True)
@@ -241,7 +283,7 @@ class Finished:
     signal: int | None
     timed_out: bool
     interrupted: bool
-    killed_for: str | None  # "timeout" | "disk" | "interrupt" | None
+    killed_for: str | None  # "timeout" | "disk" | "interrupt" | "stopped" (Channel.stop) | None
     wall_s: float
     cpu_s: float | None  # user + system of the process tree (reaped descendants included)
     peak_rss: int | None  # bytes; None when it cannot be told from the rig's own (below)
@@ -971,6 +1013,14 @@ def launch(spec: Launch) -> Finished:
     Never raises for the agent's behaviour. Returns with `error` set when nothing could be
     started (see Finished).
     """
+    try:
+        return _launch(spec)
+    finally:
+        if spec.channel is not None:
+            spec.channel.release()
+
+
+def _launch(spec: Launch) -> Finished:
     missing = _missing_paths(spec)
     if missing is not None:
         return _failed(spec, missing, "infra")
@@ -1043,11 +1093,12 @@ class _Run:
                 at = self.plan.netns_at
                 argv = [*argv[:at], *_nsenter(netns), *argv[at:]]
                 pass_fds = (netns,)
+            chan = spec.channel
             try:
                 proc = subprocess.Popen(
                     argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
+                    stdin=subprocess.DEVNULL if chan is None else chan.stdin_fd,
+                    stdout=subprocess.PIPE if chan is None else chan.stdout_fd,
                     stderr=subprocess.PIPE,
                     env=dict(self.plan.env if self.plan.env is not None else spec.env),
                     cwd=self.plan.popen_cwd,
@@ -1055,6 +1106,8 @@ class _Run:
                     pass_fds=pass_fds,
                 )
             finally:
+                if chan is not None:
+                    chan.release()
                 if shake is not None:
                     shake.spawned()
                 if egress is not None:
@@ -1124,7 +1177,7 @@ class _Run:
         start: float,
         shake: _Handshake | None,
     ) -> tuple[int, list[resource.struct_rusage]]:
-        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stderr is not None
         pidfd = os.pidfd_open(proc.pid)
         try:
             self._pump_until_exit(proc, pidfd, sinks, scanners, start, shake)
@@ -1137,7 +1190,8 @@ class _Run:
             return status, [rusage, *self._reap_inner()]
         finally:
             os.close(pidfd)
-            proc.stdout.close()
+            if proc.stdout is not None:
+                proc.stdout.close()
             proc.stderr.close()
             if proc.returncode is None:  # an exception mid-loop: leave nothing behind
                 self._kill(self.killed_for or "interrupt")
@@ -1154,21 +1208,24 @@ class _Run:
         shake: _Handshake | None,
     ) -> None:
         """Read both pipes to their end and watch the limits until the top process exits."""
-        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stderr is not None
         spec = self.spec
         view = memoryview(bytearray(_READ_SIZE))
         deadline = start + spec.timeout_s
         watch = _DiskWatch(spec.disk_watch, spec.disk_watch_entries) if spec.disk_watch else None
         with selectors.DefaultSelector() as selector:
-            for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+            pipes = [(n, p) for n, p in (("stdout", proc.stdout), ("stderr", proc.stderr)) if p is not None]
+            for name, pipe in pipes:
                 _widen_pipe(pipe.fileno())
                 os.set_blocking(pipe.fileno(), False)
                 selector.register(pipe.fileno(), selectors.EVENT_READ, name)
             selector.register(pidfd, selectors.EVENT_READ, "exit")
             if shake is not None:
                 selector.register(shake.info_r, selectors.EVENT_READ, "info")
+            if spec.channel is not None:
+                selector.register(spec.channel.stop_r, selectors.EVENT_READ, "stop")
             ended_at: float | None = None  # when the top process exited
-            open_pipes = 2
+            open_pipes = len(pipes)
             while open_pipes or ended_at is None:
                 now = time.monotonic()
                 if ended_at is None and self.killed_for is None:
@@ -1179,7 +1236,11 @@ class _Run:
                     break  # only an escapee (subreaper mode) holds a pipe this long
                 wait = 0.1 if ended_at or self.killed_for else self._wait_time(now, deadline, watch)
                 for key, _ in selector.select(wait):
-                    if key.data == "exit":
+                    if key.data == "stop":
+                        selector.unregister(key.fd)
+                        if ended_at is None and self.killed_for is None:
+                            self._kill("stopped")
+                    elif key.data == "exit":
                         selector.unregister(pidfd)
                         ended_at = time.monotonic()
                         if self.plan.containment == "subreaper":

@@ -45,7 +45,7 @@ from typing import Any, Literal
 
 import orjson
 
-from evalrig.attempt import egress, sandbox, stages
+from evalrig.attempt import egress, episode, sandbox, stages
 from evalrig.attempt.canary import (
     CANARY_FILE,
     WHERE_MAX,
@@ -58,6 +58,7 @@ from evalrig.attempt.evidence import remove_tree as _remove_tree
 from evalrig.attempt.streams import scan
 from evalrig.attempt.verifiers import (
     VERIFIER_DIR,
+    VERIFIER_OUTPUT_CAP,
     Verdict,
     is_finite_number,
     read_answer,
@@ -361,14 +362,16 @@ def flush_removals() -> None:
 # -- environment -------------------------------------------------------------------------
 
 
-def agent_env(spec: AttemptSpec, ws: Workspace, canary: str | None) -> dict[str, str]:
+def agent_env(spec: AttemptSpec, ws: Workspace, canary: str | None,
+              episode: bool = False) -> dict[str, str]:
     """Exactly the documented variables (evalrig.core.environment), nothing inherited from the rig."""
     return environment.agent_env(
         spec.checkpoint.spec.agent.env, spec.secrets, home=str(ws.home), tmpdir=ws.tmpdir,
         prompt=str(ws.prompt), work=str(ws.work), out=str(ws.out), task_id=spec.task.id,
         attempt_id=spec.attempt_id, deadline_s=spec.deadline_s, seed=spec.seed, canary=canary,
         # the agent's own run, not its estimate: the proxy's address
-        proxy_url=egress.PROXY_URL if canary is not None and network_of(spec) else None)
+        proxy_url=egress.PROXY_URL if canary is not None and network_of(spec) else None,
+        episode=episode)
 
 
 def network_of(spec: AttemptSpec) -> bool:
@@ -389,7 +392,8 @@ def _disk_allowance(spec: AttemptSpec) -> int:
 
 def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, str],
             timeout_s: float, max_output: int, stdout: Path, stderr: Path,
-            scan_for: list[bytes], networked: bool = False) -> Any:
+            scan_for: list[bytes], networked: bool = False,
+            channel: sandbox.Channel | None = None) -> Any:
     allowance = _disk_allowance(spec)
     return sandbox.launch(
         sandbox.Launch(
@@ -418,6 +422,7 @@ def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, st
             unprivileged=True,
             agent_only=frozenset(k for k in spec.checkpoint.spec.agent.env
                                  if env.get(k) == spec.checkpoint.spec.agent.env[k]),
+            channel=channel,
         )
     )
 
@@ -620,6 +625,8 @@ class _Record:
     evidence_truncated: bool = False
     evidence_skipped: tuple[str, ...] = ()
     evidence_skipped_count: int = 0
+    termination: str | None = None  # an episode's (docs/episodes.md)
+    turn_usage: dict[str, Any] | None = None  # an episode's per-turn usage, summed
 
 
 def run_attempt(spec: AttemptSpec) -> AttemptOutcome:
@@ -636,6 +643,8 @@ def run_attempt(spec: AttemptSpec) -> AttemptOutcome:
             _reaper.remove(root)
         if spec.task.spec.verifier.kind == "command":
             _reaper.remove(_verify_scratch(spec))
+        if spec.task.spec.episode is not None:
+            _reaper.remove(_driver_root(spec))
     if rec.fin is None or rec.fin.error is not None:  # a launch that ran made both files
         _ensure_streams(spec.evidence_dir)
     return _outcome(spec, canary, rec, laps)
@@ -656,14 +665,19 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
     finally:
         laps.lap(stages.WORKSPACE)
     argv = list(spec.checkpoint.spec.agent.command)
-    rec.fin = _launch(spec, ws, argv, agent_env(spec, ws, canary), spec.deadline_s,
-                      spec.task.spec.max_output_bytes, spec.evidence_dir / "stdout.txt",
-                      spec.evidence_dir / "stderr.txt", [needle(canary)],
-                      networked=network_of(spec))
+    if spec.task.spec.episode is not None:
+        if not _episode(spec, ws, argv, canary, rec):
+            return
+    else:
+        rec.fin = _launch(spec, ws, argv, agent_env(spec, ws, canary), spec.deadline_s,
+                          spec.task.spec.max_output_bytes, spec.evidence_dir / "stdout.txt",
+                          spec.evidence_dir / "stderr.txt", [needle(canary)],
+                          networked=network_of(spec))
+        rec.status, rec.error = _status_of(rec.fin, spec.cancel)
+    assert rec.fin is not None
     laps.lap(stages.SPAWN)
     laps.move(rec.fin.streams_s, stages.SPAWN, stages.STREAMS)
-    rec.status, rec.error = _status_of(rec.fin, spec.cancel)
-    rec.canary_where = tuple(rec.fin.canary_found_in or ())
+    rec.canary_where += tuple(rec.fin.canary_found_in or ())
     if write_network_log(spec.evidence_dir, rec.fin.egress, [needle(canary)]):
         rec.canary_where += (NETWORK_LOG,)
     laps.lap(stages.CANARY)
@@ -705,8 +719,87 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
         rec.error = f"{rec.error}; the diagnostic verifier run faulted: {rec.verdict.error}"
 
 
+def _driver_root(spec: AttemptSpec) -> Path:
+    """Beside the attempt root, never in the agent's view: the driver's fresh copy of
+    driver/, its EVALRIG_DRIVER_OUT, HOME and TMPDIR."""
+    return spec.scratch_root / f"{spec.attempt_id}.driver"
+
+
+DRIVER_SLOT_OFFSET = 2000  # the driver's uid under bwrap as root: apart from agents' and verifiers'
+
+
+def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec: _Record) -> bool:
+    """Run the agent and the task's driver through the relay (evalrig.attempt.episode);
+    sets the status, the termination and the agent's Finished. False: nothing ran."""
+    ep = spec.task.spec.episode
+    assert ep is not None
+    root = _driver_root(spec)
+    try:
+        root.mkdir(parents=True)
+        copy_tree(spec.task.dir / episode.DRIVER_DIR, root / "driver")
+        for sub in ("out", "home", "tmp"):
+            (root / sub).mkdir()
+    except OSError as e:
+        rec.status, rec.error = "infra_error", f"the rig could not copy the driver: {e}"
+        return False
+    tmp = "/tmp" if spec.level == "bwrap" else str(root / "tmp")
+    denv = environment.driver_env(home=str(root / "home"), tmpdir=tmp, out=str(root / "out"),
+                                  task_id=spec.task.id, attempt_id=spec.attempt_id, seed=spec.seed)
+    grace = episode.GRACE_S + ep.driver_timeout_s
+
+    def start_driver(channel: sandbox.Channel) -> sandbox.Finished:
+        return sandbox.launch(sandbox.Launch(
+            argv=list(ep.driver), cwd=root / "driver", env=denv, level=spec.level,
+            rw_paths=[root], ro_paths=sandbox.interpreter_binds(ep.driver[0]),
+            network=ep.network and spec.allow_network, timeout_s=spec.deadline_s + grace,
+            max_output_bytes=VERIFIER_OUTPUT_CAP, stdout_path=root / "stdout.txt",
+            stderr_path=root / "stderr.txt", slot=spec.slot + DRIVER_SLOT_OFFSET,
+            attempt_tag=f"driver-{spec.attempt_id}", cancel=spec.cancel, channel=channel))
+
+    def start_agent(channel: sandbox.Channel) -> sandbox.Finished:
+        return _launch(spec, ws, argv, agent_env(spec, ws, canary, episode=True), spec.deadline_s,
+                       spec.task.spec.max_output_bytes, spec.evidence_dir / "stdout.txt",
+                       spec.evidence_dir / "stderr.txt", [needle(canary)],
+                       networked=network_of(spec), channel=channel)
+
+    got = episode.Relay(
+        episode=ep, max_output_bytes=spec.task.spec.max_output_bytes, deadline_s=spec.deadline_s,
+        transcript=spec.evidence_dir / episode.TRANSCRIPT, task_id=spec.task.id,
+        attempt_id=spec.attempt_id, seed=spec.seed, start_agent=start_agent,
+        start_driver=start_driver, driver_stderr=root / "stderr.txt", secrets=spec.secrets,
+        cancel=spec.cancel).run()
+    rec.fin = got.agent
+    rec.termination = got.termination
+    rec.turn_usage = got.usage
+    try:
+        left = episode.keep_driver_out(root / "out", spec.evidence_dir / episode.DRIVER_DIR,
+                                       spec.task.spec.max_evidence_bytes)
+    except OSError as e:
+        rec.status, rec.error = "infra_error", f"the rig could not keep the driver's files: {e}"
+        return False
+    rec.evidence_skipped += tuple(left)
+    rec.evidence_skipped_count += len(left)
+    rec.canary_where += tuple(episode.canary_in(spec.evidence_dir, [needle(canary)]))
+    if got.interrupted or (spec.cancel is not None and spec.cancel.is_set()):
+        rec.status, rec.error, rec.termination = "interrupted", "the rig stopped during the attempt", None
+    elif got.infra_error is not None:
+        rec.status, rec.error, rec.termination = "infra_error", got.infra_error, None
+    elif got.termination == "driver_fault":
+        rec.status, rec.error = "infra_error", f"the task's driver is at fault: {got.error}"
+    elif got.termination == "agent_timeout":
+        rec.status, rec.error = "timeout", got.error
+    elif got.termination == "agent_error":
+        rec.status, rec.error = "agent_error", got.error
+    else:
+        rec.status, rec.error = "ok", None
+    return rec.fin is not None
+
+
 def _outcome(spec: AttemptSpec, canary: str, rec: _Record, laps: stages.Laps) -> AttemptOutcome:
     usage = read_usage(spec.evidence_dir)
+    if usage.source == "missing" and rec.turn_usage and any(v is not None for v in rec.turn_usage.values()):
+        usage = Usage("reported", rec.turn_usage.get("cost_usd"), rec.turn_usage.get("input_tokens"),
+                      rec.turn_usage.get("output_tokens"), usage.error)
     found = Canary(value=canary, found=bool(rec.canary_where), where=list(rec.canary_where[:WHERE_MAX]))
     return _records(spec, rec, usage, found, network_of(spec), rec.fin.wall_s if rec.fin else 0.0, laps)
 
@@ -783,6 +876,7 @@ def _records(spec: AttemptSpec, rec: _Record, usage: Usage, canary: Canary, netw
         evidence_skipped=list(rec.evidence_skipped),
         evidence_skipped_count=rec.evidence_skipped_count,
         error=error,
+        termination=rec.termination,  # type: ignore[arg-type]
     )
     laps.lap(stages.RECORD)
     return AttemptOutcome(actual, result, laps.seconds)

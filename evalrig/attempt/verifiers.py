@@ -159,13 +159,21 @@ def _text(data: bytes | None) -> str | None:
         return data.decode("utf-8", errors="replace")
 
 
-def verify_builtin(spec: ExactVerifier | RegexVerifier | JsonVerifier, evidence_dir: Path) -> Verdict:
+def verify_builtin(spec: ExactVerifier | RegexVerifier | JsonVerifier, evidence_dir: Path,
+                   episode: bool = False) -> Verdict:
+    """An episode's answer is the content of the agent's last assistant message in its
+    transcript (docs/episodes.md, "What verifiers see"), not a file in out/."""
+    if episode:
+        from evalrig.attempt.episode import last_answer
+
+        text = last_answer(evidence_dir)
+        data = None if text is None else text.encode()
     if isinstance(spec, ExactVerifier):
-        v = check_exact(_text(read_answer(evidence_dir, ANSWER_TXT)), spec.expected)
+        v = check_exact(text if episode else _text(read_answer(evidence_dir, ANSWER_TXT)), spec.expected)
     elif isinstance(spec, RegexVerifier):
-        v = check_regex(_text(read_answer(evidence_dir, ANSWER_TXT)), spec.pattern)
+        v = check_regex(text if episode else _text(read_answer(evidence_dir, ANSWER_TXT)), spec.pattern)
     else:
-        v = check_json(read_answer(evidence_dir, ANSWER_JSON), spec.expected)
+        v = check_json(data if episode else read_answer(evidence_dir, ANSWER_JSON), spec.expected)
     return Verdict(v.outcome, v.reward, v.checks, None, 1, v.error)
 
 
@@ -383,7 +391,7 @@ def verify_evidence(
     spec = task.spec.verifier
     if not isinstance(spec, CommandVerifier):
         # nothing to store: the verdict is the result's, and re-deriving it is instant
-        return verify_builtin(spec, evidence_dir)
+        return verify_builtin(spec, evidence_dir, getattr(task.spec, "episode", None) is not None)
     scratch_root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="verify-", dir=scratch_root))
     try:

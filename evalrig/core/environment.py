@@ -48,11 +48,12 @@ def agent_env(
     seed: int,
     canary: str | None = None,
     proxy_url: str | None = None,
+    episode: bool = False,
 ) -> dict[str, str]:
     """An agent's complete environment: the checkpoint's env, then the secrets, then the
     rig's own variables, so that neither of the first two overrides what the rig sets.
     `canary` (the attempt's run, never its estimate) and `proxy_url` (a granted network)
-    add theirs."""
+    add theirs; an episode's agent gets EVALRIG_EPISODE=1 (docs/episodes.md)."""
     env = dict(checkpoint_env)
     env.update(secrets)
     env.update(_base(home, tmpdir))
@@ -65,6 +66,8 @@ def agent_env(
         "EVALRIG_DEADLINE_S": _seconds(deadline_s),
         "EVALRIG_SEED": str(seed),
     })
+    if episode:
+        env["EVALRIG_EPISODE"] = "1"
     if canary is not None:
         env[CANARY_ENV] = canary
         if proxy_url is not None:
@@ -79,8 +82,16 @@ def verifier_env(*, home: str, tmpdir: str, evidence: str, verdict: str, tag: st
             "EVALRIG_ATTEMPT_ID": tag}
 
 
+def driver_env(*, home: str, tmpdir: str, out: str, task_id: str, attempt_id: str,
+               seed: int) -> dict[str, str]:
+    """An episode driver's complete environment (docs/episodes.md, "The driver's side")."""
+    return {**_base(home, tmpdir), "EVALRIG_DRIVER_OUT": out, "EVALRIG_TASK_ID": task_id,
+            "EVALRIG_ATTEMPT_ID": attempt_id, "EVALRIG_SEED": str(seed)}
+
+
 RIG_SET = frozenset(agent_env({}, {}, home="", tmpdir="", prompt="", work="", out="", task_id="",
-                              attempt_id="", deadline_s=0, seed=0, proxy_url="", canary="")
+                              attempt_id="", deadline_s=0, seed=0, proxy_url="", canary="",
+                              episode=True)
                     ) - {CANARY_ENV}
 """Variables the rig gives an agent itself beside the canary's (the proxy's when the
 operator grants the network): a secret of one of these names would be shadowed."""

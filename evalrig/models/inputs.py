@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
 from evalrig.models.base import Strict, TaskId, Timestamp
+from evalrig.models.episode import EpisodeSection
 from evalrig.models.globs import glob_regex
 
 
@@ -218,6 +219,8 @@ class TaskFile(HandWritten):
     )
     resources: Resources = Field(default_factory=Resources)
     verifier: VerifierSpec
+    episode: EpisodeSection | None = Field(
+        default=None, description="A conversation with a driver (docs/episodes.md); absent: one prompt, one answer.")
 
     @model_validator(mode="after")
     def _fresh_dated(self) -> TaskFile:

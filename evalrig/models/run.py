@@ -16,6 +16,7 @@ from evalrig.models.base import (
     Timestamp,
     without_null,
 )
+from evalrig.models.episode import Termination
 from evalrig.models.inputs import Suite
 
 Status = Literal["passed", "failed", "agent_error", "timeout", "infra_error", "interrupted"]
@@ -351,3 +352,5 @@ class Result(Record):
         "names, unreadable or too deep), each path cut at 256 bytes.")
     evidence_skipped_count: int = Field(default=0, ge=0, description="Every entry skipped and noted.")
     error: str | None = None
+    termination: Termination | None = Field(
+        default=None, description="What ended an episode (docs/episodes.md); null on single-turn tasks.")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from evalrig.core.digest import sha256_bytes, sha256_json
+from evalrig.core.environment import MINIMAL_PATH
 from evalrig.core.errors import EvalrigError, Problem, invalid
 from evalrig.core.tomlerr import error_problems, key_lines, line_of, validate_doc
 from evalrig.core.words import count
@@ -69,6 +71,11 @@ class LoadedTask:
         """The command verifier's folder; may not exist."""
         return self.dir / "verifier"
 
+    @property
+    def driver_dir(self) -> Path:
+        """An episode's driver (docs/episodes.md); exists when the task has [episode]."""
+        return self.dir / "driver"
+
 
 @dataclass(frozen=True)
 class TaskSet:
@@ -111,11 +118,15 @@ def content_digest(task: LoadedTask) -> str:
     (a new folder name, a new date) has the digest the old one had (docs/gate.md,
     `invariant.fresh-after-seal`)."""
     files = hash_tree(task.files_dir).digest if task.files_dir.is_dir() else None
-    return sha256_json({
+    parts = {
         "prompt": sha256_bytes(task.prompt_path.read_bytes()),
         "files": files,
         "verifier": task.verifier_identity.digest,
-    })
+    }
+    if task.spec.episode is not None:  # the counterpart is part of the task (absent: digests as before)
+        parts["driver"] = sha256_json({"settings": task.spec.episode.model_dump(mode="json"),
+                                       "files": hash_tree(task.driver_dir).digest})
+    return sha256_json(parts)
 
 
 class TaskProblems(NamedTuple):
@@ -173,6 +184,37 @@ def _command_file_problems(spec: TaskFile, task_dir: Path, file: str, index: _La
         if not (vdir / arg).exists():
             out.append(Problem(file, f'"{arg}" is not in {vdir}/ (the command runs from there)',
                                f"verifier.command[{i}]", line))
+    return out
+
+
+def _driver_problems(spec: TaskFile, task_dir: Path, file: str, index: _LazyLines) -> list[Problem]:
+    """An episode needs its driver/ folder and a driver command that exists: the scripts its
+    argv names in driver/, and its program (in driver/, absolute, or on the minimal PATH)."""
+    ep = spec.episode
+    if ep is None:
+        return []
+    ddir = task_dir / "driver"
+    line = index.of(("episode", "driver"))
+    if not ddir.is_dir():
+        return [Problem(file, f"the episode's driver runs from {ddir}/, which does not exist "
+                        "(put the driver's program and data there)", "episode.driver", line)]
+    out = []
+    prog = ep.driver[0]
+    if os.path.isabs(prog):
+        found = os.access(prog, os.X_OK)
+    elif "/" in prog:
+        found = os.access(ddir / prog, os.X_OK)
+    else:
+        found = shutil.which(prog, path=MINIMAL_PATH) is not None
+    if not found:
+        out.append(Problem(file, f'"{prog}" is not a program the driver can run (not executable, or not '
+                           f"found on {MINIMAL_PATH} or in {ddir}/)", "episode.driver[0]", line))
+    for i, arg in enumerate(ep.driver[1:], start=1):
+        if ep.driver[i - 1] in ("-c", "-m") or os.path.isabs(arg) or not _SCRIPT.match(arg):
+            continue
+        if not (ddir / arg).exists():
+            out.append(Problem(file, f'"{arg}" is not in {ddir}/ (the driver runs from there)',
+                               f"episode.driver[{i}]", line))
     return out
 
 
@@ -235,10 +277,10 @@ def load_task(task_dir: Path, suite: str) -> LoadedTask | list[Problem]:
     spec = validate_doc(doc, TaskFile, data)
     if isinstance(spec, list):
         problems += spec
-    for sub in ("files", "verifier"):
+    for sub in ("files", "verifier", "driver"):
         if (task_dir / sub).exists() and not (task_dir / sub).is_dir():
             problems.append(Problem(str(task_dir / sub), "must be a directory (the task's "
-                                    f"{'input files' if sub == 'files' else 'verifier files'})"))
+                                    f"{ {'files': 'input files', 'verifier': 'verifier files'}.get(sub, 'driver')})"))
     prompt = task_dir / PROMPT
     if not prompt.is_file():
         problems.append(Problem(str(prompt), "missing (every task needs a prompt.md: the text "
@@ -248,6 +290,7 @@ def load_task(task_dir: Path, suite: str) -> LoadedTask | list[Problem]:
             problems += _command_file_problems(spec, task_dir, file, index)
         return problems
     problems += _command_file_problems(spec, task_dir, file, index)
+    problems += _driver_problems(spec, task_dir, file, index)
     if problems:
         return problems
     try:

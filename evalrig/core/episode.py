@@ -1,0 +1,127 @@
+"""The episode's rules as pure functions (docs/episodes.md): which lines are valid frames,
+whether a driver answered tool calls rightly, and the transcript's `prefix` digest.
+
+Pure: bytes and values in, models or reasons out. The relay (evalrig.attempt.episode)
+applies them to live pipes; `verify` and the tests apply them to a transcript.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from evalrig.core.digest import sha256_json
+from evalrig.models.episode import ChatMessage, DriverLine, MessageFrame
+
+MAX_TOOL_CALLS = 64
+MAX_ARGUMENT_DEPTH = 64
+TOOL_CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+class BadFrame(ValueError):
+    """A line that is not a valid frame; the message says why (never quoting the line)."""
+
+
+def _depth_within(value: Any, limit: int) -> bool:
+    """Whether `value` nests at most `limit` containers deep (iterative)."""
+    todo = [(value, 1)]
+    while todo:
+        v, d = todo.pop()
+        if isinstance(v, dict):
+            if d > limit:
+                return False
+            todo.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            if d > limit:
+                return False
+            todo.extend((x, d + 1) for x in v)
+    return True
+
+
+def parse_object(line: bytes) -> dict[str, Any]:
+    """One JSON object that orjson parses and re-encodes; BadFrame otherwise."""
+    try:
+        doc = orjson.loads(line)
+        orjson.dumps(doc)
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError, TypeError) as e:
+        raise BadFrame(f"not a JSON object ({e})") from None
+    if not isinstance(doc, dict):
+        raise BadFrame("not a JSON object")
+    return doc
+
+
+def _problem(e: ValidationError) -> str:
+    err = e.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "(frame)"
+    return f"{where}: {err['msg']}"
+
+
+def agent_frame(line: bytes, max_bytes: int) -> MessageFrame:
+    """The agent's line as a `message` frame, or BadFrame saying what is wrong with it."""
+    if len(line) > max_bytes:
+        raise BadFrame(f"a line of {len(line)} bytes, over max_output_bytes ({max_bytes})")
+    doc = parse_object(line)
+    if doc.get("type") != "message":
+        raise BadFrame(f"type: expected \"message\", got {str(doc.get('type'))[:40]!r}")
+    try:
+        frame = MessageFrame.model_validate(doc)
+    except ValidationError as e:
+        raise BadFrame(_problem(e)) from None
+    msg = frame.message
+    if msg.role != "assistant":
+        raise BadFrame(f"message.role: expected \"assistant\", got {msg.role!r}")
+    calls = msg.tool_calls or []
+    if len(calls) > MAX_TOOL_CALLS:
+        raise BadFrame(f"message.tool_calls: {len(calls)} calls, over {MAX_TOOL_CALLS}")
+    seen: set[str] = set()
+    for i, call in enumerate(calls):
+        if not TOOL_CALL_ID.fullmatch(call.id):
+            raise BadFrame(f"message.tool_calls[{i}].id: expected [A-Za-z0-9_-]{{1,64}}")
+        if call.id in seen:
+            raise BadFrame(f"message.tool_calls[{i}].id: {call.id!r} is not unique")
+        seen.add(call.id)
+        try:
+            args = orjson.loads(call.function.arguments)
+        except orjson.JSONDecodeError:
+            raise BadFrame(f"message.tool_calls[{i}].function.arguments: not JSON text") from None
+        if not isinstance(args, dict):
+            raise BadFrame(f"message.tool_calls[{i}].function.arguments: not the JSON text of an object")
+        if not _depth_within(args, MAX_ARGUMENT_DEPTH):
+            raise BadFrame(f"message.tool_calls[{i}].function.arguments: nested over {MAX_ARGUMENT_DEPTH} deep")
+    return frame
+
+
+def driver_frame(line: bytes) -> Any:
+    """The driver's line as a session, reply or end frame, or BadFrame."""
+    doc = parse_object(line)
+    try:
+        return DriverLine.model_validate(doc).root
+    except ValidationError as e:
+        raise BadFrame(_problem(e)) from None
+
+
+def tool_reply_problem(calls: list[str], messages: list[ChatMessage]) -> str | None:
+    """Why a reply to an assistant message with these tool-call ids is wrong, or None:
+    exactly one tool message per call, in order, and nothing else."""
+    if not calls:
+        if any(m.role != "user" for m in messages):
+            return "a reply to a message without tool calls may hold only user messages"
+        return None
+    got = [m.tool_call_id if m.role == "tool" else None for m in messages]
+    if got != calls:
+        return (f"tool calls {calls} answered with {len(messages)} message(s) "
+                "(expected one tool message per call, in order)")
+    return None
+
+
+def tool_errors(messages: list[ChatMessage]) -> int:
+    """Tool messages the driver marked `"error": true`."""
+    return sum(1 for m in messages if m.role == "tool" and (m.model_extra or {}).get("error") is True)
+
+
+def prefix(messages: list[dict[str, Any]]) -> str:
+    """`sha256:<hex>` of the canonical JSON of the chat messages exchanged before a frame."""
+    return sha256_json(messages)
