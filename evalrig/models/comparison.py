@@ -52,6 +52,20 @@ class Integrity(Strict):
         return self.verified_files > 0 and not self.problems and not self.torn
 
 
+SpendRole = Literal["candidate", "driver", "judge"]
+SPEND_ROLES: tuple[SpendRole, ...] = ("candidate", "driver", "judge")
+
+
+class SpendTotal(Strict):
+    """One role's spend over every attempt of a run (retries included): each figure the sum
+    over the attempts that gave it, null when none did (docs/episodes.md "Spend by role")."""
+
+    cost_usd: float | None = Field(default=None, ge=0)
+    input_tokens: int | None = Field(default=None, ge=0)
+    output_tokens: int | None = Field(default=None, ge=0)
+    attempts: int = Field(ge=0, description="Attempts with a figure for this role.")
+
+
 class SideFacts(Strict):
     """What the invariants need to know about one run."""
 
@@ -79,6 +93,9 @@ class SideFacts(Strict):
         description="Attempts that count (the final scored attempt of each trial) by the source of their "
         "cost figure: metered (the rig measured it), reported (the agent's own usage.json), missing.",
     )
+    spend: dict[SpendRole, SpendTotal] = Field(
+        default_factory=dict,
+        description="Spend by role over every attempt; only the candidate's enters cost and efficiency.")
     seal_checks: int = Field(ge=0)
     seal_checks_matched: int = Field(ge=0)
     seal_check_failures: list[str] = Field(default_factory=list)
@@ -355,6 +372,8 @@ class Decision(Record):
     advisory: bool
     detectable: Inconclusiveness
     what_would_change: list[str]
+    spend: dict[Literal["champion", "candidate"], dict[SpendRole, SpendTotal]] = Field(
+        default_factory=dict, description="Each side's spend by role (from the comparison), shown in the verdict file.")
 
 
 class Issued(Record):
