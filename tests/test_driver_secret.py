@@ -109,6 +109,11 @@ def test_driver_secrets_reach_the_listed_driver_and_verifier_only_and_never_the_
     printed = (attempt / "verifier" / "run-1" / "stdout.txt").read_text()
     assert "[REDACTED:SIM_KEY]" in printed and "OTHER_KEY" not in printed
     assert "[REDACTED:SIM_KEY]" in (attempt / "verifier" / "run-1" / "usage.json").read_text()
+    # verify hands the judge the run's names from its own environment
+    v = eval_sh(home, "verify", bundle, env=env)
+    assert v.code == 0 and "2 re-derived from evidence" in v.stdout, v
+    v = eval_sh(home, "verify", bundle)
+    assert v.code == 4 and "trial" in v.stderr and "re-derived failed" in v.stderr, v
 
 
 def test_a_driver_secret_not_set_or_named_like_the_rigs_own_is_refused(tmp_path: Path) -> None:

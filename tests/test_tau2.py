@@ -340,3 +340,57 @@ def test_the_converter_refuses_an_incomplete_request(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120)
     assert got.returncode == 2 and "--user-model" in got.stderr
     assert not os.listdir(tmp_path)
+
+
+# -- through eval.sh: the rig's own relay, sandbox and verifier -----------------------------
+
+GOLD_AGENT = """\
+import json, os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+crit = json.load(open(os.path.join(here, "gold.json")))[os.environ["EVALRIG_TASK_ID"]]
+msgs = [{"role": "assistant", "content": None, "tool_calls": [{"id": f"call_{i}", "type": "function",
+         "function": {"name": a["name"], "arguments": json.dumps(a["arguments"])}}]}
+        for i, a in enumerate(crit.get("actions") or [])]
+msgs.append({"role": "assistant", "content": " ".join(crit.get("communicate_info") or []) or "Done."})
+if os.path.exists(os.path.join(here, "noop")):
+    msgs = [{"role": "assistant", "content": "Sorry, I cannot help with that."}]
+for line in sys.stdin:
+    f = json.loads(line)
+    if f["type"] == "end" or not msgs:
+        break
+    sys.stdout.write(json.dumps({"type": "message", "message": msgs.pop(0)}) + "\\n")
+    sys.stdout.flush()
+"""
+
+SAMPLE = ("tau2-retail-0", "tau2-retail-5", "tau2-airline-3")
+
+
+@pytest.mark.slow
+def test_a_sample_runs_through_eval_sh_gold_passes_noop_fails_and_verify_rederives(
+        converted: Path, tmp_path: Path) -> None:
+    from tests.redteam import eval_sh, make_checkpoint, results
+
+    tasks = tmp_path / "tasks" / "fixed"
+    tasks.mkdir(parents=True)
+    gold = {}
+    for name in SAMPLE:
+        shutil.copytree(converted / name, tasks / name)
+        gold[name] = json.loads((converted / name / "driver" / "task.json").read_text())["evaluation_criteria"]
+    home = tmp_path / "home"
+    for side in ("gold", "noop"):
+        files = {"gold.json": json.dumps(gold), **({"noop": ""} if side == "noop" else {})}
+        ck = make_checkpoint(tmp_path / side, GOLD_AGENT, name=side, files=files)
+        assert eval_sh(home, "seal", ck).code == 0
+        bundle = tmp_path / f"run-{side}"
+        r = eval_sh(home, "run", "--checkpoint", ck, "--tasks", tmp_path / "tasks", "--out", bundle,
+                    "--repeat", "1", "--jobs", "2", timeout=900)
+        assert r.code == 0, r
+        got = {x["task_id"]: (x["status"], x["termination"]) for x in results(bundle)}
+        want = "passed" if side == "gold" else "failed"
+        assert got == {name: (want, "driver_end") for name in SAMPLE}, got
+        # the verdict comes back from the stored evidence alone: no driver, no agent
+        v = eval_sh(home, "verify", bundle)
+        assert v.code == 0 and f"{len(SAMPLE)} re-derived from evidence" in v.stdout, v
+        attempt = next((bundle / "attempts").glob("tau2-retail-0-*"))
+        assert (attempt / "driver" / "trajectory.json").is_file()
+        assert (attempt / "driver" / "db.json").is_file()
