@@ -193,12 +193,19 @@ def test_a_wrong_tool_call_fails_on_the_database_and_tool_errors_are_marked(
                 {"order_id": "#W0000000", "reason": "no longer needed"})}},
             {"id": "c2", "type": "function", "function": {"name": "get_order_details", "arguments": json.dumps(
                 {"order_id": "#W2378156"})}}]}
+        # hostile calls: a tool that does not exist, arguments that collide with the
+        # dispatcher's own parameters, a user-only requestor smuggled in
+        yield {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "h1", "type": "function", "function": {"name": "drop_database", "arguments": "{}"}},
+            {"id": "h2", "type": "function", "function": {"name": "get_order_details", "arguments": json.dumps(
+                {"tool_name": "cancel_pending_order", "requestor": "user", "order_id": "#W2378156"})}}]}
         yield {"role": "assistant", "content": "All done."}
 
     ep = run_episode(converted / "tau2-retail-0", wrong, tmp_path)
     tool_msgs = ep.replies[0]["messages"]
     assert [m["tool_call_id"] for m in tool_msgs] == ["c1", "c2"]
     assert tool_msgs[0].get("error") is True and "error" not in tool_msgs[1]
+    assert [(m["tool_call_id"], m.get("error")) for m in ep.replies[1]["messages"]] == [("h1", True), ("h2", True)]
     assert ep.verdict_rc == 1 and ep.verdict["checks"]["db"] is False
 
 

@@ -110,7 +110,8 @@ class SimulatedCustomer(Customer):
         self.api_key = os.environ.get(config["secrets"]["api_key"], "")
         self.seed = seed
         self.usage = {"cost_usd": None, "input_tokens": 0, "output_tokens": 0}
-        self._costed = True
+        self._cost = 0.0
+        self._costed = True  # every answer so far said what it cost
         self.history: list[dict[str, str]] = [{"role": "user", "content": AGENT_GREETING}]
 
     def _call(self) -> str:
@@ -126,7 +127,7 @@ class SimulatedCustomer(Customer):
         self.usage["output_tokens"] += int(usage.get("completion_tokens") or 0)
         cost = usage.get("cost")
         self._costed = self._costed and isinstance(cost, (int, float))
-        self._cost = getattr(self, "_cost", 0.0) + (cost if isinstance(cost, (int, float)) else 0.0)
+        self._cost += cost if isinstance(cost, (int, float)) else 0.0
         self.usage["cost_usd"] = self._cost if self._costed else None
         text = doc["choices"][0]["message"].get("content") or ""
         self.history.append({"role": "assistant", "content": text})
