@@ -111,14 +111,24 @@ def grade(task_doc: dict[str, Any], config: dict[str, Any], evidence: Path,
                 "note": f"the episode ended early ({traj['termination']}): tau2 gives 0"}
     messages = messages_of(traj)
     env_mod = importlib.import_module(f"tau2.domains.{config['domain']}.environment")
-    replay = env_mod.get_environment()
-    replay.set_state(initialization_data=None, initialization_actions=None, message_history=messages)
-    if replay.get_db_hash() != db["db_hash"]:
+    built: list[Any] = []
+
+    def environment(**kwargs: Any) -> Any:
+        """tau2's constructor, keeping what it builds: the evaluator's first world is the
+        replay of the recorded calls (its second the gold one)."""
+        built.append(env_mod.get_environment(**kwargs))
+        return built[-1]
+
+    db_info = EnvironmentEvaluator.calculate_reward(environment, task, messages)
+    if not built:  # the evaluator had nothing to compare: replay here to check the record
+        environment().set_state(initialization_data=None, initialization_actions=None,
+                                message_history=messages)
+    if built[0].get_db_hash() != db["db_hash"]:
         raise Fault(f"the driver's final database {db['db_hash']} is not the replay's "
-                    f"{replay.get_db_hash()}")
+                    f"{built[0].get_db_hash()}")
     basis = set(task.evaluation_criteria.reward_basis) if task.evaluation_criteria else set()
     parts = {
-        "db": EnvironmentEvaluator.calculate_reward(env_mod.get_environment, task, messages),
+        "db": db_info,
         "communicate": CommunicateEvaluator.calculate_reward(task, messages),
         "actions": ActionEvaluator.calculate_reward(task, messages),
     }
