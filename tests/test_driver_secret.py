@@ -128,3 +128,19 @@ def test_a_driver_secret_not_set_or_named_like_the_rigs_own_is_refused(tmp_path:
                 "--driver-secret", "EVALRIG_DRIVER_OUT", env={"EVALRIG_DRIVER_OUT": "/x"})
     assert r.code == 4 and "the rig sets this variable for drivers and verifiers itself" in r.stderr, r
     assert not (tmp_path / "b").exists()
+
+
+def test_verifier_secrets_leave_the_identity_of_a_verifier_that_lists_none_as_it_was(tmp_path: Path) -> None:
+    from evalrig.core.digest import sha256_json
+    from evalrig.store.tasks import load_taskset
+    from evalrig.store.tree import hash_tree
+
+    for task_id, secrets in (("plain", ""), ("judged", 'secrets = ["JUDGE_KEY"]')):
+        add_task(tmp_path, "fixed", task_id, verifier=f'kind = "command"\ncommand = ["python3", "c.py"]\n{secrets}',
+                 verifier_files={"c.py": "pass\n"})
+    tasks = load_taskset(tmp_path).by_id()
+    files = hash_tree(tmp_path / "fixed" / "plain" / "verifier").digest
+    # the settings every command verifier had before [verifier] secrets existed
+    before = {"kind": "command", "command": ["python3", "c.py"], "timeout_s": 60.0, "network": False, "version": "1"}
+    assert tasks["plain"].verifier_identity.digest == sha256_json({"settings": before, "files": files})
+    assert tasks["judged"].verifier_identity.digest != tasks["plain"].verifier_identity.digest
