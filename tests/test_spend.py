@@ -99,3 +99,23 @@ def test_spend_is_recorded_by_role_and_only_the_candidates_is_cost(tmp_path: Pat
     row = next(line for line in text.splitlines() if line.startswith("| episode drivers"))
     assert row.count("0.5 USD, 100 in / 10 out tokens") == 2
     assert "Cost and efficiency above count the agent's spend alone." in text
+
+
+def test_records_made_before_spend_by_role_keep_their_bytes() -> None:
+    from evalrig.core.compare import ActualRecord, spend_totals
+    from evalrig.core.digest import canonical_json
+    from evalrig.models.run import Actual
+
+    old = {"schema_version": "1.0", "trial_id": "t", "attempt_id": "a-1", "task_id": "x", "rep": 0,
+           "wall_s": 1.0, "cpu_s": None, "peak_rss": None, "exit_code": 0, "timed_out": False,
+           "cost_usd": None, "input_tokens": None, "output_tokens": None, "usage_source": "missing",
+           "stdout_bytes": 0, "stderr_bytes": 0, "stdout_truncated": False, "stderr_truncated": False}
+    assert canonical_json(Actual.model_validate(old)) == canonical_json(old)
+    # a comparison (and so a decision) of such runs has no spend key at all
+    assert spend_totals([ActualRecord(1.0, None, None, "missing")]) is None
+    got = spend_totals([ActualRecord(1.0, None, None, "missing"),
+                        ActualRecord(1.0, 0.1, None, "reported", ((0.1, None, None), None, (0.2, 3, None)))])
+    assert got is not None
+    assert got["candidate"].cost_usd == 0.1 and got["candidate"].attempts == 1
+    assert got["driver"].attempts == 0 and got["driver"].cost_usd is None
+    assert (got["judge"].cost_usd, got["judge"].input_tokens, got["judge"].output_tokens) == (0.2, 3, None)

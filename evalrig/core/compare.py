@@ -165,11 +165,14 @@ class ActualRecord(NamedTuple):
     """Per role of SPEND_ROLES, in that order; None on lines made before spend by role."""
 
 
-def spend_totals(actuals: Iterable[ActualRecord]) -> dict[SpendRole, SpendTotal]:
-    """Each role's figures summed over the attempts that gave them (null when none did)."""
+def spend_totals(actuals: Iterable[ActualRecord]) -> dict[SpendRole, SpendTotal] | None:
+    """Each role's figures summed over the attempts that gave them (null when none did);
+    None when no line has spend by role (a bundle made before it: its comparison keeps its bytes)."""
     sums: list[list[float | int | None]] = [[None, None, None] for _ in SPEND_ROLES]
     seen = [0] * len(SPEND_ROLES)
+    recorded = False
     for a in actuals:
+        recorded = recorded or a.spend is not None
         for i, figures in enumerate(a.spend or ()):
             if figures is None:
                 continue
@@ -177,6 +180,8 @@ def spend_totals(actuals: Iterable[ActualRecord]) -> dict[SpendRole, SpendTotal]
             for j, v in enumerate(figures):
                 if v is not None:
                     sums[i][j] = (sums[i][j] or 0) + v
+    if not recorded:
+        return None
     return {role: SpendTotal(cost_usd=s[0], input_tokens=None if s[1] is None else int(s[1]),
                              output_tokens=None if s[2] is None else int(s[2]), attempts=n)
             for role, s, n in zip(SPEND_ROLES, sums, seen, strict=True)}

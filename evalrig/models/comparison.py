@@ -15,9 +15,24 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
-from evalrig.models.base import ChainedRecord, Digest, Record, Strict, TaskId, Timestamp
+from evalrig.models.base import (
+    ChainedRecord,
+    Digest,
+    Record,
+    Strict,
+    TaskId,
+    Timestamp,
+    without_null,
+)
 from evalrig.models.inputs import Suite
 from evalrig.models.run import PolicyPin, SandboxLevel
 
@@ -93,9 +108,10 @@ class SideFacts(Strict):
         description="Attempts that count (the final scored attempt of each trial) by the source of their "
         "cost figure: metered (the rig measured it), reported (the agent's own usage.json), missing.",
     )
-    spend: dict[SpendRole, SpendTotal] = Field(
-        default_factory=dict,
-        description="Spend by role over every attempt; only the candidate's enters cost and efficiency.")
+    spend: dict[SpendRole, SpendTotal] | None = Field(
+        default=None,
+        description="Spend by role over every attempt; only the candidate's enters cost and efficiency. "
+        "Absent when no attempt recorded spend by role.")
     seal_checks: int = Field(ge=0)
     seal_checks_matched: int = Field(ge=0)
     seal_check_failures: list[str] = Field(default_factory=list)
@@ -106,6 +122,10 @@ class SideFacts(Strict):
     history: Literal["declared", "none"]
     policy_pin: PolicyPin | None
     integrity: Integrity
+
+    @model_serializer(mode="wrap")
+    def _no_null_spend(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(handler(self), "spend")
 
 
 class HistoryFacts(Strict):
@@ -372,8 +392,13 @@ class Decision(Record):
     advisory: bool
     detectable: Inconclusiveness
     what_would_change: list[str]
-    spend: dict[Literal["champion", "candidate"], dict[SpendRole, SpendTotal]] = Field(
-        default_factory=dict, description="Each side's spend by role (from the comparison), shown in the verdict file.")
+    spend: dict[Literal["champion", "candidate"], dict[SpendRole, SpendTotal]] | None = Field(
+        default=None, description="Each side's spend by role (from the comparison), shown in the verdict "
+        "file; absent when neither side recorded any.")
+
+    @model_serializer(mode="wrap")
+    def _no_null_spend(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(handler(self), "spend")
 
 
 class Issued(Record):

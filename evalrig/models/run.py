@@ -95,8 +95,9 @@ class RunSettings(Strict):
     max_retries: int = Field(ge=0)
     sandbox: Literal["auto", "bwrap", "process"]
     secrets: list[str] = Field(default_factory=list, description="Names only, never values.")
-    driver_secrets: list[str] = Field(default_factory=list, description=(
-        "--driver-secret names (drivers' and command verifiers' variables); never values."))
+    driver_secrets: list[str] | None = Field(default=None, description=(
+        "--driver-secret names (drivers' and command verifiers' variables); never values. "
+        "Absent when none was given."))
     suites: list[Suite] = Field(default_factory=list, description="--suite filters.")
     task_ids: list[TaskId] = Field(default_factory=list, description="--task filters.")
     tags: list[str] = Field(default_factory=list, description="--tag filters.")
@@ -119,6 +120,10 @@ class RunSettings(Strict):
     allow_hosts: list[str] = Field(
         default_factory=list, description="--allow-host HOST[:PORT] values, normalised and sorted."
     )
+
+    @model_serializer(mode="wrap")
+    def _no_null_driver_secrets(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(handler(self), "driver_secrets")
 
 
 MAY_CHANGE_ON_RESUME = frozenset({"jobs", "executor", "ray_address", "keep_workspaces"})
@@ -292,6 +297,10 @@ class Actual(Record):
     stdout_truncated: bool
     stderr_truncated: bool
     spend: Spend | None = Field(default=None, description="Spend by role; absent in bundles made before it.")
+
+    @model_serializer(mode="wrap")
+    def _no_null_spend(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(handler(self), "spend")
 
 
 class VerifierIdentity(Strict):

@@ -144,7 +144,7 @@ def _defaults() -> dict[str, Any]:
         "max_retries": DEFAULT_MAX_RETRIES,
         "sandbox": "auto",
         "secrets": [],
-        "driver_secrets": [],
+        "driver_secrets": None,
         "suites": [],
         "task_ids": [],
         "tags": [],

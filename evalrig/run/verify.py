@@ -135,7 +135,7 @@ def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
     """Run each scored result's verifier again on its stored evidence and compare. A command
     verifier that calls a judge gets the run's --driver-secret names (the manifest keeps
     them) from this command's environment, where set (docs/tasks.md "Secrets")."""
-    secrets = {n: os.environ[n] for n in b.manifest.settings.driver_secrets if n in os.environ}
+    secrets = {n: os.environ[n] for n in b.manifest.settings.driver_secrets or [] if n in os.environ}
     tasks_dir = Path(b.manifest.settings.tasks_dir)
     tasks = {t.id: t for t in load_taskset(tasks_dir).tasks}
     superseded = _superseded(b)
