@@ -157,7 +157,8 @@ def test_gold_replays_pass_every_converted_task_and_a_noop_agent_fails_where_tau
     idle_ok = {name for name, _, unchanged, _ in gold if unchanged and not _communicate(converted / name)}
     assert {name for name, rc, _, _ in noop if rc == 0} == idle_ok
     assert all(rc == 1 for name, rc, _, _ in noop if name not in idle_ok)
-    assert len(idle_ok) < 30, sorted(idle_ok)
+    # 7 retail, 19 airline: what tau2's deterministic basis cannot grade (its NL assertions do)
+    assert len(idle_ok) == 26, sorted(idle_ok)
 
 
 def _communicate(task_dir: Path) -> list[str]:
