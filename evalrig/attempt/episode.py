@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 
 from evalrig.attempt import sandbox
-from evalrig.attempt.streams import scan
+from evalrig.attempt.streams import Redactor, scan
 from evalrig.core.digest import canonical_line
 from evalrig.core.episode import (
     AFTER_END,
@@ -580,9 +580,11 @@ def _redacted(value: Any, secrets: Mapping[str, str]) -> Any:
     return value
 
 
-def keep_driver_out(src: Path, dst: Path, cap: int) -> list[str]:
+def keep_driver_out(src: Path, dst: Path, cap: int, secrets: Mapping[str, str] | None = None) -> list[str]:
     """The driver's EVALRIG_DRIVER_OUT files into the evidence's driver/ (regular files and
-    folders; links and others left out); returns what was left out and why."""
+    folders; links and others left out), every secret value redacted as in the agent's
+    files; returns what was left out and why."""
+    values = {name: value.encode() for name, value in (secrets or {}).items() if value}
     left: list[str] = []
     total = 0
     todo = [(src, dst)]
@@ -596,7 +598,14 @@ def keep_driver_out(src: Path, dst: Path, cap: int) -> list[str]:
                     (d / e.name).mkdir()
                     todo.append((Path(e.path), d / e.name))
                 elif stat.S_ISREG(st.st_mode) and total + st.st_size <= cap:
-                    shutil.copyfile(e.path, d / e.name, follow_symlinks=False)
+                    if values:
+                        r = Redactor(values)
+                        with open(e.path, "rb") as fi, open(d / e.name, "wb") as fo:
+                            while chunk := fi.read(1 << 16):
+                                fo.write(r.feed(chunk))
+                            fo.write(r.flush())
+                    else:
+                        shutil.copyfile(e.path, d / e.name, follow_symlinks=False)
                     total += st.st_size
                 else:
                     left.append(f"driver/{Path(e.path).relative_to(src)}")

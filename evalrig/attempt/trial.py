@@ -53,6 +53,7 @@ from evalrig.attempt.canary import (
     new_canary,
     plant_file,
 )
+from evalrig.attempt.episode import DRIVER_DIR, TRANSCRIPT
 from evalrig.attempt.evidence import collect, evidence_digest
 from evalrig.attempt.evidence import remove_tree as _remove_tree
 from evalrig.attempt.streams import scan
@@ -73,6 +74,8 @@ from evalrig.models.run import (
     Diagnostic,
     Estimate,
     Result,
+    RoleSpend,
+    Spend,
 )
 from evalrig.store.checkpoint import Checkpoint
 from evalrig.store.tasks import LoadedTask
@@ -120,6 +123,9 @@ class AttemptSpec:
     interpreter_prefixes: tuple[Path, ...] = ()
     allow_network: bool = False  # run --allow-network (docs/security.md)
     allow_hosts: tuple[str, ...] = ()  # run --allow-host, normalised
+    # run --driver-secret: name → value, for the drivers and command verifiers whose task
+    # lists the name; never the agent's, never written anywhere (docs/episodes.md)
+    driver_secrets: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def deadline_s(self) -> float:
@@ -382,8 +388,13 @@ def network_of(spec: AttemptSpec) -> bool:
     return spec.allow_network and (spec.checkpoint.spec.agent.network or spec.task.spec.network)
 
 
+def _secret_values(spec: AttemptSpec) -> dict[str, str]:
+    """Every value redacted from this attempt's evidence: the agent's and the drivers'."""
+    return {name: value for name, value in {**spec.driver_secrets, **spec.secrets}.items() if value}
+
+
 def _secret_bytes(spec: AttemptSpec) -> dict[str, bytes]:
-    return {name: value.encode() for name, value in spec.secrets.items() if value}
+    return {name: value.encode() for name, value in _secret_values(spec).items()}
 
 
 def _disk_allowance(spec: AttemptSpec) -> int:
@@ -546,28 +557,77 @@ class Usage:
     error: str | None = None
 
 
-def read_usage(evidence_dir: Path) -> Usage:
-    """out/usage.json as the agent reported it; a missing figure stays null, never 0."""
-    data = read_answer(evidence_dir, "out/usage.json")
+def read_usage(evidence_dir: Path, rel: str = "out/usage.json") -> Usage:
+    """A usage.json as its writer reported it (the agent's out/usage.json, a driver's
+    driver/usage.json); a missing figure stays null, never 0."""
+    data = read_answer(evidence_dir, rel)
     if data is None:
         return Usage("missing")
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as e:
-        return Usage("missing", error=f"out/usage.json ignored: not JSON ({e})")
+        return Usage("missing", error=f"{rel} ignored: not JSON ({e})")
+    return usage_of(doc, rel)
+
+
+def usage_of(doc: Any, rel: str) -> Usage:
+    """The spend figures of a parsed usage document (or a frame's `usage`)."""
     if not isinstance(doc, dict):
-        return Usage("missing", error="out/usage.json ignored: not a JSON object")
+        return Usage("missing", error=f"{rel} ignored: not a JSON object")
     cost = doc.get("cost_usd")
     if cost is not None and not (is_finite_number(cost) and cost >= 0):
-        return Usage("missing", error="out/usage.json ignored: cost_usd: expected a number >= 0")
+        return Usage("missing", error=f"{rel} ignored: cost_usd: expected a number >= 0")
     tokens: dict[str, int | None] = {}
     for key in ("input_tokens", "output_tokens"):
         v = doc.get(key)
         if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
-            return Usage("missing", error=f"out/usage.json ignored: {key}: expected an integer >= 0")
+            return Usage("missing", error=f"{rel} ignored: {key}: expected an integer >= 0")
         tokens[key] = v
     got = UsageFile.model_validate({"cost_usd": cost, **tokens})
     return Usage("reported", got.cost_usd, got.input_tokens, got.output_tokens)
+
+
+def _role(u: Usage) -> RoleSpend | None:
+    if u.source == "missing" or (u.cost_usd is None and u.input_tokens is None and u.output_tokens is None):
+        return None
+    return RoleSpend(cost_usd=u.cost_usd, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
+                     source="reported")
+
+
+def turn_usage(evidence_dir: Path) -> Usage:
+    """The sum of the per-turn `usage` the agent sent in its message frames, read back from
+    the stored transcript (docs/episodes.md): each figure summed over the turns that carry
+    it, null when none does. Lines that are not the agent's valid frames are skipped."""
+    data = read_answer(evidence_dir, TRANSCRIPT)
+    if data is None:
+        return Usage("missing")
+    sums: dict[str, float | int | None] = dict.fromkeys(("cost_usd", "input_tokens", "output_tokens"))
+    for line in data.splitlines():
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        frame = rec.get("frame") if isinstance(rec, dict) and rec.get("from") == "agent" else None
+        if not isinstance(frame, dict) or frame.get("type") != "message" or "usage" not in frame:
+            continue
+        u = usage_of(frame["usage"], TRANSCRIPT)
+        for key in sums:
+            v = getattr(u, key)
+            if v is not None:
+                sums[key] = (sums[key] or 0) + v
+    if all(v is None for v in sums.values()):
+        return Usage("missing")
+    return usage_of(sums, TRANSCRIPT)
+
+
+def spend_of(evidence_dir: Path, usage: Usage, verifier_usage: dict[str, Any] | None) -> Spend:
+    """Spend by role, from the evidence alone: the candidate's (its out/usage.json, else its
+    per-turn usage in the transcript), the driver's (driver/usage.json) and the judge's (the
+    command verifier's usage.json). None of the three includes another."""
+    candidate = usage if usage.source == "reported" else turn_usage(evidence_dir)
+    judge = usage_of(verifier_usage, "verifier usage.json") if verifier_usage is not None else Usage("missing")
+    return Spend(candidate=_role(candidate), driver=_role(read_usage(evidence_dir, f"{DRIVER_DIR}/usage.json")),
+                 judge=_role(judge))
 
 
 # -- the attempt -------------------------------------------------------------------------
@@ -707,6 +767,7 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
         spec.task, spec.evidence_dir, rec.fin.level, spec.slot, spec.verifier_retries,
         _verify_scratch(spec),
         output_dir=spec.evidence_dir / VERIFIER_DIR, cancel=spec.cancel,
+        secrets=spec.driver_secrets,
     )
     laps.lap(stages.VERIFY)
     if spec.cancel is not None and spec.cancel.is_set() and rec.verdict.outcome == "fault":
@@ -745,7 +806,8 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
         return False
     tmp = "/tmp" if spec.level == "bwrap" else str(root / "tmp")
     denv = environment.driver_env(home=str(root / "home"), tmpdir=tmp, out=str(root / "out"),
-                                  task_id=spec.task.id, attempt_id=spec.attempt_id, seed=spec.seed)
+                                  task_id=spec.task.id, attempt_id=spec.attempt_id, seed=spec.seed,
+                                  secrets=environment.granted(ep.secrets, spec.driver_secrets))
     grace = episode.GRACE_S + ep.driver_timeout_s
     # The driver's network is the operator's grant like the agent's (--allow-network,
     # --allow-host): the egress proxy in the driver's own namespace, never the host's network.
@@ -773,7 +835,7 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
         episode=ep, max_output_bytes=spec.task.spec.max_output_bytes, deadline_s=spec.deadline_s,
         transcript=spec.evidence_dir / episode.TRANSCRIPT, task_id=spec.task.id,
         attempt_id=spec.attempt_id, seed=spec.seed, start_agent=start_agent,
-        start_driver=start_driver, driver_stderr=root / "stderr.txt", secrets=spec.secrets,
+        start_driver=start_driver, driver_stderr=root / "stderr.txt", secrets=_secret_values(spec),
         cancel=spec.cancel).run()
     rec.fin = got.agent
     rec.termination = got.termination
@@ -782,7 +844,7 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
     rec.turn_usage = got.usage
     try:
         left = episode.keep_driver_out(root / "out", spec.evidence_dir / episode.DRIVER_DIR,
-                                       spec.task.spec.max_evidence_bytes)
+                                       spec.task.spec.max_evidence_bytes, _secret_values(spec))
     except OSError as e:
         rec.status, rec.error = "infra_error", f"the rig could not keep the driver's files: {e}"
         return False
@@ -845,6 +907,7 @@ def _records(spec: AttemptSpec, rec: _Record, usage: Usage, canary: Canary, netw
         stderr_bytes=fin.stderr_bytes if fin else 0,
         stdout_truncated=bool(fin and fin.stdout_truncated),
         stderr_truncated=bool(fin and fin.stderr_truncated),
+        spend=spend_of(spec.evidence_dir, usage, rec.verdict.usage if rec.verdict else None),
     )
     v = rec.verdict
     scored_by_verdict = rec.status in ("passed", "failed")

@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from pathlib import Path
@@ -25,8 +26,9 @@ from typing import Any, Literal
 
 import orjson
 
+from evalrig.attempt.streams import Redactor
 from evalrig.core.digest import pretty_json
-from evalrig.core.environment import verifier_env
+from evalrig.core.environment import granted, verifier_env
 from evalrig.models.agent import RewardFile
 from evalrig.models.inputs import (
     CommandVerifier,
@@ -217,11 +219,18 @@ def parse_reward(data: bytes) -> Verdict:
     return Verdict("passed" if ok else "failed", reward, dict(got.checks))
 
 
-def _read_usage(path: Path) -> dict[str, Any] | None:
-    """The verifier's own spend; anything but a JSON object is ignored."""
+def _redacted(data: bytes, values: Mapping[str, bytes]) -> bytes:
+    r = Redactor(values)
+    return r.feed(data) + r.flush()
+
+
+def _read_usage(path: Path, values: Mapping[str, bytes]) -> dict[str, Any] | None:
+    """The verifier's own spend, its secrets' values redacted (it reaches results.jsonl);
+    anything but a JSON object is ignored."""
     data = read_answer(path.parent, path.name)
     if data is None:
         return None
+    data = _redacted(data, values)
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -249,7 +258,7 @@ def _private_copy(evidence_dir: Path, dst: Path) -> Path:
 
 def _run_command_once(
     spec: CommandVerifier, verifier_dir: Path, evidence_dir: Path, run_dir: Path,
-    level: str, slot: int, cancel: threading.Event | None,
+    level: str, slot: int, cancel: threading.Event | None, secrets: Mapping[str, str],
 ) -> Verdict:
     from evalrig.attempt import sandbox
 
@@ -269,8 +278,10 @@ def _run_command_once(
         evidence_dir = _private_copy(evidence_dir, run_dir / "evidence")
     # the tag: where no PID namespace can be made, the launcher kills every leftover
     # process carrying it (unique per run: scratch is a fresh mkdtemp)
+    given = granted(spec.secrets, secrets)
+    redact = {name: value.encode() for name, value in given.items() if value}
     env = verifier_env(home=str(home), tmpdir=tmp, evidence=str(evidence_dir),
-                       verdict=str(verdict_dir), tag=tag)
+                       verdict=str(verdict_dir), tag=tag, secrets=given)
     ro = [verifier_dir, evidence_dir, *sandbox.interpreter_binds(spec.command[0])]
     fin = sandbox.launch(
         sandbox.Launch(
@@ -288,6 +299,7 @@ def _run_command_once(
             slot=slot + VERIFIER_SLOT_OFFSET,
             attempt_tag=tag,
             cancel=cancel,
+            redact=redact,
         )
     )
     if fin.error:
@@ -300,7 +312,7 @@ def _run_command_once(
         return Verdict("fault", error=f"verifier crashed (signal {fin.signal})")
     if fin.exit_code not in (0, 1):
         return Verdict("fault", error=f"verifier exited {fin.exit_code} (0 pass, 1 fail, anything else is a fault)")
-    usage = _read_usage(verdict_dir / "usage.json")
+    usage = _read_usage(verdict_dir / "usage.json", redact)
     reward = read_answer(verdict_dir, "reward.json")
     if reward is None:
         v = _decided(fin.exit_code == 0)
@@ -312,6 +324,7 @@ def _run_command_once(
 def verify_command(
     spec: CommandVerifier, verifier_dir: Path | None, evidence_dir: Path, level: str, slot: int,
     retries: int, scratch: Path, cancel: threading.Event | None = None,
+    secrets: Mapping[str, str] | None = None,
 ) -> CommandOutcome:
     """Run the command verifier, re-running it on a fault up to `retries` times."""
     if verifier_dir is None or not verifier_dir.is_dir():
@@ -322,7 +335,8 @@ def verify_command(
     for n in range(1, retries + 2):
         run_dir = scratch / f"run-{n}"
         runs.append(run_dir)
-        verdict = _run_command_once(spec, verifier_dir, evidence_dir, run_dir, level, slot, cancel)
+        verdict = _run_command_once(spec, verifier_dir, evidence_dir, run_dir, level, slot, cancel,
+                                    secrets or {})
         if verdict.outcome != "fault" or (cancel is not None and cancel.is_set()):
             break
     return CommandOutcome(
@@ -333,10 +347,14 @@ def verify_command(
 # -- storing the verifier's output ---------------------------------------------------------
 
 
-def store_output(verdict: Verdict, runs: list[Path], output_dir: Path) -> None:
+def store_output(verdict: Verdict, runs: list[Path], output_dir: Path,
+                 secrets: Mapping[str, str] | None = None) -> None:
     """evidence/verifier/: verdict.json and, per command run, stdout.txt, stderr.txt,
-    reward.json and usage.json (what the verifier wrote), under run-<n>/."""
+    reward.json and usage.json (what the verifier wrote), under run-<n>/. The files the
+    verifier wrote itself have the --driver-secret values redacted (its streams already are)."""
     output_dir.mkdir(parents=True, exist_ok=True)
+    values = {name: value.encode() for name, value in (secrets or {}).items() if value}
+
     for run_dir in runs:
         dst = output_dir / run_dir.name
         dst.mkdir(exist_ok=True)
@@ -346,7 +364,7 @@ def store_output(verdict: Verdict, runs: list[Path], output_dir: Path) -> None:
         for name in ("reward.json", "usage.json"):
             data = read_answer(run_dir / "verdict", name)
             if data is not None:
-                (dst / name).write_bytes(data[:VERIFIER_OUTPUT_CAP])
+                (dst / name).write_bytes(_redacted(data[:VERIFIER_OUTPUT_CAP], values))
     summary = {
         "outcome": verdict.outcome,
         "reward": verdict.reward,
@@ -355,7 +373,7 @@ def store_output(verdict: Verdict, runs: list[Path], output_dir: Path) -> None:
         "runs": verdict.runs,
         "error": verdict.error,
     }
-    (output_dir / "verdict.json").write_bytes(pretty_json(summary))
+    (output_dir / "verdict.json").write_bytes(_redacted(pretty_json(summary), values))
 
 
 def _judged_view(evidence_dir: Path, scratch: Path) -> Path:
@@ -381,12 +399,14 @@ def verify_evidence(
     scratch_root: Path,
     output_dir: Path | None = None,
     cancel: threading.Event | None = None,
+    secrets: Mapping[str, str] | None = None,
 ) -> Verdict:
     """Judge the stored evidence of one attempt with the task's verifier.
 
     `task` is a LoadedTask. `output_dir`, when given, receives a command verifier's output
     (run_attempt passes evidence_dir/verifier); `evalrig verify` leaves it None so that
-    re-deriving changes nothing in the bundle. Built-in kinds store nothing.
+    re-deriving changes nothing in the bundle. Built-in kinds store nothing. `secrets`:
+    the run's --driver-secret values; a command verifier gets those its task lists.
     """
     spec = task.spec.verifier
     if not isinstance(spec, CommandVerifier):
@@ -396,9 +416,10 @@ def verify_evidence(
     scratch = Path(tempfile.mkdtemp(prefix="verify-", dir=scratch_root))
     try:
         view = _judged_view(evidence_dir, scratch)
-        got = verify_command(spec, task.verifier_dir, view, level, slot, retries, scratch, cancel)
+        got = verify_command(spec, task.verifier_dir, view, level, slot, retries, scratch, cancel,
+                             secrets)
         if output_dir is not None:
-            store_output(got.verdict, got.run_dirs, output_dir)
+            store_output(got.verdict, got.run_dirs, output_dir, secrets)
         return got.verdict
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

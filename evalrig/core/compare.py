@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
@@ -26,6 +26,7 @@ from evalrig.core.outcomes import final_of
 from evalrig.models.comparison import (
     MDE,
     METRICS,
+    SPEND_ROLES,
     Calibration,
     Comparison,
     Efficiency,
@@ -41,6 +42,8 @@ from evalrig.models.comparison import (
     RunRef,
     SideFacts,
     SideStats,
+    SpendRole,
+    SpendTotal,
     SuiteStats,
     TaskRow,
     TBounds,
@@ -147,6 +150,10 @@ class ResultRecord(NamedTuple):
     network_hosts: tuple[str, ...] = ()
 
 
+RoleFigures = tuple[float | None, int | None, int | None]
+"""One role's (cost_usd, input_tokens, output_tokens) in one attempt."""
+
+
 class ActualRecord(NamedTuple):
     """The fields of an actuals.jsonl line that compare uses."""
 
@@ -154,6 +161,30 @@ class ActualRecord(NamedTuple):
     cost_usd: float | None
     cpu_s: float | None
     usage_source: FigureSource
+    spend: tuple[RoleFigures | None, ...] | None = None
+    """Per role of SPEND_ROLES, in that order; None on lines made before spend by role."""
+
+
+def spend_totals(actuals: Iterable[ActualRecord]) -> dict[SpendRole, SpendTotal] | None:
+    """Each role's figures summed over the attempts that gave them (null when none did);
+    None when no line has spend by role (a bundle made before it: its comparison keeps its bytes)."""
+    sums: list[list[float | int | None]] = [[None, None, None] for _ in SPEND_ROLES]
+    seen = [0] * len(SPEND_ROLES)
+    recorded = False
+    for a in actuals:
+        recorded = recorded or a.spend is not None
+        for i, figures in enumerate(a.spend or ()):
+            if figures is None:
+                continue
+            seen[i] += 1
+            for j, v in enumerate(figures):
+                if v is not None:
+                    sums[i][j] = (sums[i][j] or 0) + v
+    if not recorded:
+        return None
+    return {role: SpendTotal(cost_usd=s[0], input_tokens=None if s[1] is None else int(s[1]),
+                             output_tokens=None if s[2] is None else int(s[2]), attempts=n)
+            for role, s, n in zip(SPEND_ROLES, sums, seen, strict=True)}
 
 
 class EstimateRecord(NamedTuple):
@@ -214,6 +245,7 @@ def _side_facts(m: RunManifest, records: RunRecords, final: dict[str, ResultReco
         sandbox={lvl: sandbox.get(lvl, 0) for lvl in levels},
         network_attempts=sum(r.network for r in results), hosts_reached=hosts[:1000],
         cost_source=dict(sorted(cost_source.items())),
+        spend=spend_totals(records.actuals.values()),
         seal_checks=len(m.seal_checks), seal_checks_matched=sum(c.matched for c in m.seal_checks),
         seal_check_failures=[f"{c.phase}: {c.message or c.checkpoint_id}" for c in m.seal_checks if not c.matched],
         registered=entry is not None, sealed_at=entry.sealed_at if entry else None,

@@ -7,7 +7,7 @@ reads `RIG_SET` to refuse a `--secret` that the rig's own value would shadow.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 """The PATH every agent and command verifier gets, and where a bare command name is looked up."""
@@ -75,18 +75,27 @@ def agent_env(
     return env
 
 
-def verifier_env(*, home: str, tmpdir: str, evidence: str, verdict: str, tag: str) -> dict[str, str]:
+def verifier_env(*, home: str, tmpdir: str, evidence: str, verdict: str, tag: str,
+                 secrets: Mapping[str, str] | None = None) -> dict[str, str]:
     """A command verifier's complete environment. `tag` goes in EVALRIG_ATTEMPT_ID, the
-    containment tag of its run (docs/attempts.md "Verifiers")."""
-    return {**_base(home, tmpdir), "EVALRIG_EVIDENCE": evidence, "EVALRIG_VERDICT": verdict,
-            "EVALRIG_ATTEMPT_ID": tag}
+    containment tag of its run (docs/attempts.md "Verifiers"); `secrets`, the
+    --driver-secret values its task lists (granted()), come first so the rig's win."""
+    return {**(secrets or {}), **_base(home, tmpdir), "EVALRIG_EVIDENCE": evidence,
+            "EVALRIG_VERDICT": verdict, "EVALRIG_ATTEMPT_ID": tag}
 
 
 def driver_env(*, home: str, tmpdir: str, out: str, task_id: str, attempt_id: str,
-               seed: int) -> dict[str, str]:
-    """An episode driver's complete environment (docs/episodes.md, "The driver's side")."""
-    return {**_base(home, tmpdir), "EVALRIG_DRIVER_OUT": out, "EVALRIG_TASK_ID": task_id,
-            "EVALRIG_ATTEMPT_ID": attempt_id, "EVALRIG_SEED": str(seed)}
+               seed: int, secrets: Mapping[str, str] | None = None) -> dict[str, str]:
+    """An episode driver's complete environment (docs/episodes.md, "The driver's side");
+    `secrets` as for verifier_env."""
+    return {**(secrets or {}), **_base(home, tmpdir), "EVALRIG_DRIVER_OUT": out,
+            "EVALRIG_TASK_ID": task_id, "EVALRIG_ATTEMPT_ID": attempt_id, "EVALRIG_SEED": str(seed)}
+
+
+def granted(listed: Sequence[str], given: Mapping[str, str]) -> dict[str, str]:
+    """Of the operator's --driver-secret values, those a task's driver or command verifier
+    lists (`[episode] secrets`, `[verifier] secrets`): nothing else reaches it."""
+    return {name: given[name] for name in listed if name in given}
 
 
 RIG_SET = frozenset(agent_env({}, {}, home="", tmpdir="", prompt="", work="", out="", task_id="",
@@ -95,3 +104,8 @@ RIG_SET = frozenset(agent_env({}, {}, home="", tmpdir="", prompt="", work="", ou
                     ) - {CANARY_ENV}
 """Variables the rig gives an agent itself beside the canary's (the proxy's when the
 operator grants the network): a secret of one of these names would be shadowed."""
+
+DRIVER_RIG_SET = frozenset(driver_env(home="", tmpdir="", out="", task_id="", attempt_id="", seed=0)
+                           ) | frozenset(verifier_env(home="", tmpdir="", evidence="", verdict="", tag=""))
+"""Variables the rig gives drivers and command verifiers itself: a --driver-secret of one of
+these names would be shadowed."""

@@ -683,6 +683,8 @@ def decide(
         exception=exception, advisory=advisory, detectable=fr.detectable,
         what_would_change=_what_would_change(comparison, policy, out, invariants, fixed, fr),
         tripwires=policy.tripwires, watch=policy.watch,
+        spend=({"champion": comparison.facts.champion.spend or {}, "candidate": comparison.facts.candidate.spend or {}}
+               if comparison.facts.champion.spend or comparison.facts.candidate.spend else None),
     )
 
 

@@ -17,11 +17,13 @@ from evalrig.core.digest import short_digest
 from evalrig.core.words import count
 from evalrig.models.base import format_ts
 from evalrig.models.comparison import (
+    SPEND_ROLES,
     Comparison,
     CurveSides,
     Decision,
     GateLedgerEntry,
     SignOff,
+    SpendTotal,
     SuiteStats,
     TaskRow,
 )
@@ -242,6 +244,27 @@ def _caveats(d: Decision) -> list[str]:
     return out
 
 
+_ROLE_LABEL = {"candidate": "the agent (its own usage)", "driver": "episode drivers (a simulated user)",
+               "judge": "command verifiers (a judge)"}
+
+
+def _spend_section(d: Decision) -> list[str]:
+    """Spend by role per side (docs/episodes.md): only the agent's enters cost and efficiency."""
+    if not d.spend:
+        return []
+    sides = [d.spend.get("champion", {}), d.spend.get("candidate", {})]
+
+    def cell(t: SpendTotal | None) -> str:
+        if t is None or t.attempts == 0:
+            return "–"
+        return f"{fmt(t.cost_usd)} USD, {fmt(t.input_tokens)} in / {fmt(t.output_tokens)} out tokens"
+
+    return ["", "## Spend by role (every attempt)", "",
+            *_table(["role", "champion", "candidate"],
+                    [[_ROLE_LABEL[role], *(cell(s.get(role)) for s in sides)] for role in SPEND_ROLES]),
+            "", "Cost and efficiency above count the agent's spend alone."]
+
+
 def checkpoint_label(checkpoint_id: str, names: Mapping[str, str]) -> str:
     """A checkpoint as people know it: its name (checkpoint.toml, from the seal registry)
     and a short id."""
@@ -352,6 +375,7 @@ def verdict_markdown(d: Decision, earlier: Sequence[GateLedgerEntry], decision_f
     if public is not None and (public.champion is not None or public.candidate is not None):
         lines += ["", f"**Public benchmarks** (reported, read by no rule): pass rate {pct(public.champion)} "
                   f"(champion), {pct(public.candidate)} (candidate)."]
+    lines += _spend_section(d)
     lines += ["", "## What would change the answer", ""]
     lines += [f"- {w}" for w in d.what_would_change] or ["- nothing short of new evidence"]
     lines += ["", "## Rules", ""]

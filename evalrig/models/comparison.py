@@ -15,9 +15,24 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
-from evalrig.models.base import ChainedRecord, Digest, Record, Strict, TaskId, Timestamp
+from evalrig.models.base import (
+    ChainedRecord,
+    Digest,
+    Record,
+    Strict,
+    TaskId,
+    Timestamp,
+    without_null,
+)
 from evalrig.models.inputs import PolicyTripwires, PolicyWatch, Suite
 from evalrig.models.run import PolicyPin, SandboxLevel
 
@@ -52,6 +67,20 @@ class Integrity(Strict):
         return self.verified_files > 0 and not self.problems and not self.torn
 
 
+SpendRole = Literal["candidate", "driver", "judge"]
+SPEND_ROLES: tuple[SpendRole, ...] = ("candidate", "driver", "judge")
+
+
+class SpendTotal(Strict):
+    """One role's spend over every attempt of a run (retries included): each figure the sum
+    over the attempts that gave it, null when none did (docs/episodes.md "Spend by role")."""
+
+    cost_usd: float | None = Field(default=None, ge=0)
+    input_tokens: int | None = Field(default=None, ge=0)
+    output_tokens: int | None = Field(default=None, ge=0)
+    attempts: int = Field(ge=0, description="Attempts with a figure for this role.")
+
+
 class SideFacts(Strict):
     """What the invariants need to know about one run."""
 
@@ -79,6 +108,10 @@ class SideFacts(Strict):
         description="Attempts that count (the final scored attempt of each trial) by the source of their "
         "cost figure: metered (the rig measured it), reported (the agent's own usage.json), missing.",
     )
+    spend: dict[SpendRole, SpendTotal] | None = Field(
+        default=None,
+        description="Spend by role over every attempt; only the candidate's enters cost and efficiency. "
+        "Absent when no attempt recorded spend by role.")
     seal_checks: int = Field(ge=0)
     seal_checks_matched: int = Field(ge=0)
     seal_check_failures: list[str] = Field(default_factory=list)
@@ -89,6 +122,10 @@ class SideFacts(Strict):
     history: Literal["declared", "none"]
     policy_pin: PolicyPin | None
     integrity: Integrity
+
+    @model_serializer(mode="wrap")
+    def _no_null_spend(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(handler(self), "spend")
 
 
 class HistoryFacts(Strict):
@@ -365,6 +402,13 @@ class Decision(Record):
         "decisions written before policies had them: the defaults apply).")
     watch: PolicyWatch | None = Field(
         default=None, description="The policy's [watch], which `ship` records for the release (absent: the defaults).")
+    spend: dict[Literal["champion", "candidate"], dict[SpendRole, SpendTotal]] | None = Field(
+        default=None, description="Each side's spend by role (from the comparison), shown in the verdict "
+        "file; absent when neither side recorded any.")
+
+    @model_serializer(mode="wrap")
+    def _no_null_spend(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(handler(self), "spend")
 
 
 class Issued(Record):

@@ -171,6 +171,8 @@ class CommandVerifier(HandWritten):
     command: list[str] = Field(min_length=1)
     timeout_s: float = Field(default=60, gt=0, le=MAX_SECONDS)
     network: bool = False
+    secrets: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
+        default_factory=list, description="run --driver-secret names handed to the verifier (a judge's model key).")
     version: str = "1"
 
 

@@ -95,6 +95,9 @@ class RunSettings(Strict):
     max_retries: int = Field(ge=0)
     sandbox: Literal["auto", "bwrap", "process"]
     secrets: list[str] = Field(default_factory=list, description="Names only, never values.")
+    driver_secrets: list[str] | None = Field(default=None, description=(
+        "--driver-secret names (drivers' and command verifiers' variables); never values. "
+        "Absent when none was given."))
     suites: list[Suite] = Field(default_factory=list, description="--suite filters.")
     task_ids: list[TaskId] = Field(default_factory=list, description="--task filters.")
     tags: list[str] = Field(default_factory=list, description="--tag filters.")
@@ -117,6 +120,10 @@ class RunSettings(Strict):
     allow_hosts: list[str] = Field(
         default_factory=list, description="--allow-host HOST[:PORT] values, normalised and sorted."
     )
+
+    @model_serializer(mode="wrap")
+    def _no_null_driver_secrets(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(handler(self), "driver_secrets")
 
 
 MAY_CHANGE_ON_RESUME = frozenset({"jobs", "executor", "ray_address", "keep_workspaces"})
@@ -245,6 +252,30 @@ UsageSource = Literal["reported", "missing", "metered"]
 spend itself (a later step: a metering proxy holding the model key); missing: no figure."""
 
 
+SpendSource = Literal["reported", "metered"]
+
+
+class RoleSpend(Strict):
+    """One role's spend in one attempt (docs/episodes.md "Spend by role"): `reported` when the
+    program wrote it itself (a usage.json, per-turn usage), `metered` when the rig measured it.
+    A figure left out stays null, never 0."""
+
+    cost_usd: float | None = Field(default=None, ge=0)
+    input_tokens: int | None = Field(default=None, ge=0)
+    output_tokens: int | None = Field(default=None, ge=0)
+    source: SpendSource
+
+
+class Spend(Strict):
+    """Who spent what in one attempt; null where that role wrote nothing. Only `candidate`
+    enters compare's cost and efficiency."""
+
+    candidate: RoleSpend | None = Field(
+        default=None, description="The agent's out/usage.json, else the sum of its per-turn usage.")
+    driver: RoleSpend | None = Field(default=None, description="The episode driver's driver/usage.json.")
+    judge: RoleSpend | None = Field(default=None, description="The command verifier's usage.json.")
+
+
 class Actual(Record):
     """actuals.jsonl: what the rig measured of one finished attempt."""
 
@@ -265,6 +296,11 @@ class Actual(Record):
     stderr_bytes: int = Field(ge=0)
     stdout_truncated: bool
     stderr_truncated: bool
+    spend: Spend | None = Field(default=None, description="Spend by role; absent in bundles made before it.")
+
+    @model_serializer(mode="wrap")
+    def _no_null_spend(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(handler(self), "spend")
 
 
 class VerifierIdentity(Strict):

@@ -21,7 +21,7 @@ import evalrig
 from evalrig.attempt.canary import CANARY_ENV
 from evalrig.attempt.sandbox import LevelChoice, egress_enforced, resolve_level
 from evalrig.attempt.trial import scratch_base
-from evalrig.core.environment import RIG_SET
+from evalrig.core.environment import DRIVER_RIG_SET, RIG_SET
 from evalrig.core.errors import EvalrigError, Problem, invalid
 from evalrig.core.plan import Filters, OutcomeSettings, Plan, build_plan
 from evalrig.models.run import (
@@ -62,6 +62,7 @@ class Inputs:
     level: LevelChoice
     secrets: dict[str, str]
     home: Path
+    driver_secrets: dict[str, str] = field(default_factory=dict)
     interpreters: list[InterpreterPin] = field(default_factory=list)
     network_warning: str | None = None
 
@@ -97,6 +98,7 @@ def gather_inputs(r: Resolved, home: Path, phase: Literal["start", "resume"],
         policy_pin=pin_policy(s.policy_file),
         level=level,
         secrets=secret_values(s.secrets, environ),
+        driver_secrets=secret_values(s.driver_secrets or [], environ, "--driver-secret"),
         home=home,
         interpreters=pins,
         network_warning=network_warning(level.level, s.allow_network and asking),
@@ -126,17 +128,20 @@ def pin_policy(path: str | None) -> PolicyPin | None:
     return PolicyPin(name=loaded.spec.name, version=loaded.spec.version, digest=loaded.digest)
 
 
-def secret_values(names: list[str], environ: Mapping[str, str]) -> dict[str, str]:
+def secret_values(names: list[str], environ: Mapping[str, str], flag: str = "--secret") -> dict[str, str]:
+    """The values of --secret (the agent's) or --driver-secret (drivers' and command
+    verifiers') names, read from the rig's environment."""
     # The rig's own value would silently win over such a secret, and the rig's value would
     # then be redacted from the evidence as if it were secret.
-    taken = [n for n in names if n in RIG_SET or n == CANARY_ENV]
+    rig_set, whose = (RIG_SET, "the agent") if flag == "--secret" else (DRIVER_RIG_SET, "drivers and verifiers")
+    taken = [n for n in names if n in rig_set or n == CANARY_ENV]
     if taken:
-        raise invalid(f"--secret {', '.join(taken)}: the rig sets this variable for the agent itself",
-                      field="--secret", hint="export the value under another name and pass that")
+        raise invalid(f"{flag} {', '.join(taken)}: the rig sets this variable for {whose} itself",
+                      field=flag, hint="export the value under another name and pass that")
     missing = [n for n in names if n not in environ]
     if missing:
-        raise invalid(f"--secret {', '.join(missing)}: not set in this environment",
-                      field="--secret", hint="export the variable before running the rig")
+        raise invalid(f"{flag} {', '.join(missing)}: not set in this environment",
+                      field=flag, hint="export the variable before running the rig")
     return {n: environ[n] for n in names}
 
 

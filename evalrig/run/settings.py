@@ -46,6 +46,7 @@ class RunRequest:
     executor: str | None = None
     ray_address: str | None = None
     secrets: tuple[str, ...] | None = None
+    driver_secrets: tuple[str, ...] | None = None
     keep_workspaces: bool | None = None
     suites: tuple[str, ...] | None = None
     task_ids: tuple[str, ...] | None = None
@@ -73,6 +74,7 @@ FLAG = {
     "max_retries": "--max-retries",
     "sandbox": "--sandbox",
     "secrets": "--secret",
+    "driver_secrets": "--driver-secret",
     "suites": "--suite",
     "task_ids": "--task",
     "tags": "--tag",
@@ -102,6 +104,7 @@ def _given(req: RunRequest) -> dict[str, Any]:
         "max_retries": req.max_retries,
         "sandbox": req.sandbox,
         "secrets": sorted(set(req.secrets)) if req.secrets else None,
+        "driver_secrets": sorted(set(req.driver_secrets)) if req.driver_secrets else None,
         "suites": sorted(set(req.suites)) if req.suites else None,
         "task_ids": sorted(set(req.task_ids)) if req.task_ids else None,
         "tags": sorted(set(req.tags)) if req.tags else None,
@@ -141,6 +144,7 @@ def _defaults() -> dict[str, Any]:
         "max_retries": DEFAULT_MAX_RETRIES,
         "sandbox": "auto",
         "secrets": [],
+        "driver_secrets": None,
         "suites": [],
         "task_ids": [],
         "tags": [],

@@ -4,6 +4,7 @@ task's verifier; `verify --register` then records the bundle in the home."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,7 +153,10 @@ def _changed_verifiers(b: RunBundle, tasks: dict[str, LoadedTask], path: str,
 
 
 def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
-    """Run each scored result's verifier again on its stored evidence and compare."""
+    """Run each scored result's verifier again on its stored evidence and compare. A command
+    verifier that calls a judge gets the run's --driver-secret names (the manifest keeps
+    them) from this command's environment, where set (docs/tasks.md "Secrets")."""
+    secrets = {n: os.environ[n] for n in b.manifest.settings.driver_secrets or [] if n in os.environ}
     tasks_dir = Path(b.manifest.settings.tasks_dir)
     tasks = {t.id: t for t in load_taskset(tasks_dir).tasks}
     superseded = _superseded(b)
@@ -171,7 +175,7 @@ def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
             # Judge under the level the attempt was judged under where this machine has it.
             level = r.sandbox if available == "bwrap" else available
             v = verify_evidence(tasks[r.task_id], dir / layout.ATTEMPTS_DIR / r.attempt_id, level, 0,
-                                b.manifest.settings.max_retries, scratch)
+                                b.manifest.settings.max_retries, scratch, secrets=secrets)
             n += 1
             now = _verdict_word(v.passed)
             if now != recorded[0]:

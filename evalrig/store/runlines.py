@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from evalrig.core.compare import ActualRecord, EstimateRecord, ResultRecord, RunRecords
+from evalrig.core.compare import ActualRecord, EstimateRecord, ResultRecord, RoleFigures, RunRecords
 from evalrig.models.base import SCHEMA_MAJOR
+from evalrig.models.comparison import SPEND_ROLES
 from evalrig.models.inputs import SUITES
 from evalrig.models.run import SandboxLevel
 from evalrig.store.jsonl import LineProblem, read_checked
@@ -109,12 +110,42 @@ def _result_line(d: Line) -> ResultRecord:
 _SOURCES = ("metered", "reported", "missing")
 
 
+def _int_or_none(d: Line, key: str) -> int | None:
+    v = d.get(key)
+    if v is not None and not (type(v) is int and v >= 0):
+        raise LineProblem(key, f"expected a non-negative integer or null, got {v!r}")
+    return v
+
+
+def _spend(d: Line) -> tuple[RoleFigures | None, ...] | None:
+    """spend → per role (SPEND_ROLES' order) its (cost_usd, input_tokens, output_tokens)."""
+    s = d.get("spend")
+    if s is None:
+        return None
+    if type(s) is not dict:
+        raise LineProblem("spend", f"expected an object or null, got {s!r}")
+    out: list[RoleFigures | None] = []
+    for role in SPEND_ROLES:
+        r = s.get(role)
+        if r is None:
+            out.append(None)
+            continue
+        try:
+            if type(r) is not dict:
+                raise LineProblem("", f"expected an object or null, got {r!r}")
+            out.append((_num(r, "cost_usd", nullable=True), _int_or_none(r, "input_tokens"),
+                        _int_or_none(r, "output_tokens")))
+        except LineProblem as e:
+            raise LineProblem(".".join(p for p in ("spend", role, e.field) if p), e.message) from None
+    return tuple(out)
+
+
 def _actual_line(d: Line) -> ActualRecord:
     cost = _num(d, "cost_usd", nullable=True)
     _num(d, "wall_s")
     cpu = _num(d, "cpu_s", nullable=True)
     _choice(d, "usage_source", _SOURCES)
-    return ActualRecord(float(d["wall_s"]), cost, cpu, d["usage_source"])
+    return ActualRecord(float(d["wall_s"]), cost, cpu, d["usage_source"], _spend(d))
 
 
 def _estimate_line(d: Line) -> EstimateRecord:
@@ -151,8 +182,12 @@ def _fast_actual(d: Line) -> ActualRecord | None:
     if (type(wall) in _NUM and 0 <= wall <= 1e308 and (cost is None or (type(cost) in _NUM and 0 <= cost <= 1e308))
             and source in _SOURCES
             and (cpu is None or (type(cpu) in _NUM and 0 <= cpu <= 1e308))):
+        try:
+            spend = _spend(d)
+        except LineProblem:
+            return None  # the checker names the field
         return ActualRecord(float(wall), None if cost is None else float(cost), None if cpu is None else float(cpu),
-                            source)
+                            source, spend)
     return None
 
 
