@@ -12,6 +12,8 @@ from evalrig.cli import (  # noqa: E402,F401  isort: skip
     cmd_compare,
     cmd_tasks,
     cmd_init,
+    cmd_show,
+    cmd_export,
 )
 
 

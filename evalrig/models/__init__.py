@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from evalrig.models import agent, comparison, inputs, lock, run
+from evalrig.models import agent, comparison, inputs, lock, reading, run
 
 
 def formats() -> dict[str, type[BaseModel]]:
@@ -29,5 +29,6 @@ def formats() -> dict[str, type[BaseModel]]:
         "usage": agent.UsageFile,
         "reward": agent.RewardFile,
         "estimate-output": agent.EstimateLine,
+        "export-entry": reading.ExportEntry,
         **comparison.FORMATS,
     }
