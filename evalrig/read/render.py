@@ -89,8 +89,10 @@ def _first(f: dict[str, Any] | None) -> str:
 def _task(v: dict[str, Any]) -> list[Block]:
     out: list[Block] = [f"{v['kind']} {v['id']}  (task {v['task_id']}, suite {v['suite']}, verifier "
                         f"{v['verifier'].get('kind')} v{v['verifier'].get('version')})"]
+    long = any(a.get("diff") for a in v["attempts"])
     if v["expected"] is not None:
-        out.append(("pattern" if v["expected_kind"] == "regex" else "expected") + ": " + v["expected"])
+        out.append(("pattern" if v["expected_kind"] == "regex" else "expected") + ": "
+                   + (_clip(v["expected"]) if long else v["expected"].rstrip("\n")))
     elif v["expected_note"]:
         out.append(f"expected: not shown: {v['expected_note']}")
     rows = [[a["trial_id"], a["attempt"], a["status"], _f(a["reward"]), _checks(a["checks"]), _f(a["wall_s"]),
@@ -98,7 +100,8 @@ def _task(v: dict[str, Any]) -> list[Block]:
     out.append(Table("attempts", ["trial", "#", "status", "reward", "checks", "wall s", "cost $", "attempt"], rows))
     for a in v["attempts"]:
         if "got" in a:
-            out.append(f"{a['trial_id']} #{a['attempt']} got: " + ("(no answer)" if a["got"] is None else a["got"]))
+            got = "(no answer)" if a["got"] is None else _clip(a["got"]) if a.get("diff") else a["got"].rstrip("\n")
+            out.append(f"{a['trial_id']} #{a['attempt']} got: {got}")
             if a.get("diff"):
                 out.append("\n".join(a["diff"]))
         if a.get("verifier_output"):
@@ -111,6 +114,15 @@ def _task(v: dict[str, Any]) -> list[Block]:
 
 
 _trial = _task
+
+CLIP_LINES = 3
+
+
+def _clip(text: str) -> str:
+    """The first lines of a long text; the diff after it shows where the two differ."""
+    lines = text.rstrip("\n").split("\n")
+    more = len(lines) - CLIP_LINES
+    return "\n".join(lines[:CLIP_LINES]) + (f"\n… {more} more lines" if more > 0 else "")
 
 
 def _attempt(v: dict[str, Any]) -> list[Block]:
@@ -159,7 +171,7 @@ def _comparison(v: dict[str, Any]) -> list[Block]:
         out.append(f"verdict {d['verdict']} ({d['reason']}){' advisory' if d['advisory'] else ''} "
                    f"[{d['file']}]{stale}: {d['summary']}")
         out.append(Table("rules", ["rule", "held", "says"],
-                         [[r["name"], "held" if r["held"] else "FAILED", r["says"]] for r in d["rules"]]))
+                         [[r["name"], "held" if r["held"] else "not held", r["says"]] for r in d["rules"]]))
     out.append(Table("suites", ["suite", "tasks", "champion", "candidate", "mean d", "better", "worse",
                                 "p better", "p worse"],
                      [[s, x["tasks"], _pct(x["champion_pass_rate"]), _pct(x["candidate_pass_rate"]),
