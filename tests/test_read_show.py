@@ -152,3 +152,11 @@ def test_a_comparison_shows_verdict_rules_suites_and_the_tasks_that_moved(
     r = cli("show", tmp_path / "cmp")
     assert r.exit_code == 0 and r.stdout.startswith("WARNING: this bundle fails verification")  # type: ignore[attr-defined]
     assert cli("show", tmp_path / "cmp", "fresh-999").exit_code == 4  # type: ignore[attr-defined]
+
+
+def test_a_whole_line_without_its_fields_is_named_not_a_crash(bundle: Path) -> None:
+    with (bundle / "results.jsonl").open("ab") as f:
+        f.write(b'{"trial_id": 7}\n')
+    r = cli("show", bundle)
+    assert r.exit_code == 4, r.output  # type: ignore[attr-defined]
+    assert "results.jsonl:15: trial_id: expected a string, got 7" in r.stderr  # type: ignore[attr-defined]

@@ -115,9 +115,14 @@ def check_whole(dir: Path) -> list[Problem]:
     return problems
 
 
-def lines(b: Opened, name: str) -> Iterator[tuple[int, dict[str, Any]]]:
+RESULT_KEYS = ("trial_id", "attempt_id", "task_id", "suite", "status", "inputs_id")
+ACTUAL_KEYS = ("attempt_id",)
+
+
+def lines(b: Opened, name: str, need: tuple[str, ...] = ()) -> Iterator[tuple[int, dict[str, Any]]]:
     """Every whole line of a record file as a dict; a torn last line is recorded in `b.torn`;
-    a whole line that is not a JSON object is an error naming file:line (exit 4)."""
+    a whole line that is not a JSON object, or lacks one of the string fields `need`, is an
+    error naming file:line and the field (exit 4)."""
     path = b.dir / name
     torn: list[int] = []
     for i, raw in stream_lines(path, torn):
@@ -128,6 +133,10 @@ def lines(b: Opened, name: str) -> Iterator[tuple[int, dict[str, Any]]]:
                           hint="the line was edited or corrupted; restore it or rerun") from None
         if type(d) is not dict:
             raise invalid("not a JSON object", file=path, line=i)
+        for key in need:
+            if type(d.get(key)) is not str:
+                raise invalid(f"expected a string, got {d.get(key)!r}", file=path, line=i, field=key,
+                              hint="the record does not match its schema (evalrig schema shows it)")
         yield i, d
     if torn:
         b.torn[name] = torn[0]

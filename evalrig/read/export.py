@@ -24,9 +24,12 @@ import orjson
 
 from evalrig.attempt.verifiers import ANSWER_JSON, ANSWER_TXT, read_answer
 from evalrig.core.errors import invalid
+from evalrig.models.inputs import Suite
 from evalrig.models.reading import ExportedBundle, ExportEntry, ExportFormat
 from evalrig.models.run import SCORED
 from evalrig.read.bundle import (
+    ACTUAL_KEYS,
+    RESULT_KEYS,
     Opened,
     Tasks,
     check_whole,
@@ -80,7 +83,7 @@ def _open(dir: Path, tasks_dir: Path | None) -> Source:
                       "(`evalrig verify BUNDLE` lists every problem)")
     latest: dict[str, str] = {}
     scored: dict[tuple[str, str], str] = {}
-    for _, d in lines(b, layout.RESULTS_JSONL):
+    for _, d in lines(b, layout.RESULTS_JSONL, RESULT_KEYS):
         latest[d["trial_id"]] = d["inputs_id"]
         if d.get("status") in SCORED:
             scored[(d["trial_id"], d["inputs_id"])] = d["attempt_id"]
@@ -93,10 +96,10 @@ def export(bundles: list[Path], fmt: ExportFormat, to: Path, home: Path, now: da
            tasks_dir: Path | None = None) -> ExportResult:
     """Write the export and record it in the home; exit 4 for a bundle that does not verify."""
     sources: dict[str, Source] = {}
-    for d in bundles:
-        s = _open(d, tasks_dir)
+    for path in bundles:
+        s = _open(path, tasks_dir)
         sources.setdefault(s.digest, s)  # the same bundle twice is read once
-    wanted = sorted(set(suites or ["fresh"]))
+    wanted: list[Suite] = sorted(set(suites or ["fresh"]))  # type: ignore[arg-type]
     rows = [(s, d) for s in sources.values() for d in _scored(s, wanted, min_reward)]
     exported: dict[str, str | None] = {}
     for s, d in rows:
@@ -121,8 +124,8 @@ def export(bundles: list[Path], fmt: ExportFormat, to: Path, home: Path, now: da
     return ExportResult(to, n, len(exported), entry)
 
 
-def _scored(s: Source, suites: list[str], min_reward: float | None) -> Iterator[dict[str, Any]]:
-    for _, d in lines(s.b, layout.RESULTS_JSONL):
+def _scored(s: Source, suites: list[Suite], min_reward: float | None) -> Iterator[dict[str, Any]]:
+    for _, d in lines(s.b, layout.RESULTS_JSONL, RESULT_KEYS):
         if d["attempt_id"] in s.final and d.get("suite") in suites and (
                 min_reward is None or (d.get("reward") is not None and d["reward"] >= min_reward)):
             yield d
@@ -191,7 +194,7 @@ def _episode(b: Opened, aid: str) -> Chat:
 
 def _spend(s: Source, aid: str, cache: dict[str, dict[str, Any]]) -> dict[str, Any]:
     if not cache:
-        for _, a in lines(s.b, layout.ACTUALS_JSONL):
+        for _, a in lines(s.b, layout.ACTUALS_JSONL, ACTUAL_KEYS):
             if a.get("attempt_id") in s.final:
                 cache[a["attempt_id"]] = a.get("spend") or {"candidate": {
                     "cost_usd": a.get("cost_usd"), "input_tokens": a.get("input_tokens"),
@@ -276,12 +279,12 @@ def write_junit(rows: Rows, f: IO[str]) -> int:
     infra: dict[tuple[str, str], list[str]] = defaultdict(list)
     walls: dict[str, float] = {}
     for s in {id(s): s for s, _ in rows}.values():
-        for _, d in lines(s.b, layout.RESULTS_JSONL):
+        for _, d in lines(s.b, layout.RESULTS_JSONL, RESULT_KEYS):
             if d.get("status") == "infra_error" and (d.get("suite"), d.get("task_id")) in cases:
                 infra[(d["suite"], d["task_id"])].append(
                     f"trial {d['trial_id']} attempt {d['attempt_id']}: {d.get('error') or 'infra_error'}")
-        for _, a in lines(s.b, layout.ACTUALS_JSONL):
-            walls[a.get("attempt_id")] = float(a.get("wall_s") or 0.0)
+        for _, a in lines(s.b, layout.ACTUALS_JSONL, ACTUAL_KEYS):
+            walls[a["attempt_id"]] = float(a.get("wall_s") or 0.0)
     for _s, d in rows:
         cases[(d["suite"], d["task_id"])]["time"] += walls.get(d["attempt_id"], 0.0)
     q = lambda x: quoteattr(xml_text(x))  # noqa: E731
@@ -332,7 +335,7 @@ def write_csv(rows: Rows, f: IO[str]) -> int:
     the leading columns first and the rest sorted, so the header is stable."""
     actuals: dict[str, dict[str, Any]] = {}
     for s in {id(s): s for s, _ in rows}.values():
-        for _, a in lines(s.b, layout.ACTUALS_JSONL):
+        for _, a in lines(s.b, layout.ACTUALS_JSONL, ACTUAL_KEYS):
             if a.get("attempt_id") in s.final:
                 actuals[a["attempt_id"]] = _flat(a)
     flat = [({"run_id": s.run_id} | _flat(d), actuals.get(d["attempt_id"], {})) for s, d in rows]

@@ -16,6 +16,8 @@ from evalrig.core.errors import invalid
 from evalrig.models.comparison import Comparison, Decision
 from evalrig.models.run import SCORED
 from evalrig.read.bundle import (
+    ACTUAL_KEYS,
+    RESULT_KEYS,
     Opened,
     check_attempt,
     check_files,
@@ -54,17 +56,17 @@ def _final_rows(b: Opened) -> tuple[dict[str, dict[str, Any]], Counter[str], int
     trials: dict[str, dict[str, Any]] = {}
     statuses: Counter[str] = Counter()
     n = 0
-    for _, d in lines(b, layout.RESULTS_JSONL):
+    for _, d in lines(b, layout.RESULTS_JSONL, RESULT_KEYS):
         n += 1
-        t, status = d.get("trial_id"), d.get("status")
-        statuses[str(status)] += 1
-        latest[t] = d.get("inputs_id")
+        t, status = d["trial_id"], d["status"]
+        statuses[status] += 1
+        latest[t] = d["inputs_id"]
         row = {"trial_id": t, "task_id": d.get("task_id"), "suite": d.get("suite"), "rep": d.get("rep"),
                "attempt_id": d.get("attempt_id"), "status": status, "reward": d.get("reward"),
                "error": d.get("error")}
         trials[t] = row
         if status in SCORED:
-            scored[(t, d.get("inputs_id"))] = row
+            scored[(t, d["inputs_id"])] = row
     final = {}
     for t, row in trials.items():
         final[t] = scored.get((t, latest[t]), {**row, "unscored": True})
@@ -99,7 +101,7 @@ def run_summary(b: Opened, tasks_dir: Path | None) -> dict[str, Any]:
                 by_tag[tag][1] += ok
     cost = wall = cpu = 0.0
     costs_missing = 0
-    for _, a in lines(b, layout.ACTUALS_JSONL):
+    for _, a in lines(b, layout.ACTUALS_JSONL, ACTUAL_KEYS):
         wall += a.get("wall_s") or 0.0
         cpu += a.get("cpu_s") or 0.0
         if a.get("cost_usd") is None:
@@ -127,7 +129,8 @@ def run_summary(b: Opened, tasks_dir: Path | None) -> dict[str, Any]:
 
 
 def _trial_key(row: dict[str, Any]) -> tuple[int, str]:
-    return (row.get("rep") if isinstance(row.get("rep"), int) else 0, str(row.get("trial_id")))
+    rep = row.get("rep")
+    return (rep if isinstance(rep, int) else 0, str(row.get("trial_id")))
 
 
 def _rate(trials: int, passed: int) -> dict[str, Any]:
@@ -140,11 +143,11 @@ def _rate(trials: int, passed: int) -> dict[str, Any]:
 def show_id(b: Opened, id: str, tasks_dir: Path | None) -> dict[str, Any]:
     """A task id, a trial id (`task:rep`) or an attempt id; exit 4 naming the nearest ids."""
     check_files(b, [layout.RESULTS_JSONL, layout.ACTUALS_JSONL])
-    results = [d for _, d in lines(b, layout.RESULTS_JSONL)
+    results = [d for _, d in lines(b, layout.RESULTS_JSONL, RESULT_KEYS)
                if id in (d.get("task_id"), d.get("trial_id"), d.get("attempt_id"))]
     if not results:
         raise _unknown(b, id)
-    actuals = {d.get("attempt_id"): d for _, d in lines(b, layout.ACTUALS_JSONL)
+    actuals = {d["attempt_id"]: d for _, d in lines(b, layout.ACTUALS_JSONL, ACTUAL_KEYS)
                if id in (d.get("task_id"), d.get("trial_id"), d.get("attempt_id"))}
     if results[0].get("attempt_id") == id:
         return show_attempt(b, results[0], actuals.get(id))
@@ -153,7 +156,7 @@ def show_id(b: Opened, id: str, tasks_dir: Path | None) -> dict[str, Any]:
 
 def _unknown(b: Opened, id: str) -> Exception:
     ids: set[str] = set()
-    for _, d in lines(b, layout.RESULTS_JSONL):
+    for _, d in lines(b, layout.RESULTS_JSONL, RESULT_KEYS):
         ids.update(str(d.get(k)) for k in ("task_id", "trial_id", "attempt_id"))
     near = difflib.get_close_matches(id, sorted(ids), n=5, cutoff=0.5)
     return invalid(f"no task, trial or attempt {untrusted(id, newlines=False)!r} in this run bundle"
@@ -167,7 +170,7 @@ def show_task(b: Opened, id: str, results: list[dict[str, Any]], actuals: dict[s
     m = b.run
     assert m is not None
     first = results[0]
-    task_id = first.get("task_id")
+    task_id = first["task_id"]
     tasks = load_tasks(m, tasks_dir)
     task = tasks.get(task_id)
     verifier = first.get("verifier") or {}
@@ -179,7 +182,7 @@ def show_task(b: Opened, id: str, results: list[dict[str, Any]], actuals: dict[s
         expected = spec.pattern if spec.kind == "regex" else spec.expected  # type: ignore[union-attr]
     rows = []
     for d in results:
-        aid = d.get("attempt_id")
+        aid = d["attempt_id"]
         a = actuals.get(aid, {})
         row = {"trial_id": d.get("trial_id"), "attempt_id": aid, "attempt": d.get("attempt"),
                "rep": d.get("rep"), "status": d.get("status"), "reward": d.get("reward"),
@@ -191,9 +194,10 @@ def show_task(b: Opened, id: str, results: list[dict[str, Any]], actuals: dict[s
         if kind in ("exact", "regex", "json"):
             check_files(b, [f"{layout.ATTEMPTS_DIR}/{aid}/{ANSWER_JSON if kind == 'json' else ANSWER_TXT}"])
             got = read_answer(evidence, ANSWER_JSON if kind == "json" else ANSWER_TXT)
-            row["got"] = untrusted(decode(got)) if got is not None else None
-            if expected is not None and row["got"] is not None:
-                row["diff"] = _diff(_as_text(expected), row["got"])
+            got_text = untrusted(decode(got)) if got is not None else None
+            row["got"] = got_text
+            if expected is not None and got_text is not None:
+                row["diff"] = _diff(_as_text(expected), got_text)
         elif kind == "command":
             row["verifier_output"] = _verifier_tail(b, str(aid))
         rows.append(row)
