@@ -15,11 +15,11 @@ from evalrig.core.words import count
 @command("export", "evalrig export runs/champion runs/candidate --format pairs --to pairs.jsonl")
 def export_cmd(
     bundles: Annotated[list[Path], typer.Argument(help="Run bundles (one, or a champion and a candidate).")],
-    format: Annotated[str, typer.Option("--format", help="trajectories, pairs, junit or csv.")],
+    format: Annotated[str, typer.Option("--format", metavar="<format>", help="trajectories, pairs, junit or csv.")],
     to: Annotated[Path, typer.Option("--to", help="The file to write.")],
     min_reward: Annotated[float | None, typer.Option("--min-reward", help="Leave out attempts rewarded below R "
                                                      "(pairs: the chosen one).")] = None,
-    suite: Annotated[list[str] | None, typer.Option("--suite", help="A suite to export instead of fresh "
+    suite: Annotated[list[str] | None, typer.Option("--suite", metavar="<suite>", help="A suite to export instead of fresh "
                                                     "(repeatable).")] = None,
     tasks: Annotated[Path | None, typer.Option("--tasks", help="The task set, where the run's is not "
                                                "(prompts come from it).")] = None,
