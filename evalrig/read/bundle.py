@@ -18,7 +18,7 @@ from evalrig.store import layout
 from evalrig.store.bundle import check_run_digests
 from evalrig.store.files import read_json, sha256_file
 from evalrig.store.jsonl import stream_lines
-from evalrig.store.tasks import LoadedTask, TaskSet, content_digest, load_taskset
+from evalrig.store.tasks import LoadedTask, TaskSet, content_digest, load_taskset, read_tags
 
 
 @dataclass
@@ -142,20 +142,52 @@ def lines(b: Opened, name: str, need: tuple[str, ...] = ()) -> Iterator[tuple[in
         b.torn[name] = torn[0]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Tasks:
     """The task set a run names (or --tasks), for what bundles never hold: tags, prompts and
     the verifiers' settings. `note` says why it could not be read."""
 
     taskset: TaskSet | None
     note: str | None
+    _by_id: dict[str, LoadedTask] | None = None
+
+    _why: dict[tuple[str, str], str | None] = field(default_factory=dict)
+
+    def checked(self, manifest: RunManifest, task_id: str, verifier: dict[str, Any] | None
+                ) -> tuple[LoadedTask | None, str | None]:
+        """The task and None, or None and why it is not the one the run judged with (once per
+        task and verifier: a digest is computed once, not per attempt)."""
+        task = self.get(task_id)
+        if task is None:
+            return None, self.note or f"task {task_id} is not in the task set"
+        key = (task_id, str((verifier or {}).get("digest")))
+        if key not in self._why:
+            self._why[key] = task_mismatch(manifest, task, verifier)
+        why = self._why[key]
+        return (None, why) if why is not None else (task, None)
 
     def get(self, task_id: str) -> LoadedTask | None:
-        return None if self.taskset is None else self.taskset.by_id().get(task_id)
+        if self.taskset is None:
+            return None
+        if self._by_id is None:
+            self._by_id = self.taskset.by_id()
+        return self._by_id.get(task_id)
+
+
+def tasks_where(manifest: RunManifest, tasks_dir: Path | None) -> Path:
+    return Path(tasks_dir) if tasks_dir is not None else Path(manifest.settings.tasks_dir)
+
+
+def load_tags(manifest: RunManifest, tasks_dir: Path | None) -> tuple[dict[str, list[str]], str | None]:
+    """task id -> tags from the task set (tags are not part of what a run judged), or why not."""
+    where = tasks_where(manifest, tasks_dir)
+    if not where.is_dir():
+        return {}, f"the task set {where} is not here (give --tasks DIR)"
+    return read_tags(where), None
 
 
 def load_tasks(manifest: RunManifest, tasks_dir: Path | None) -> Tasks:
-    where = Path(tasks_dir) if tasks_dir is not None else Path(manifest.settings.tasks_dir)
+    where = tasks_where(manifest, tasks_dir)
     if not where.is_dir():
         return Tasks(None, f"the task set {where} is not here (give --tasks DIR)")
     try:

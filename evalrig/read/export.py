@@ -15,7 +15,7 @@ import itertools
 import os
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -36,7 +36,6 @@ from evalrig.read.bundle import (
     lines,
     load_tasks,
     open_bundle,
-    task_mismatch,
 )
 from evalrig.read.text import decode
 from evalrig.store import layout
@@ -56,6 +55,7 @@ class Source:
     tasks: Tasks
     final: set[str]
     """attempt ids of the final scored attempts (the ones that count)."""
+    prompts: dict[str, str] = field(default_factory=dict)
 
     @property
     def run_id(self) -> str:
@@ -138,8 +138,8 @@ def _content(s: Source, d: dict[str, Any]) -> str | None:
     fresh = s.b.run.taskset.fresh_content.get(d["task_id"])
     if fresh is not None:
         return fresh
-    task = s.tasks.get(d["task_id"])
-    return content_digest(task) if task is not None and task_mismatch(s.b.run, task, d.get("verifier")) is None else None
+    task, _ = s.tasks.checked(s.b.run, d["task_id"], d.get("verifier"))
+    return content_digest(task) if task is not None else None
 
 
 # -- the chat messages of an attempt -----------------------------------------------------
@@ -159,19 +159,19 @@ def chat_of(s: Source, d: dict[str, Any]) -> Chat:
     if (evidence / layout.TRANSCRIPT).is_file():
         return _episode(s.b, aid)
     assert s.b.run is not None
-    task = s.tasks.get(d["task_id"])
-    why = (s.tasks.note or f"task {d['task_id']} is not in the task set") if task is None else \
-        task_mismatch(s.b.run, task, d.get("verifier"))
-    if why is not None or task is None:
+    task, why = s.tasks.checked(s.b.run, d["task_id"], d.get("verifier"))
+    if task is None:
         raise invalid(f"the prompt of task {d['task_id']} cannot be exported: {why}", file=s.b.dir,
                       hint="run bundles never hold prompts: give --tasks DIR, the task set the run used")
-    prompt = task.prompt_path.read_text(encoding="utf-8", errors="replace")
+    prompt = s.prompts.get(task.id)
+    if prompt is None:
+        prompt = s.prompts[task.id] = task.prompt_path.read_text(encoding="utf-8", errors="replace")
     answer = read_answer(evidence, ANSWER_TXT)
     if answer is None:
         answer = read_answer(evidence, ANSWER_JSON)
-    digest = "prompt:" + content_digest(task)
     return Chat([{"role": "user", "content": prompt},
-                 {"role": "assistant", "content": decode(answer) if answer is not None else ""}], [], {digest: 1})
+                 {"role": "assistant", "content": decode(answer) if answer is not None else ""}], [],
+                {f"prompt:{task.digest}": 1})
 
 
 def _episode(b: Opened, aid: str) -> Chat:

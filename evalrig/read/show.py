@@ -22,8 +22,8 @@ from evalrig.read.bundle import (
     check_attempt,
     check_files,
     lines,
+    load_tags,
     load_tasks,
-    task_mismatch,
 )
 from evalrig.read.text import decode, short, tail, untrusted
 from evalrig.store import layout
@@ -78,7 +78,7 @@ def run_summary(b: Opened, tasks_dir: Path | None) -> dict[str, Any]:
     assert m is not None
     check_files(b, [layout.RESULTS_JSONL, layout.ACTUALS_JSONL])
     final, statuses, n = _final_rows(b)
-    tasks = load_tasks(m, tasks_dir)
+    tags, tags_note = load_tags(m, tasks_dir)
     by_suite: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     by_tag: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     per_task: dict[str, dict[str, Any]] = {}
@@ -95,8 +95,7 @@ def run_summary(b: Opened, tasks_dir: Path | None) -> dict[str, Any]:
         if scored_:
             by_suite[row["suite"]][0] += 1
             by_suite[row["suite"]][1] += ok
-            task = tasks.get(row["task_id"])
-            for tag in task.spec.tags if task is not None else ():
+            for tag in tags.get(row["task_id"], ()):
                 by_tag[tag][0] += 1
                 by_tag[tag][1] += ok
     cost = wall = cpu = 0.0
@@ -120,7 +119,7 @@ def run_summary(b: Opened, tasks_dir: Path | None) -> dict[str, Any]:
                    "attempts": n, "by_status": dict(sorted(statuses.items()))},
         "by_suite": {s: _rate(*v) for s, v in sorted(by_suite.items())},
         "by_tag": {s: _rate(*v) for s, v in sorted(by_tag.items())},
-        "tags_note": tasks.note,
+        "tags_note": tags_note,
         "errors": errors,
         "cost_usd": round(cost, 6), "cost_missing": costs_missing,
         "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
@@ -171,12 +170,9 @@ def show_task(b: Opened, id: str, results: list[dict[str, Any]], actuals: dict[s
     assert m is not None
     first = results[0]
     task_id = first["task_id"]
-    tasks = load_tasks(m, tasks_dir)
-    task = tasks.get(task_id)
     verifier = first.get("verifier") or {}
-    note = tasks.note if task is None and tasks.note else (
-        f"task {task_id} is not in the task set" if task is None else task_mismatch(m, task, verifier))
-    spec = task.spec.verifier if task is not None and note is None else None
+    task, note = load_tasks(m, tasks_dir).checked(m, task_id, verifier)
+    spec = task.spec.verifier if task is not None else None
     expected: Any = None
     if spec is not None and spec.kind in ("exact", "regex", "json"):
         expected = spec.pattern if spec.kind == "regex" else spec.expected  # type: ignore[union-attr]
