@@ -229,3 +229,16 @@ def test_pairs_invariants(raw: list[tuple[str, float, dict[str, int]]]) -> None:
             if chats[i][0] != chats[j][0] and chats[i][1] != chats[j][1]
             and chats[i][2].prefixes.keys() & chats[j][2].prefixes.keys()}
     assert set(keys) == want  # and every such two
+
+
+def test_a_link_added_to_the_evidence_is_never_exported(bundles: tuple[Path, Path, Path], tmp_path: Path,
+                                                        evalrig_home: Path) -> None:
+    a, _, _ = bundles
+    secret = tmp_path / "secret.txt"
+    secret.write_text('{"frame": {"type": "session", "messages": [{"role": "user", "content": "secret"}]}, '
+                      '"from": "rig", "to": "agent"}\n')
+    (a / "attempts" / "a-exact-1-0" / "transcript.jsonl").symlink_to(secret)  # not listed: verify skips links
+    out = tmp_path / "t.jsonl"
+    r = cli(evalrig_home, "export", a, "--format", "trajectories", "--to", out)
+    assert r.exit_code == 4 and "symbolic link" in r.stderr, r.output  # type: ignore[attr-defined]
+    assert not out.exists()

@@ -160,3 +160,24 @@ def test_a_whole_line_without_its_fields_is_named_not_a_crash(bundle: Path) -> N
     r = cli("show", bundle)
     assert r.exit_code == 4, r.output  # type: ignore[attr-defined]
     assert "results.jsonl:15: trial_id: expected a string, got 7" in r.stderr  # type: ignore[attr-defined]
+
+
+def test_a_link_planted_in_the_evidence_is_not_followed(bundle: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the reader's own secret\n")
+    ev = bundle / "attempts" / "a-chat-1-1"
+    (ev / "transcript.jsonl").unlink()
+    (ev / "transcript.jsonl").symlink_to(secret)
+    (bundle / "attempts" / "a-exact-1-1" / "out" / "answer.txt").unlink()
+    (bundle / "attempts" / "a-exact-1-1" / "out" / "answer.txt").symlink_to(secret)
+    for id in ("a-chat-1-1", "exact-1"):
+        r = cli("show", bundle, id)
+        assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+        assert "secret" not in r.stdout and r.stdout.startswith("WARNING: this bundle fails verification")  # type: ignore[attr-defined]
+
+
+def test_an_attempt_id_that_climbs_out_is_refused(bundle: Path) -> None:
+    data = (bundle / "results.jsonl").read_bytes().replace(b'"a-exact-1-1"', b'"../../etc"', 1)
+    (bundle / "results.jsonl").write_bytes(data)
+    r = cli("show", bundle, "exact-1")
+    assert r.exit_code == 4 and "attempt_id: '../../etc' is not an id" in r.stderr  # type: ignore[attr-defined]

@@ -4,6 +4,7 @@ files shown (docs/reading.md "Integrity"), and its record files streamed line by
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import orjson
 
 from evalrig.core.errors import Problem, invalid
+from evalrig.models.base import PATH_ID_PATTERN
 from evalrig.models.comparison import ComparisonManifest
 from evalrig.models.run import RunManifest
 from evalrig.store import layout
@@ -89,6 +91,21 @@ def check_files(b: Opened, rels: list[str]) -> None:
             b.problems.append(Problem(str(path), f"digest {got} differs from manifest.json's {want}"))
 
 
+def linked(b: Opened, rel: str) -> bool:
+    """Whether a path inside the bundle goes through a symbolic link. The rig never writes
+    one into a bundle, so one found there is tampering: it is not followed (it could lead
+    `show` to any file of the reader's), and the file is reported."""
+    path = b.dir
+    for part in rel.split("/"):
+        path = path / part
+        if path.is_symlink():
+            if not any(p.file == str(path) for p in b.problems):
+                b.problems.append(Problem(str(path), "is a symbolic link (the rig writes none into a "
+                                          "bundle); it was not followed"))
+            return True
+    return False
+
+
 def check_attempt(b: Opened, attempt_id: str) -> list[str]:
     """An attempt's evidence files (relative to its folder) checked against the manifest; the
     listed ones and any file there that is not listed."""
@@ -96,8 +113,9 @@ def check_attempt(b: Opened, attempt_id: str) -> list[str]:
     prefix = f"{layout.ATTEMPTS_DIR}/{attempt_id}/"
     listed = sorted(r for r in b.run.files if r.startswith(prefix))
     root = b.dir / layout.ATTEMPTS_DIR / attempt_id
+    usable = root.is_dir() and not linked(b, f"{layout.ATTEMPTS_DIR}/{attempt_id}")
     present = sorted(f"{prefix}{p.relative_to(root).as_posix()}" for p in root.rglob("*")
-                     if p.is_file() and not p.is_symlink()) if root.is_dir() else []
+                     if p.is_file() and not p.is_symlink()) if usable else []
     rels = sorted(set(listed) | set(present))
     check_files(b, rels)
     return [r[len(prefix):] for r in rels]
@@ -115,6 +133,7 @@ def check_whole(dir: Path) -> list[Problem]:
     return problems
 
 
+PATH_ID = re.compile(PATH_ID_PATTERN)
 RESULT_KEYS = ("trial_id", "attempt_id", "task_id", "suite", "status", "inputs_id")
 ACTUAL_KEYS = ("attempt_id",)
 
@@ -124,6 +143,8 @@ def lines(b: Opened, name: str, need: tuple[str, ...] = ()) -> Iterator[tuple[in
     a whole line that is not a JSON object, or lacks one of the string fields `need`, is an
     error naming file:line and the field (exit 4)."""
     path = b.dir / name
+    if linked(b, name):
+        return
     torn: list[int] = []
     for i, raw in stream_lines(path, torn):
         try:
@@ -137,6 +158,11 @@ def lines(b: Opened, name: str, need: tuple[str, ...] = ()) -> Iterator[tuple[in
             if type(d.get(key)) is not str:
                 raise invalid(f"expected a string, got {d.get(key)!r}", file=path, line=i, field=key,
                               hint="the record does not match its schema (evalrig schema shows it)")
+        if "attempt_id" in need and not PATH_ID.fullmatch(d["attempt_id"]):
+            # it names a folder: checked before any path is made of it (docs/security.md)
+            raise invalid(f"{d['attempt_id']!r} is not an id (one path component of [A-Za-z0-9._-])",
+                          file=path, line=i, field="attempt_id",
+                          hint="the record was edited; do not use this bundle")
         yield i, d
     if torn:
         b.torn[name] = torn[0]

@@ -33,6 +33,7 @@ from evalrig.read.bundle import (
     Opened,
     Tasks,
     check_whole,
+    linked,
     lines,
     load_tasks,
     open_bundle,
@@ -156,6 +157,10 @@ class Chat:
 def chat_of(s: Source, d: dict[str, Any]) -> Chat:
     aid = d["attempt_id"]
     evidence = s.b.dir / layout.ATTEMPTS_DIR / aid
+    for rel in (f"{layout.ATTEMPTS_DIR}/{aid}/{layout.TRANSCRIPT}", f"{layout.ATTEMPTS_DIR}/{aid}/out"):
+        if linked(s.b, rel):  # verification skips links; none is ever read
+            raise invalid(f"fails verification: {s.b.problems[-1].render()}", file=s.b.dir,
+                          hint="exported data must be certified: do not use this bundle")
     if (evidence / layout.TRANSCRIPT).is_file():
         return _episode(s.b, aid)
     assert s.b.run is not None

@@ -22,6 +22,7 @@ from evalrig.read.bundle import (
     check_attempt,
     check_files,
     lines,
+    linked,
     load_tags,
     load_tasks,
 )
@@ -187,7 +188,7 @@ def show_task(b: Opened, id: str, results: list[dict[str, Any]], actuals: dict[s
                "error": untrusted(d.get("error"))}
         evidence = b.dir / layout.ATTEMPTS_DIR / str(aid)
         kind = verifier.get("kind")
-        if kind in ("exact", "regex", "json"):
+        if kind in ("exact", "regex", "json") and not linked(b, f"{layout.ATTEMPTS_DIR}/{aid}/out"):
             check_files(b, [f"{layout.ATTEMPTS_DIR}/{aid}/{ANSWER_JSON if kind == 'json' else ANSWER_TXT}"])
             got = read_answer(evidence, ANSWER_JSON if kind == "json" else ANSWER_TXT)
             got_text = untrusted(decode(got)) if got is not None else None
@@ -217,7 +218,9 @@ def _diff(expected: str, got: str) -> list[str] | None:
 
 def _verifier_tail(b: Opened, aid: str) -> dict[str, str] | None:
     root = b.dir / layout.ATTEMPTS_DIR / aid / VERIFIER_DIR
-    runs = sorted((p for p in root.glob("run-*") if p.is_dir()), key=lambda p: p.name) if root.is_dir() else []
+    if not root.is_dir() or linked(b, f"{layout.ATTEMPTS_DIR}/{aid}/{VERIFIER_DIR}"):
+        return None
+    runs = sorted((p for p in root.glob("run-*") if p.is_dir() and not p.is_symlink()), key=lambda p: p.name)
     if not runs:
         return None
     last = runs[-1]
