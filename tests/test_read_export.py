@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from gate_bundles import Side, counts_tasks, write_run
+from gate_bundles import Side, Task, counts_tasks, write_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from read_bundles import write_bundle, write_tasks
@@ -140,12 +140,15 @@ def test_junit_validates_one_testcase_per_task(bundles: tuple[Path, Path, Path],
 
 
 def test_junit_counts_an_infrastructure_fault_as_an_error(tmp_path: Path, evalrig_home: Path) -> None:
-    d = write_run(tmp_path / "r", Side("x", counts_tasks([3, 4]), unscored={"fresh-000"}), evalrig_home)
+    tasks = counts_tasks([3, 4])
+    tasks["fresh-down"] = Task("fresh", [True])  # its one trial never got past the infrastructure
+    d = write_run(tmp_path / "r", Side("x", tasks, unscored={"fresh-000", "fresh-down"}), evalrig_home)
     out = tmp_path / "j.xml"
     assert cli(evalrig_home, "export", d, "--format", "junit", "--to", out).exit_code == 0  # type: ignore[attr-defined]
     pytest.importorskip("xmlschema").XMLSchema(JUNIT_XSD).validate(str(out))
     text = out.read_text()
-    assert text.count("<error ") == 3 and 'errors="1"' in text
+    assert text.count("<error ") == 6 and 'errors="2"' in text and 'name="fresh-down"' in text
+    assert cli(evalrig_home, "export", d, "--format", "csv", "--to", d / "x.csv").exit_code == 4  # type: ignore[attr-defined]
 
 
 def test_csv_has_a_stable_header_and_one_row_per_attempt(bundles: tuple[Path, Path, Path], tmp_path: Path,

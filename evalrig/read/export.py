@@ -33,8 +33,8 @@ from evalrig.read.bundle import (
     Opened,
     Tasks,
     check_whole,
-    linked,
     lines,
+    linked,
     load_tasks,
     open_bundle,
 )
@@ -101,6 +101,10 @@ def export(bundles: list[Path], fmt: ExportFormat, to: Path, home: Path, now: da
         s = _open(path, tasks_dir)
         sources.setdefault(s.digest, s)  # the same bundle twice is read once
     wanted: list[Suite] = sorted(set(suites or ["fresh"]))  # type: ignore[arg-type]
+    for s in sources.values():
+        if to.resolve().is_relative_to(s.b.dir.resolve()):
+            raise invalid("is inside a bundle being exported", file=to,
+                          hint="write the export outside every bundle: a file added to a bundle fails its verification")
     rows = [(s, d) for s in sources.values() for d in _scored(s, wanted, min_reward)]
     exported: dict[str, str | None] = {}
     for s, d in rows:
@@ -108,7 +112,7 @@ def export(bundles: list[Path], fmt: ExportFormat, to: Path, home: Path, now: da
     tmp = to.with_name(f".{to.name}.tmp.{os.getpid()}")
     try:
         with open(tmp, "w", encoding="utf-8", newline="") as f:
-            n = WRITERS[fmt](rows, f)
+            n = write_junit(rows, f, wanted) if fmt == "junit" else WRITERS[fmt](rows, f)
         os.replace(tmp, to)
     except OSError as e:
         raise invalid(f"cannot be written: {e.strerror or e}", file=to,
@@ -271,13 +275,14 @@ def xml_text(s: str) -> str:
                    or 0x10000 <= ord(c) <= 0x10FFFF else "\ufffd" for c in s)
 
 
-def write_junit(rows: Rows, f: IO[str]) -> int:
-    """One testcase per task: a failure per failed trial, an error per infrastructure fault."""
+def write_junit(rows: Rows, f: IO[str], suites: list[Suite]) -> int:
+    """One testcase per task of the suites (a task whose every attempt was an infrastructure
+    fault included): a failure per failed trial, an error per infrastructure fault."""
     from xml.sax.saxutils import quoteattr
 
     cases: dict[tuple[str, str], dict[str, Any]] = {}
     for _s, d in rows:
-        c = cases.setdefault((d["suite"], d["task_id"]), {"time": 0.0, "failures": [], "errors": []})
+        c = cases.setdefault((d["suite"], d["task_id"]), {"time": 0.0, "failures": []})
         if d["status"] != "passed":
             c["failures"].append(f"trial {d['trial_id']} {d['status']} (attempt {d['attempt_id']}, "
                                  f"reward {d.get('reward')})" + (f": {d['error']}" if d.get("error") else ""))
@@ -285,7 +290,8 @@ def write_junit(rows: Rows, f: IO[str]) -> int:
     walls: dict[str, float] = {}
     for s in {id(s): s for s, _ in rows}.values():
         for _, d in lines(s.b, layout.RESULTS_JSONL, RESULT_KEYS):
-            if d.get("status") == "infra_error" and (d.get("suite"), d.get("task_id")) in cases:
+            if d.get("status") == "infra_error" and d["suite"] in suites:
+                cases.setdefault((d["suite"], d["task_id"]), {"time": 0.0, "failures": []})
                 infra[(d["suite"], d["task_id"])].append(
                     f"trial {d['trial_id']} attempt {d['attempt_id']}: {d.get('error') or 'infra_error'}")
         for _, a in lines(s.b, layout.ACTUALS_JSONL, ACTUAL_KEYS):
@@ -356,4 +362,4 @@ def write_csv(rows: Rows, f: IO[str]) -> int:
     return len(flat)
 
 
-WRITERS = {"trajectories": write_trajectories, "pairs": write_pairs, "junit": write_junit, "csv": write_csv}
+WRITERS = {"trajectories": write_trajectories, "pairs": write_pairs, "csv": write_csv}
