@@ -105,10 +105,7 @@ def export(bundles: list[Path], fmt: ExportFormat, to: Path, home: Path, now: da
         if to.resolve().is_relative_to(s.b.dir.resolve()):
             raise invalid("is inside a bundle being exported", file=to,
                           hint="write the export outside every bundle: a file added to a bundle fails its verification")
-    rows = [(s, d) for s in sources.values() for d in _scored(s, wanted, min_reward)]
-    exported: dict[str, str | None] = {}
-    for s, d in rows:
-        exported.setdefault(d["task_id"], _content(s, d))
+    rows = Rows(list(sources.values()), wanted, min_reward)
     tmp = to.with_name(f".{to.name}.tmp.{os.getpid()}")
     try:
         with open(tmp, "w", encoding="utf-8", newline="") as f:
@@ -123,10 +120,10 @@ def export(bundles: list[Path], fmt: ExportFormat, to: Path, home: Path, now: da
         format=fmt, to=str(to),
         bundles=[ExportedBundle(run_id=s.run_id, bundle_digest=s.digest,
                                 checkpoint_id=s.b.run.checkpoint.id) for s in sources.values() if s.b.run],
-        suites=wanted, tasks=sorted(exported), content=sorted({c for c in exported.values() if c}),
+        suites=wanted, tasks=sorted(rows.exported), content=sorted({c for c in rows.exported.values() if c}),
         records=n, at=now)
     record_export(home, entry)
-    return ExportResult(to, n, len(exported), entry)
+    return ExportResult(to, n, len(rows.exported), entry)
 
 
 def _scored(s: Source, suites: list[Suite], min_reward: float | None) -> Iterator[dict[str, Any]]:
@@ -201,21 +198,36 @@ def _episode(b: Opened, aid: str) -> Chat:
     return Chat(messages, tools, prefixes)
 
 
-def _spend(s: Source, aid: str, cache: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    if not cache:
-        for _, a in lines(s.b, layout.ACTUALS_JSONL, ACTUAL_KEYS):
-            if a.get("attempt_id") in s.final:
-                cache[a["attempt_id"]] = a.get("spend") or {"candidate": {
-                    "cost_usd": a.get("cost_usd"), "input_tokens": a.get("input_tokens"),
-                    "output_tokens": a.get("output_tokens"), "source": a.get("usage_source")},
-                    "driver": None, "judge": None}
-        cache.setdefault("", {})
-    return cache.get(aid, {"candidate": None, "driver": None, "judge": None})
+def _spends(s: Source) -> dict[str, Any]:
+    """attempt id -> its spend by role, as actuals.jsonl records it (an episode's `spend`), or
+    the candidate's figures alone (single-turn attempts), kept compact as canonical bytes."""
+    out: dict[str, Any] = {}
+    for _, a in lines(s.b, layout.ACTUALS_JSONL, ACTUAL_KEYS):
+        if a["attempt_id"] in s.final:
+            out[a["attempt_id"]] = orjson.dumps(a.get("spend") or {"candidate": {
+                "cost_usd": a.get("cost_usd"), "input_tokens": a.get("input_tokens"),
+                "output_tokens": a.get("output_tokens"), "source": a.get("usage_source")},
+                "driver": None, "judge": None}, option=orjson.OPT_SORT_KEYS)
+    return out
 
 
 # -- the four formats --------------------------------------------------------------------
 
-Rows = list[tuple[Source, dict[str, Any]]]
+
+class Rows:
+    """The attempts exported: each iteration streams the bundles' results again (memory does
+    not hold them all), and notes each task's content digest in `exported`."""
+
+    def __init__(self, sources: list[Source], suites: list[Suite], min_reward: float | None) -> None:
+        self.sources, self.suites, self.min_reward = sources, suites, min_reward
+        self.exported: dict[str, str | None] = {}
+
+    def __iter__(self) -> Iterator[tuple[Source, dict[str, Any]]]:
+        for s in self.sources:
+            for d in _scored(s, self.suites, self.min_reward):
+                if d["task_id"] not in self.exported:
+                    self.exported[d["task_id"]] = _content(s, d)
+                yield s, d
 
 
 def _line(f: IO[str], obj: Any) -> None:
@@ -223,7 +235,9 @@ def _line(f: IO[str], obj: Any) -> None:
 
 
 def write_trajectories(rows: Rows, f: IO[str]) -> int:
-    spend: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
+    spends = {id(s): _spends(s) for s in rows.sources}
+    none = orjson.dumps({"candidate": None, "driver": None, "judge": None})
+    n = 0
     for s, d in rows:
         chat = chat_of(s, d)
         assert s.b.run is not None
@@ -231,8 +245,10 @@ def write_trajectories(rows: Rows, f: IO[str]) -> int:
                   "checkpoint_id": s.b.run.checkpoint.id, "trial_id": d["trial_id"], "attempt_id": d["attempt_id"],
                   "messages": chat.messages, "tools": chat.tools, "status": d["status"], "reward": d.get("reward"),
                   "checks": d.get("checks") or {}, "verifier": d.get("verifier"),
-                  "termination": d.get("termination"), "spend": _spend(s, d["attempt_id"], spend[id(s)])})
-    return len(rows)
+                  "termination": d.get("termination"),
+                  "spend": orjson.loads(spends[id(s)].get(d["attempt_id"], none))})
+        n += 1
+    return n
 
 
 def pairs_of(chats: list[tuple[str, float, Chat]]) -> Iterator[tuple[int, int, int]]:
@@ -251,9 +267,10 @@ def pairs_of(chats: list[tuple[str, float, Chat]]) -> Iterator[tuple[int, int, i
 
 def write_pairs(rows: Rows, f: IO[str]) -> int:
     by_task: dict[str, list[tuple[Source, dict[str, Any]]]] = defaultdict(list)
+    keep = ("task_id", "suite", "attempt_id", "reward", "verifier")
     for s, d in rows:
         if d.get("reward") is not None:
-            by_task[d["task_id"]].append((s, d))
+            by_task[d["task_id"]].append((s, {k: d.get(k) for k in keep}))
     n = 0
     for task_id in sorted(by_task):
         group = by_task[task_id]
@@ -288,7 +305,7 @@ def write_junit(rows: Rows, f: IO[str], suites: list[Suite]) -> int:
                                  f"reward {d.get('reward')})" + (f": {d['error']}" if d.get("error") else ""))
     infra: dict[tuple[str, str], list[str]] = defaultdict(list)
     walls: dict[str, float] = {}
-    for s in {id(s): s for s, _ in rows}.values():
+    for s in rows.sources:
         for _, d in lines(s.b, layout.RESULTS_JSONL, RESULT_KEYS):
             if d.get("status") == "infra_error" and d["suite"] in suites:
                 cases.setdefault((d["suite"], d["task_id"]), {"time": 0.0, "failures": []})
@@ -345,21 +362,23 @@ def write_csv(rows: Rows, f: IO[str]) -> int:
     """One row per attempt exported: the result's keys and the actual's, flattened with dots,
     the leading columns first and the rest sorted, so the header is stable."""
     actuals: dict[str, dict[str, Any]] = {}
-    for s in {id(s): s for s, _ in rows}.values():
+    for s in rows.sources:
         for _, a in lines(s.b, layout.ACTUALS_JSONL, ACTUAL_KEYS):
             if a.get("attempt_id") in s.final:
                 actuals[a["attempt_id"]] = _flat(a)
-    flat = [({"run_id": s.run_id} | _flat(d), actuals.get(d["attempt_id"], {})) for s, d in rows]
     keys: set[str] = set()
-    for r, a in flat:
-        keys |= r.keys() | a.keys()
-    columns = [c for c in LEADING if c in keys or c == "run_id"] + sorted(keys - set(LEADING))
+    for _s, d in rows:  # a first pass for the columns, a second for the rows
+        keys |= _flat(d).keys() | actuals.get(d["attempt_id"], {}).keys()
+    keys.add("run_id")
+    columns = [c for c in LEADING if c in keys] + sorted(keys - set(LEADING))
     w = csv.writer(f, lineterminator="\n")
     w.writerow(columns)
-    for r, a in flat:
-        merged = a | r
+    n = 0
+    for s, d in rows:
+        merged = actuals.get(d["attempt_id"], {}) | {"run_id": s.run_id} | _flat(d)
         w.writerow([_cell(merged.get(c)) for c in columns])
-    return len(flat)
+        n += 1
+    return n
 
 
 WRITERS = {"trajectories": write_trajectories, "pairs": write_pairs, "csv": write_csv}

@@ -49,12 +49,18 @@ def show(dir: Path, id: str | None, tasks_dir: Path | None = None) -> dict[str, 
 # -- a run bundle's summary ----------------------------------------------------------------
 
 
-def _final_rows(b: Opened) -> tuple[dict[str, dict[str, Any]], Counter[str], int]:
-    """trial_id -> the row that counts (the rule of docs/attempts.md "Resume": the last scored
-    attempt with the trial's latest inputs), attempts per status, and result lines."""
+Row = tuple[str, str, str, int, str, str, "float | None", "str | None"]
+"""(trial_id, task_id, suite, rep, attempt_id, status, reward, error): a result line kept for
+a summary; small, since a summary holds one per trial."""
+
+
+def _final_rows(b: Opened) -> tuple[dict[str, tuple[Row, bool]], Counter[str], int]:
+    """trial_id -> (the row that counts, whether it is scored): the rule of docs/attempts.md
+    "Resume" (the last scored attempt with the trial's latest inputs; a trial without one
+    shows its last attempt, unscored), attempts per status, and result lines."""
     latest: dict[str, str] = {}
-    scored: dict[tuple[str, str], dict[str, Any]] = {}
-    trials: dict[str, dict[str, Any]] = {}
+    scored: dict[tuple[str, str], Row] = {}
+    last: dict[str, Row] = {}
     statuses: Counter[str] = Counter()
     n = 0
     for _, d in lines(b, layout.RESULTS_JSONL, RESULT_KEYS):
@@ -62,15 +68,17 @@ def _final_rows(b: Opened) -> tuple[dict[str, dict[str, Any]], Counter[str], int
         t, status = d["trial_id"], d["status"]
         statuses[status] += 1
         latest[t] = d["inputs_id"]
-        row = {"trial_id": t, "task_id": d.get("task_id"), "suite": d.get("suite"), "rep": d.get("rep"),
-               "attempt_id": d.get("attempt_id"), "status": status, "reward": d.get("reward"),
-               "error": d.get("error")}
-        trials[t] = row
+        rep = d.get("rep")
+        err = d.get("error") if status != "passed" else None
+        row: Row = (t, d["task_id"], d["suite"], rep if type(rep) is int else 0, d["attempt_id"], status,
+                    d.get("reward"), short(err) if isinstance(err, str) else None)
+        last[t] = row
         if status in SCORED:
             scored[(t, d["inputs_id"])] = row
-    final = {}
-    for t, row in trials.items():
-        final[t] = scored.get((t, latest[t]), {**row, "unscored": True})
+    final: dict[str, tuple[Row, bool]] = {}
+    for t, row in last.items():
+        counted = scored.get((t, latest[t]))
+        final[t] = (counted, True) if counted is not None else (row, False)
     return final, statuses, n
 
 
@@ -82,21 +90,22 @@ def run_summary(b: Opened, tasks_dir: Path | None) -> dict[str, Any]:
     tags, tags_note = load_tags(m, tasks_dir)
     by_suite: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     by_tag: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    per_task: dict[str, dict[str, Any]] = {}
-    for row in final.values():
-        scored_ = row["status"] in SCORED and not row.get("unscored")
-        ok = row["status"] == "passed"
-        t = per_task.setdefault(row["task_id"], {"task_id": row["task_id"], "suite": row["suite"], "trials": 0,
-                                                 "passed": 0, "first_failing": None})
-        t["trials"] += 1
-        t["passed"] += ok
-        if not ok and (t["first_failing"] is None or _trial_key(row) < _trial_key(t["first_failing"])):
-            t["first_failing"] = {k: row[k] for k in ("trial_id", "attempt_id", "status", "reward")} | {
-                "error": short(row["error"]) if row.get("error") else None}
-        if scored_:
-            by_suite[row["suite"]][0] += 1
-            by_suite[row["suite"]][1] += ok
-            for tag in tags.get(row["task_id"], ()):
+    per_task: dict[str, list[Any]] = {}  # task id -> [suite, trials, passed, first failing row]
+    scored_n = passed_n = 0
+    for row, is_scored in final.values():
+        trial_id, task_id, suite, rep, aid, status, reward, error = row
+        ok = is_scored and status == "passed"
+        t = per_task.setdefault(task_id, [suite, 0, 0, None])
+        t[1] += 1
+        t[2] += ok
+        if not ok and (t[3] is None or (rep, trial_id) < (t[3][3], t[3][0])):
+            t[3] = row
+        if is_scored:
+            scored_n += 1
+            passed_n += ok
+            by_suite[suite][0] += 1
+            by_suite[suite][1] += ok
+            for tag in tags.get(task_id, ()):
                 by_tag[tag][0] += 1
                 by_tag[tag][1] += ok
     cost = wall = cpu = 0.0
@@ -108,15 +117,15 @@ def run_summary(b: Opened, tasks_dir: Path | None) -> dict[str, Any]:
             costs_missing += 1
         else:
             cost += a["cost_usd"]
-    ordered = sorted(per_task.values(), key=lambda t: (t["passed"] == t["trials"], t["passed"] / t["trials"],
-                                                        t["task_id"]))
+    ordered = [{"task_id": tid, "suite": t[0], "trials": t[1], "passed": t[2], "first_failing": _failing(t[3])}
+               for tid, t in sorted(per_task.items(), key=lambda kv: (kv[1][2] == kv[1][1], kv[1][2] / kv[1][1],
+                                                                      kv[0]))]
     errors = {s: statuses[s] for s in ("agent_error", "timeout", "infra_error", "interrupted") if statuses[s]}
     return {
         "kind": "run", "bundle": str(b.dir), "run_id": m.run_id,
         "checkpoint": {"id": m.checkpoint.id, "name": untrusted(m.checkpoint.name, newlines=False)},
         "status": m.status, "repeat": m.repeat, "integrity": b.integrity(),
-        "counts": {"trials": len(final), "scored": sum(1 for r in final.values() if not r.get("unscored")),
-                   "passed": sum(1 for r in final.values() if r["status"] == "passed" and not r.get("unscored")),
+        "counts": {"trials": len(final), "scored": scored_n, "passed": passed_n,
                    "attempts": n, "by_status": dict(sorted(statuses.items()))},
         "by_suite": {s: _rate(*v) for s, v in sorted(by_suite.items())},
         "by_tag": {s: _rate(*v) for s, v in sorted(by_tag.items())},
@@ -128,9 +137,11 @@ def run_summary(b: Opened, tasks_dir: Path | None) -> dict[str, Any]:
     }
 
 
-def _trial_key(row: dict[str, Any]) -> tuple[int, str]:
-    rep = row.get("rep")
-    return (rep if isinstance(rep, int) else 0, str(row.get("trial_id")))
+def _failing(row: Row | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    trial_id, _, _, _, aid, status, reward, error = row
+    return {"trial_id": trial_id, "attempt_id": aid, "status": status, "reward": reward, "error": error}
 
 
 def _rate(trials: int, passed: int) -> dict[str, Any]:
