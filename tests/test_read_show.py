@@ -181,3 +181,17 @@ def test_an_attempt_id_that_climbs_out_is_refused(bundle: Path) -> None:
     (bundle / "results.jsonl").write_bytes(data)
     r = cli("show", bundle, "exact-1")
     assert r.exit_code == 4 and "attempt_id: '../../etc' is not an id" in r.stderr  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 1 << 20])
+def test_streamed_lines_are_whole_lines_at_any_chunk_size(tmp_path: Path, chunk: int) -> None:
+    from evalrig.store.jsonl import stream_lines, whole_lines
+
+    data = b'{"a":1}\n\n{"b":"x\\ny"}\n{"c":3}\n{"torn'
+    (tmp_path / "f.jsonl").write_bytes(data)
+    torn: list[int] = []
+    got = list(stream_lines(tmp_path / "f.jsonl", torn, chunk))
+    want, want_torn = whole_lines(data)
+    assert [raw for _, raw in got] == want and [i for i, _ in got] == [1, 2, 3, 4] and torn == [want_torn]
+    torn = []
+    assert list(stream_lines(tmp_path / "missing.jsonl", torn)) == [] and torn == []
