@@ -9,8 +9,11 @@ import json
 import os
 from pathlib import Path
 
+import orjson
 import pytest
 from gate_bundles import counts_tasks
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from read_bundles import HOSTILE, write_bundle, write_tasks
 from test_cli_verdict import BETTER, CHAMP, gated
 from typer.testing import CliRunner
@@ -195,3 +198,25 @@ def test_streamed_lines_are_whole_lines_at_any_chunk_size(tmp_path: Path, chunk:
     assert [raw for _, raw in got] == want and [i for i, _ in got] == [1, 2, 3, 4] and torn == [want_torn]
     torn = []
     assert list(stream_lines(tmp_path / "missing.jsonl", torn)) == [] and torn == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["t:0", "t:1", "u:0"]), st.sampled_from(["A", "B"]),
+                          st.sampled_from(["passed", "failed", "infra_error", "interrupted"])), max_size=12))
+def test_the_summary_counts_the_attempt_the_rule_counts(seq: list[tuple[str, str, str]]) -> None:
+    # the streamed summary keeps little per trial; it must still pick what final_of picks
+    import tempfile
+    from types import SimpleNamespace
+
+    from evalrig.core.outcomes import final_of
+    from evalrig.read.bundle import Opened
+    from evalrig.read.show import _final_rows
+
+    recs = [{"trial_id": t, "attempt_id": f"a{i}", "task_id": t[0], "suite": "fresh", "status": s,
+             "inputs_id": inp, "rep": 0} for i, (t, inp, s) in enumerate(seq)]
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "results.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in recs))
+        final, _, n = _final_rows(Opened(Path(tmp), "run"))
+    want = final_of([SimpleNamespace(**r) for r in recs])
+    assert n == len(recs)
+    assert {t: row[4] for t, (row, ok) in final.items() if ok} == {t: r.attempt_id for t, r in want.items()}

@@ -89,7 +89,7 @@ def _open(dir: Path, tasks_dir: Path | None) -> Source:
         if d.get("status") in SCORED:
             scored[(d["trial_id"], d["inputs_id"])] = d["attempt_id"]
     final = {a for (t, i), a in scored.items() if latest[t] == i}
-    return Source(b, bundle_digest(b.run.files), load_tasks(b.run, tasks_dir), final)
+    return Source(b, bundle_digest(b.files), load_tasks(b.run, tasks_dir), final)
 
 
 def export(bundles: list[Path], fmt: ExportFormat, to: Path, home: Path, now: datetime,
@@ -199,16 +199,21 @@ def _episode(b: Opened, aid: str) -> Chat:
 
 
 def _spends(s: Source) -> dict[str, Any]:
-    """attempt id -> its spend by role, as actuals.jsonl records it (an episode's `spend`), or
-    the candidate's figures alone (single-turn attempts), kept compact as canonical bytes."""
+    """attempt id -> its spend by role as actuals.jsonl records it (an episode's `spend`), or
+    the candidate's figures as a tuple (single-turn attempts; kept small, one per attempt)."""
     out: dict[str, Any] = {}
     for _, a in lines(s.b, layout.ACTUALS_JSONL, ACTUAL_KEYS):
         if a["attempt_id"] in s.final:
-            out[a["attempt_id"]] = orjson.dumps(a.get("spend") or {"candidate": {
-                "cost_usd": a.get("cost_usd"), "input_tokens": a.get("input_tokens"),
-                "output_tokens": a.get("output_tokens"), "source": a.get("usage_source")},
-                "driver": None, "judge": None}, option=orjson.OPT_SORT_KEYS)
+            out[a["attempt_id"]] = a.get("spend") or (
+                a.get("cost_usd"), a.get("input_tokens"), a.get("output_tokens"), a.get("usage_source"))
     return out
+
+
+def _spend(v: Any) -> dict[str, Any]:
+    if isinstance(v, tuple):
+        return {"candidate": dict(zip(("cost_usd", "input_tokens", "output_tokens", "source"), v, strict=True)),
+                "driver": None, "judge": None}
+    return v if isinstance(v, dict) else {"candidate": None, "driver": None, "judge": None}
 
 
 # -- the four formats --------------------------------------------------------------------
@@ -236,7 +241,6 @@ def _line(f: IO[str], obj: Any) -> None:
 
 def write_trajectories(rows: Rows, f: IO[str]) -> int:
     spends = {id(s): _spends(s) for s in rows.sources}
-    none = orjson.dumps({"candidate": None, "driver": None, "judge": None})
     n = 0
     for s, d in rows:
         chat = chat_of(s, d)
@@ -246,7 +250,7 @@ def write_trajectories(rows: Rows, f: IO[str]) -> int:
                   "messages": chat.messages, "tools": chat.tools, "status": d["status"], "reward": d.get("reward"),
                   "checks": d.get("checks") or {}, "verifier": d.get("verifier"),
                   "termination": d.get("termination"),
-                  "spend": orjson.loads(spends[id(s)].get(d["attempt_id"], none))})
+                  "spend": _spend(spends[id(s)].get(d["attempt_id"]))})
         n += 1
     return n
 

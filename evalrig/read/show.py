@@ -5,6 +5,7 @@ untrusted text is escaped here, once, so that no renderer can forget it."""
 from __future__ import annotations
 
 import difflib
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -57,27 +58,37 @@ a summary; small, since a summary holds one per trial."""
 def _final_rows(b: Opened) -> tuple[dict[str, tuple[Row, bool]], Counter[str], int]:
     """trial_id -> (the row that counts, whether it is scored): the rule of docs/attempts.md
     "Resume" (the last scored attempt with the trial's latest inputs; a trial without one
-    shows its last attempt, unscored), attempts per status, and result lines."""
+    shows its last attempt, unscored), attempts per status, and result lines.
+
+    Held per trial: its latest inputs, its last row and its last scored row; a scored row of
+    other inputs is set aside only when a later one replaces it (a task changed and changed
+    back), so that the rule holds exactly without a map of every attempt."""
     latest: dict[str, str] = {}
-    scored: dict[tuple[str, str], Row] = {}
     last: dict[str, Row] = {}
+    scored: dict[str, tuple[str, Row]] = {}
+    older: dict[tuple[str, str], Row] = {}
     statuses: Counter[str] = Counter()
+    intern = sys.intern
     n = 0
     for _, d in lines(b, layout.RESULTS_JSONL, RESULT_KEYS):
         n += 1
-        t, status = d["trial_id"], d["status"]
+        t, status, inputs = d["trial_id"], intern(d["status"]), d["inputs_id"]
         statuses[status] += 1
-        latest[t] = d["inputs_id"]
+        latest[t] = inputs
         rep = d.get("rep")
         err = d.get("error") if status != "passed" else None
-        row: Row = (t, d["task_id"], d["suite"], rep if type(rep) is int else 0, d["attempt_id"], status,
-                    d.get("reward"), short(err) if isinstance(err, str) else None)
+        row: Row = (t, intern(d["task_id"]), intern(d["suite"]), rep if type(rep) is int else 0, d["attempt_id"],
+                    status, d.get("reward"), short(err) if isinstance(err, str) else None)
         last[t] = row
         if status in SCORED:
-            scored[(t, d["inputs_id"])] = row
+            before = scored.get(t)
+            if before is not None and before[0] != inputs:
+                older[(t, before[0])] = before[1]
+            scored[t] = (inputs, row)
     final: dict[str, tuple[Row, bool]] = {}
     for t, row in last.items():
-        counted = scored.get((t, latest[t]))
+        s = scored.get(t)
+        counted = s[1] if s is not None and s[0] == latest[t] else older.get((t, latest[t]))
         final[t] = (counted, True) if counted is not None else (row, False)
     return final, statuses, n
 
