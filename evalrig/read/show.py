@@ -60,36 +60,41 @@ def _final_rows(b: Opened) -> tuple[dict[str, tuple[Row, bool]], Counter[str], i
     "Resume" (the last scored attempt with the trial's latest inputs; a trial without one
     shows its last attempt, unscored), attempts per status, and result lines.
 
-    Held per trial: its latest inputs, its last row and its last scored row; a scored row of
-    other inputs is set aside only when a later one replaces it (a task changed and changed
-    back), so that the rule holds exactly without a map of every attempt."""
-    latest: dict[str, str] = {}
-    last: dict[str, Row] = {}
-    scored: dict[str, tuple[str, Row]] = {}
-    older: dict[tuple[str, str], Row] = {}
+    What a summary holds is one small entry per trial, so it is kept small: inputs ids by
+    their hash (compared only among one trial's), a passed row shared by its task (only a
+    failing one is shown), and a scored row of other inputs set aside only when a later
+    one replaces it (a task changed and changed back), so that the rule holds exactly."""
+    # trial -> (latest inputs, last row, last scored inputs, last scored row)
+    state: dict[str, tuple[int, Row, int | None, Row | None]] = {}
+    older: dict[tuple[str, int], Row] = {}
+    passed: dict[tuple[str, str], Row] = {}
     statuses: Counter[str] = Counter()
     intern = sys.intern
     n = 0
     for _, d in lines(b, layout.RESULTS_JSONL, RESULT_KEYS):
         n += 1
-        t, status, inputs = d["trial_id"], intern(d["status"]), d["inputs_id"]
+        t, status, inputs = d["trial_id"], intern(d["status"]), hash(d["inputs_id"])
         statuses[status] += 1
-        latest[t] = inputs
-        rep = d.get("rep")
-        err = d.get("error") if status != "passed" else None
-        row: Row = (t, intern(d["task_id"]), intern(d["suite"]), rep if type(rep) is int else 0, d["attempt_id"],
-                    status, d.get("reward"), short(err) if isinstance(err, str) else None)
-        last[t] = row
+        task_id, suite = intern(d["task_id"]), intern(d["suite"])
+        row: Row
+        if status == "passed":
+            row = passed.get((task_id, suite)) or passed.setdefault(
+                (task_id, suite), ("", task_id, suite, 0, "", status, 1.0, None))
+        else:
+            rep, err = d.get("rep"), d.get("error")
+            row = (t, task_id, suite, rep if type(rep) is int else 0, d["attempt_id"], status, d.get("reward"),
+                   short(err) if isinstance(err, str) else None)
+        before = state.get(t)
+        s_inputs, s_row = (before[2], before[3]) if before is not None else (None, None)
         if status in SCORED:
-            before = scored.get(t)
-            if before is not None and before[0] != inputs:
-                older[(t, before[0])] = before[1]
-            scored[t] = (inputs, row)
+            if s_row is not None and s_inputs != inputs:
+                older[(t, s_inputs)] = s_row  # type: ignore[index]
+            s_inputs, s_row = inputs, row
+        state[t] = (inputs, row, s_inputs, s_row)
     final: dict[str, tuple[Row, bool]] = {}
-    for t, row in last.items():
-        s = scored.get(t)
-        counted = s[1] if s is not None and s[0] == latest[t] else older.get((t, latest[t]))
-        final[t] = (counted, True) if counted is not None else (row, False)
+    for t, (latest, last, s_inputs, s_row) in state.items():
+        counted = s_row if s_row is not None and s_inputs == latest else older.get((t, latest))
+        final[t] = (counted, True) if counted is not None else (last, False)
     return final, statuses, n
 
 
