@@ -87,7 +87,14 @@ def build(root: Path, n: int, k: int, home: Path) -> tuple[Path, Path]:
 
     from evalrig.core.digest import canonical_line, sha256_bytes
     from evalrig.models.run import (
-        Actual, Canary, CheckpointRef, Result, RunCounts, RunManifest, RunSettings, TasksetRef,
+        Actual,
+        Canary,
+        CheckpointRef,
+        Result,
+        RunCounts,
+        RunManifest,
+        RunSettings,
+        TasksetRef,
     )
     from evalrig.run.lifecycle import register_finished
     from evalrig.store.bundle import file_digests
