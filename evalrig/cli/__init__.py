@@ -20,6 +20,8 @@ from evalrig.cli import (  # noqa: E402,F401  isort: skip
     cmd_history,
     cmd_watch,
     cmd_retire,
+    cmd_show,
+    cmd_export,
 )
 
 

@@ -157,8 +157,8 @@ def rule_policy_pinned(c: Comparison, p: PolicyFile, digest: str, advisory: bool
 
 def rule_fresh_after_seal(c: Comparison, p: PolicyFile, seen: Mapping[str, str] | None = None) -> RuleResult:
     """`seen` maps the content digest of every fresh task some earlier gate of *another*
-    candidate judged on to that candidate's id (the shell reads it from the gate ledger;
-    docs/gate.md). A task whose content is there was not made for this train: a
+    candidate judged on to that candidate's id, and of every task of a recorded export to
+    that export (the shell reads both from the home; docs/gate.md, docs/reading.md). A task whose content is there was not made for this train: a
     regenerated copy of an old task (a new created_at, the same prompt, files and
     verifier) is not fresh. A fresh task whose content was not recorded cannot be shown
     fresh either."""
@@ -174,7 +174,8 @@ def rule_fresh_after_seal(c: Comparison, p: PolicyFile, seen: Mapping[str, str] 
     return _rule(
         "invariant.fresh-after-seal", held,
         "every fresh task's created_at is after the candidate's registered sealed_at, and no fresh task's "
-        "content (its digest without created_at) was in the fresh suite of a gate of another candidate",
+        "content (its digest without created_at) was in the fresh suite of a gate of another candidate or in a "
+        "recorded export",
         candidate_sealed_at=_ts(sealed), fresh_tasks=len(created),
         earliest_created_at=_ts(earliest), not_after_seal=len(early), not_after_seal_tasks=early[:20],
         seen_before=len(reused), seen_before_tasks=reused[:20],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from evalrig.models import agent, comparison, episode, inputs, lock, releases, retire, run
+from evalrig.models import agent, comparison, episode, inputs, lock, reading, releases, retire, run
 
 
 def formats() -> dict[str, type[BaseModel]]:
@@ -31,6 +31,7 @@ def formats() -> dict[str, type[BaseModel]]:
         "estimate-output": agent.EstimateLine,
         "frame": episode.Frame,
         "transcript-line": episode.TranscriptLine,
+        "export-entry": reading.ExportEntry,
         **comparison.FORMATS,
         **releases.FORMATS,
         **retire.FORMATS,

@@ -21,6 +21,7 @@ from evalrig.models.inputs import PolicyFile
 from evalrig.store import ledger
 from evalrig.store.checkpoint import registered_seal
 from evalrig.store.compare import RECOMPARE_HINT, read_comparison
+from evalrig.store.exports import exported_content
 from evalrig.store.files import parse_json, write_bytes_atomic
 from evalrig.store.invocation import command_name
 from evalrig.store.layout import ADVISORY, COMPARISON_JSON, DECISIONS, ISSUED, REPORT_HTML
@@ -37,14 +38,16 @@ class GateResult:
 
 def seen_fresh(home: Path, candidate_id: str) -> dict[str, str]:
     """content digest -> candidate id, for every fresh task of every earlier gate of another
-    candidate in the gate ledger (the earliest gate's candidate where several share one).
-    Exports of fresh tasks recorded in the home would be added here once `export` exists
-    (docs/gate.md)."""
+    candidate in the gate ledger (the earliest gate's candidate where several share one), and
+    for every task of a recorded export (whoever ran it: exported tasks may have been trained
+    on) -> that export (docs/gate.md, docs/reading.md)."""
     out: dict[str, str] = {}
     for e in ledger.all_gates(home):
         if e.candidate_id != candidate_id:
             for d in e.fresh_content:
                 out.setdefault(d, e.candidate_id)
+    for d, label in exported_content(home).items():
+        out.setdefault(d, label)
     return out
 
 

@@ -152,6 +152,31 @@ def _read_bytes(path: Path) -> bytes:
                       hint="the rig writes this file itself; restore it from the run") from None
 
 
+def stream_lines(path: Path, torn: list[int], chunk: int = 1 << 20) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, bytes) of every whole line, read a chunk at a time: the reader
+    of `show` and `export`, whose memory must not grow with the file. The torn-line rule of
+    `whole_lines`: an unterminated last line is not yielded; its number is appended to
+    `torn` once the iteration ends. A missing file has no lines."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below; a generator holds it
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise invalid(f"cannot be read ({e.strerror})", file=path,
+                      hint="the rig writes this file itself; restore it from the run") from None
+    n = 0
+    rest = b""
+    with f:
+        while block := f.read(chunk):
+            lines = (rest + block).split(b"\n")
+            rest = lines.pop()
+            for raw in lines:
+                n += 1
+                yield n, raw
+    if rest:
+        torn.append(n + 1)
+
+
 def read_records(path: Path, model: type[M], missing_ok: bool = True) -> Records[M]:
     """Every whole line of a JSONL file, validated; a torn last line is reported, not read.
 

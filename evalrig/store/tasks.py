@@ -315,6 +315,22 @@ def _subdirs(dir: Path) -> list[Path]:
     return [dir / n for n in names]
 
 
+def read_tags(dir: Path) -> dict[str, list[str]]:
+    """task id -> its `tags`, read from each task.toml alone (no digests, no validation of the
+    rest): what a summary of a run shows by tag, cheap enough for a task set of thousands.
+    A task whose task.toml does not parse, or whose tags are not a list of strings, has none."""
+    out: dict[str, list[str]] = {}
+    for suite in SUITES:
+        if not (Path(dir) / suite).is_dir():
+            continue
+        for task_dir in _subdirs(Path(dir) / suite):
+            doc = read_toml(task_dir / TASK_TOML, "task's task.toml")
+            tags = None if isinstance(doc, Problem) else doc.data.get("tags")
+            if isinstance(tags, list) and all(isinstance(t, str) for t in tags):
+                out[task_dir.name] = tags
+    return out
+
+
 def read_lock(dir: Path) -> FixedLock | None:
     from evalrig.store.files import read_json
 
