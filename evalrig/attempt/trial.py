@@ -737,6 +737,14 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
     root = _driver_root(spec)
     try:
         root.mkdir(parents=True)
+        if spec.level == "process":
+            # The driver's alone (docs/security.md, "Episode drivers"): its copy holds the
+            # task's private data, out/ its verifier's evidence. The driver keeps the rig's
+            # uid here; the agent, a pool uid as root, may search the scratch folder beside
+            # it. Not under bwrap: the agent's view has no such folder, and bwrap enters it
+            # (--chdir) as uid 0 with every capability but setuid's dropped, so a folder of
+            # the driver's uid must stay searchable by others there.
+            root.chmod(0o700)
         copy_tree(spec.task.dir / episode.DRIVER_DIR, root / "driver")
         for sub in ("out", "home", "tmp"):
             (root / sub).mkdir()
