@@ -1,18 +1,24 @@
 """What a hostile agent can reach of its episode's driver (docs/security.md, "Episode
-drivers"), through eval.sh under both sandboxes.
+drivers"), through eval.sh under both sandboxes where each applies: the driver's scratch
+copy and its EVALRIG_DRIVER_OUT, and, where no PID namespace can be made, the driver's
+processes (the agent's leftover sweep spares them; the driver's own sweep kills its own).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.episodes import add_episode_task
-from tests.redteam import Step, bwrap_works, eval_sh, make_checkpoint, results
+from tests.episodes import DRIVER, add_episode_task, agent_source
+from tests.redteam import EVAL_SH, Step, bwrap_works, eval_sh, make_checkpoint, results
 
+AGENTS = Path(__file__).parent / "agents"
 LEVELS = ["process", "bwrap"]
 
 
@@ -85,3 +91,71 @@ def test_the_agent_cannot_read_or_write_the_drivers_copy_or_its_out(tmp_path: Pa
     # what the verifier grades is the driver's own world, not a forged one
     world = json.loads((evidence / "driver" / "world.json").read_text())
     assert world == {"balance": 0, "calls": 0, "termination": "driver_end"}
+
+
+# -- 2. the leftover sweeps, where no PID namespace can be made ---------------------------------
+
+def _rig_without_pidns(home: Path, *args: str | Path) -> Step:
+    """`eval.sh ARGS` as a host without PID namespaces runs it (tests/agents/rig_without_pidns.py)."""
+    argv = [sys.executable, str(AGENTS / "rig_without_pidns.py"), *(str(a) for a in args)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALRIG_")}
+    env.update({"EVALRIG_HOME": str(home), "NO_COLOR": "1"})
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, stdin=subprocess.DEVNULL)
+    return Step([str(EVAL_SH), *argv[2:]], p.returncode, p.stdout, p.stderr)
+
+
+def _carrying(entry: str) -> list[int]:
+    """Live processes whose environment holds `entry` (NAME=value)."""
+    needle = entry.encode()
+    found = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            env = (p / "environ").read_bytes()
+            state = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if needle in env.split(b"\0") and state != "Z":
+            found.append(int(p.name))
+    return found
+
+
+# Leaves a process behind that keeps the driver's environment, as a driver's helper would.
+DRIVER_WITH_LEFTOVER = ("import subprocess\n"
+                        "subprocess.Popen(['sleep', '600'], start_new_session=True)\n") + DRIVER
+AGENT_LEFTOVER = "import subprocess\nsubprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+
+
+@pytest.mark.parametrize(("agent", "termination", "status"), [
+    ("exit_mid_ok", "agent_exit", "failed"),  # exits 0 mid-episode: its sweep runs while the driver does
+    ("gold", "driver_end", "passed"),
+])
+def test_the_agents_leftover_sweep_never_kills_the_driver(tmp_path: Path, agent: str, termination: str,
+                                                           status: str) -> None:
+    """Without a PID namespace the rig kills leftovers by the mark in their environment. The
+    driver carries its attempt's id as the agent does; the agent's sweep must still spare it
+    (else an agent that exits early turns its failure into the driver's fault, a re-roll),
+    and the driver's sweep must still find the driver's own."""
+    if os.geteuid() != 0:
+        pytest.skip("the sweep is tested as root, the agent a pool uid (the rig's usual setting)")
+    tasks = tmp_path / "tasks"
+    d = add_episode_task(tasks, "bank")
+    (d / "driver" / "driver.py").write_text(DRIVER_WITH_LEFTOVER)
+    ck = make_checkpoint(tmp_path / "ck", AGENT_LEFTOVER + agent_source(agent))
+    home, out = tmp_path / "home", tmp_path / "out"
+    assert eval_sh(home, "seal", ck).code == 0
+    step = _rig_without_pidns(home, "run", "--checkpoint", ck, "--tasks", tasks, "--out", out,
+                              "--repeat", "1", "--sandbox", "process", "--max-retries", "0")
+    [res] = results(out)
+    mark = f"EVALRIG_ATTEMPT_ID={res['attempt_id']}"
+    try:
+        assert res["containment"] == "subreaper", res  # the fallback really ran
+        assert step.code == 0, step
+        assert (res["termination"], res["status"]) == (termination, status), res
+        world = json.loads((out / "attempts" / str(res["attempt_id"]) / "driver" / "world.json").read_text())
+        assert world["termination"] == termination  # the driver lived to write its world after finish
+        assert _carrying(mark) == []  # each sweep killed its own: the agent's and the driver's leftovers
+    finally:
+        for pid in _carrying(mark):
+            os.kill(pid, signal.SIGKILL)

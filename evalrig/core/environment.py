@@ -82,11 +82,18 @@ def verifier_env(*, home: str, tmpdir: str, evidence: str, verdict: str, tag: st
             "EVALRIG_ATTEMPT_ID": tag}
 
 
+DRIVER_TAG_ENV = "EVALRIG_DRIVER_TAG"
+"""The mark on an episode driver's processes (docs/episodes.md, "The driver's side"): where
+no PID namespace can be made, the rig kills the driver's leftovers by it, and the agent's
+leftovers by its attempt id without it, since the driver carries that id too."""
+
+
 def driver_env(*, home: str, tmpdir: str, out: str, task_id: str, attempt_id: str,
-               seed: int) -> dict[str, str]:
-    """An episode driver's complete environment (docs/episodes.md, "The driver's side")."""
+               seed: int, tag: str) -> dict[str, str]:
+    """An episode driver's complete environment (docs/episodes.md, "The driver's side");
+    `tag`, a value the agent cannot guess, goes in DRIVER_TAG_ENV."""
     return {**_base(home, tmpdir), "EVALRIG_DRIVER_OUT": out, "EVALRIG_TASK_ID": task_id,
-            "EVALRIG_ATTEMPT_ID": attempt_id, "EVALRIG_SEED": str(seed)}
+            "EVALRIG_ATTEMPT_ID": attempt_id, "EVALRIG_SEED": str(seed), DRIVER_TAG_ENV: tag}
 
 
 RIG_SET = frozenset(agent_env({}, {}, home="", tmpdir="", prompt="", work="", out="", task_id="",
