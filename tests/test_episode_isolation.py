@@ -1,7 +1,11 @@
 """What a hostile agent can reach of its episode's driver (docs/security.md, "Episode
-drivers"), through eval.sh under both sandboxes where each applies: the driver's scratch
-copy and its EVALRIG_DRIVER_OUT, and, where no PID namespace can be made, the driver's
-processes (the agent's leftover sweep spares them; the driver's own sweep kills its own).
+drivers"), and the agent's last words when its output ends mid-line (docs/episodes.md).
+
+Through eval.sh, under both sandboxes where each applies: the agent cannot read or write the
+driver's scratch copy or its EVALRIG_DRIVER_OUT; where no PID namespace can be made, the
+agent's leftover sweep never kills the driver and each launch's sweep kills its own; a line
+the agent leaves without its newline is kept as raw text and makes the episode an
+agent_error.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.episodes import DRIVER, add_episode_task, agent_source
+from tests.episodes import DRIVER, add_episode_task, agent_source, episode_checkpoint, transcript
 from tests.redteam import EVAL_SH, Step, bwrap_works, eval_sh, make_checkpoint, results
 
 AGENTS = Path(__file__).parent / "agents"
@@ -159,3 +163,34 @@ def test_the_agents_leftover_sweep_never_kills_the_driver(tmp_path: Path, agent:
     finally:
         for pid in _carrying(mark):
             os.kill(pid, signal.SIGKILL)
+
+
+# -- 3. a last line without its newline -------------------------------------------------------
+# The agents ("unterminated", "unterminated_after_end") are in tests/episodes.py.
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize(("agent", "text"), [
+    ("unterminated", '{"type": "message", "message": {"role": "assistant", "content": "done"}}'),
+    ("unterminated_after_end", "bye"),
+])
+def test_a_last_line_without_its_newline_is_kept_raw_and_is_the_agents_error(
+        tmp_path: Path, level: str, agent: str, text: str) -> None:
+    _need(level)
+    tasks = tmp_path / "tasks"
+    add_episode_task(tasks, "bank")
+    ck = episode_checkpoint(tmp_path / "ck", agent)
+    step = _run(tmp_path / "home", ck, tasks, tmp_path / "out", level)
+    assert step.code == 0, step
+    [res] = results(tmp_path / "out")
+    assert (res["termination"], res["status"]) == ("agent_error", "agent_error"), res
+    assert "in the middle of a line" in str(res["error"]), res
+    lines = transcript(tmp_path / "out", str(res["attempt_id"]))
+    [kept] = [x for x in lines if x["from"] == "agent" and "raw" in x]
+    assert kept["raw"] == text and "frame" not in kept
+    assert "newline" in kept["reason"] and kept["to"] == "rig"
+    # never passed on: the driver saw no "done" from this agent
+    if agent == "unterminated":
+        assert not any(x["from"] == "rig" and x["to"] == "driver" and x["frame"]["type"] == "message"
+                       for x in lines), lines
+    verified = eval_sh(tmp_path / "home", "verify", tmp_path / "out")  # the termination re-derived
+    assert verified.code == 0, verified

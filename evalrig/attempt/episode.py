@@ -44,6 +44,7 @@ from evalrig.attempt.streams import scan
 from evalrig.core.digest import canonical_line
 from evalrig.core.episode import (
     AFTER_END,
+    UNTERMINATED,
     VERIFIER_DECIDES,
     BadFrame,
     agent_frame,
@@ -268,8 +269,7 @@ class Relay:
         except BlockingIOError:
             return
         if not chunk:
-            self._unwatch(side.r)
-            side.reading = False
+            self._eof(side)
             return
         if not side.reading:
             return
@@ -295,14 +295,34 @@ class Relay:
             except BlockingIOError:
                 return
             if not chunk:
-                self._unwatch(side.r)
-                side.reading = False
+                self._eof(side)
                 return
             side.partial += chunk
             while side.reading and (nl := side.partial.find(b"\n")) >= 0:
                 line = bytes(side.partial[:nl])
                 del side.partial[:nl + 1]
                 self._line(side, line)
+
+    def _eof(self, side: _Side) -> None:
+        """A side's stdout ended: nothing more comes from it. What it wrote after its last
+        newline is no frame (docs/episodes.md): kept as raw text with the reason, never
+        passed on, and an agent_error from the agent (the driver's fault from the driver
+        before the end)."""
+        self._unwatch(side.r)
+        side.reading = False
+        if not side.partial:
+            return
+        data = bytes(side.partial[:side.line_cap])
+        side.partial.clear()
+        self._record(side.name, "rig", raw=data, reason=UNTERMINATED)
+        why = f"{side.name}'s output ended in the middle of a line (transcript line {self.seq - 1})"
+        if side is self.driver:
+            if self.state != "over":
+                self._end("driver_fault", f"the {why}")
+        elif self.state != "over":
+            self._agent_breach(f"the {why}")
+        elif self.out.termination in VERIFIER_DECIDES:
+            self.out.termination, self.out.error = "agent_error", f"the {why}"
 
     def _over_cap(self, side: _Side, line: bytes | None = None) -> None:
         data = bytes(line if line is not None else side.partial)
