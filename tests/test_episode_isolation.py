@@ -41,14 +41,24 @@ def _run(home: Path, ck: Path, tasks: Path, out: Path, level: str, *args: str) -
 # -- 1. the driver's scratch copy and its out/ ------------------------------------------------
 
 # Knows where the rig keeps the driver (beside its own attempt root, named after its attempt)
-# and tries every way at it once the driver is up: list, read, and forge the world the
-# verifier will grade.
+# and tries every way at it once the driver is up: list, read, forge the world the verifier
+# will grade, read the driver's environment (its --driver-secret values), signal it.
 SPY = """\
 import json, os, sys
 
 def send(message):
     sys.stdout.write(json.dumps({"type": "message", "message": message}) + "\\n")
     sys.stdout.flush()
+
+def drivers():  # the driver's process, where this agent's /proc shows it
+    found = []
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and b"driver.py" in open(f"/proc/{p}/cmdline", "rb").read():
+                found.append(int(p))
+        except OSError:
+            pass
+    return found
 
 sys.stdin.readline()  # the session: the driver runs, its copy and its out/ exist
 droot = os.path.dirname(os.environ["EVALRIG_WORK"]) + ".driver"
@@ -61,13 +71,15 @@ for what, how in (
     ("list EVALRIG_DRIVER_OUT", lambda: os.listdir(droot + "/out")),
     ("forge world.json", lambda: open(droot + "/out/world.json", "w").write('{"balance": 5}')),
     ("plant in its copy", lambda: open(droot + "/driver/planted.txt", "w").write("x")),
+    ("read the driver's environment", lambda: [open(f"/proc/{p}/environ").read() for p in drivers()] or None),
+    ("signal the driver", lambda: [os.kill(p, 0) for p in drivers()] or None),
 ):
     try:
         got[what] = how()
     except OSError as e:
         got[what] = None
 with open(os.path.join(os.environ["EVALRIG_OUT"], "seen.json"), "w") as f:
-    json.dump({"where": droot, "got": got}, f)
+    json.dump({"where": droot, "got": got, "drivers": len(drivers())}, f)
 send({"role": "assistant", "content": "done"})
 for line in sys.stdin:
     if json.loads(line)["type"] == "end":
@@ -92,6 +104,8 @@ def test_the_agent_cannot_read_or_write_the_drivers_copy_or_its_out(tmp_path: Pa
     seen = json.loads((evidence / "out" / "seen.json").read_text())
     assert seen["where"].endswith(f"{res['attempt_id']}.driver")
     assert seen["got"] == dict.fromkeys(seen["got"]), seen  # every way failed
+    # under process the driver's process is in sight (the host's /proc), and still out of reach
+    assert seen["drivers"] >= 1 if level == "process" else seen["drivers"] == 0, seen
     # what the verifier grades is the driver's own world, not a forged one
     world = json.loads((evidence / "driver" / "world.json").read_text())
     assert world == {"balance": 0, "calls": 0, "termination": "driver_end"}
