@@ -208,3 +208,26 @@ def test_a_last_line_without_its_newline_is_kept_raw_and_is_the_agents_error(
                        for x in lines), lines
     verified = eval_sh(tmp_path / "home", "verify", tmp_path / "out")  # the termination re-derived
     assert verified.code == 0, verified
+
+
+def test_process_without_root_says_the_agent_reaches_its_drivers_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not root there is no uid pool: the agent is the driver's user, and `run` says what
+    that gives it (on stderr and in the provenance, both from run_warnings) when the run
+    has episodes; a run without them is told only what every process run is."""
+    from types import SimpleNamespace
+
+    from evalrig.attempt.sandbox import LevelChoice
+    from evalrig.run import inputs as runner
+    from evalrig.store.tasks import load_taskset
+
+    add_episode_task(tmp_path / "tasks", "bank")
+    episodes = load_taskset(tmp_path / "tasks").tasks
+    inputs = SimpleNamespace(level=LevelChoice("process", None, None), home=tmp_path / "home",
+                             network_warning=None, tasks={t.id: t for t in episodes})
+    monkeypatch.setattr(runner.os, "geteuid", lambda: 1000)
+    [_, warning] = runner.run_warnings(inputs)  # type: ignore[arg-type]
+    assert "driver" in warning and "EVALRIG_DRIVER_OUT" in warning and "--sandbox bwrap" in warning
+    assert len(runner.run_warnings(SimpleNamespace(**{**vars(inputs), "tasks": {}}))) == 1  # type: ignore[arg-type]
+    monkeypatch.setattr(runner.os, "geteuid", lambda: 0)
+    assert runner.run_warnings(inputs) == []  # type: ignore[arg-type]
