@@ -231,3 +231,20 @@ def test_process_without_root_says_the_agent_reaches_its_drivers_files(
     assert len(runner.run_warnings(SimpleNamespace(**{**vars(inputs), "tasks": {}}))) == 1  # type: ignore[arg-type]
     monkeypatch.setattr(runner.os, "geteuid", lambda: 0)
     assert runner.run_warnings(inputs) == []  # type: ignore[arg-type]
+
+
+def test_a_drivers_session_without_its_newline_is_kept_raw_and_is_the_drivers_fault(tmp_path: Path) -> None:
+    level = "bwrap" if bwrap_works() else "process"
+    tasks = tmp_path / "tasks"
+    d = add_episode_task(tasks, "bank")
+    (d / "driver" / "driver.py").write_text(
+        "import json, sys\nsys.stdin.readline()\n"
+        "sys.stdout.write(json.dumps({'type': 'session', 'tools': [], 'messages': []}))\n")
+    ck = episode_checkpoint(tmp_path / "ck", "gold")
+    step = _run(tmp_path / "home", ck, tasks, tmp_path / "out", level)
+    assert step.code == 5, step  # the driver at fault, no retry left: incomplete
+    [res] = results(tmp_path / "out")
+    assert (res["status"], res["termination"]) == ("infra_error", "driver_fault"), res
+    assert "driver's output ended in the middle of a line" in str(res["error"]), res
+    [kept] = [x for x in transcript(tmp_path / "out", str(res["attempt_id"])) if "raw" in x]
+    assert kept["from"] == "driver" and kept["raw"].startswith('{"type": "session"') and "newline" in kept["reason"]

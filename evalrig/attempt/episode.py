@@ -16,6 +16,9 @@ Choices the contract leaves open, written down here and in docs/episodes.md:
 - A driver line is capped at DRIVER_LINE_CAP bytes; an agent line at the task's
   max_output_bytes. Beyond either the episode ends at once (driver_fault, agent_error).
 - After `finish` the driver has driver_timeout_s to exit 0; anything else is driver_fault.
+- What a side wrote after its last newline when its stdout ended is no frame: kept as raw
+  text (reason core.episode.UNTERMINATED); the agent's is agent_error (after `end` too, where
+  the verifier would otherwise decide), the driver's is driver_fault before the end.
 - transcript.jsonl: each line is written whole, with one write(), before the frame it
   records moves on, so a kill -9 of the rig leaves every line up to the kill (the page
   cache outlives the process); the file is fsynced once, when the episode ends, before the
