@@ -257,3 +257,21 @@ for line in sys.stdin:
     said = os.environ["RELEASE_SIGNING_TOKEN"] + " " + os.environ.get("API_KEY", "")
     send({"role": "assistant", "content": said})
 """
+
+# Agents whose output ends in the middle of a line (no newline after their last words).
+AGENTS["unterminated"] = """
+sys.stdin.readline()
+sys.stdout.write(json.dumps({"type": "message", "message": {"role": "assistant", "content": "done"}}))
+sys.stdout.flush()
+"""
+AGENTS["unterminated_after_end"] = """
+for line in sys.stdin:
+    f = json.loads(line)
+    if f["type"] == "end":
+        sys.stdout.write("bye"); sys.stdout.flush()
+        break
+    if f["type"] == "session":
+        send(deposit(5))
+    else:
+        send({"role": "assistant", "content": "done"})
+"""

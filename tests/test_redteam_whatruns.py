@@ -381,7 +381,7 @@ def test_process_warns_when_not_root(tmp_path: Path, monkeypatch: pytest.MonkeyP
     from evalrig.run import inputs as runner
 
     inputs = SimpleNamespace(level=LevelChoice("process", None, None), home=tmp_path / "home",
-                             network_warning=None)
+                             network_warning=None, tasks={})
     monkeypatch.setattr(runner.os, "geteuid", lambda: 1000)
     [warning] = runner.run_warnings(inputs)  # type: ignore[arg-type]
     assert "can write the rig's home" in warning and str(tmp_path / "home") in warning

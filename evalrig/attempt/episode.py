@@ -16,6 +16,9 @@ Choices the contract leaves open, written down here and in docs/episodes.md:
 - A driver line is capped at DRIVER_LINE_CAP bytes; an agent line at the task's
   max_output_bytes. Beyond either the episode ends at once (driver_fault, agent_error).
 - After `finish` the driver has driver_timeout_s to exit 0; anything else is driver_fault.
+- What a side wrote after its last newline when its stdout ended is no frame: kept as raw
+  text (reason core.episode.UNTERMINATED); the agent's is agent_error (after `end` too, where
+  the verifier would otherwise decide), the driver's is driver_fault before the end.
 - transcript.jsonl: each line is written whole, with one write(), before the frame it
   records moves on, so a kill -9 of the rig leaves every line up to the kill (the page
   cache outlives the process); the file is fsynced once, when the episode ends, before the
@@ -44,6 +47,7 @@ from evalrig.attempt.streams import Redactor, scan
 from evalrig.core.digest import canonical_line
 from evalrig.core.episode import (
     AFTER_END,
+    UNTERMINATED,
     VERIFIER_DECIDES,
     BadFrame,
     agent_frame,
@@ -268,8 +272,7 @@ class Relay:
         except BlockingIOError:
             return
         if not chunk:
-            self._unwatch(side.r)
-            side.reading = False
+            self._eof(side)
             return
         if not side.reading:
             return
@@ -295,14 +298,34 @@ class Relay:
             except BlockingIOError:
                 return
             if not chunk:
-                self._unwatch(side.r)
-                side.reading = False
+                self._eof(side)
                 return
             side.partial += chunk
             while side.reading and (nl := side.partial.find(b"\n")) >= 0:
                 line = bytes(side.partial[:nl])
                 del side.partial[:nl + 1]
                 self._line(side, line)
+
+    def _eof(self, side: _Side) -> None:
+        """A side's stdout ended: nothing more comes from it. What it wrote after its last
+        newline is no frame (docs/episodes.md): kept as raw text with the reason, never
+        passed on, and an agent_error from the agent (the driver's fault from the driver
+        before the end)."""
+        self._unwatch(side.r)
+        side.reading = False
+        if not side.partial:
+            return
+        data = bytes(side.partial[:side.line_cap])
+        side.partial.clear()
+        self._record(side.name, "rig", raw=data, reason=UNTERMINATED)
+        why = f"{side.name}'s output ended in the middle of a line (transcript line {self.seq - 1})"
+        if side is self.driver:
+            if self.state != "over":
+                self._end("driver_fault", f"the {why}")
+        elif self.state != "over":
+            self._agent_breach(f"the {why}")
+        elif self.out.termination in VERIFIER_DECIDES:
+            self.out.termination, self.out.error = "agent_error", f"the {why}"
 
     def _over_cap(self, side: _Side, line: bytes | None = None) -> None:
         data = bytes(line if line is not None else side.partial)

@@ -53,7 +53,8 @@ on a thread, which ``nsenter --net=/proc/self/fd/N`` puts the agent in. The prox
 the socket from the rig's process and ends every connection when launch() returns.
 
 Where no PID namespace can be made, the rig becomes a child subreaper, kills every
-adopted process whose environment carries ``EVALRIG_ATTEMPT_ID=<attempt_tag>`` and reports
+adopted process whose environment carries ``EVALRIG_ATTEMPT_ID=<attempt_tag>`` (an episode
+driver's launch: ``<tag_var>=<attempt_tag>``) and not ``spare``, and reports
 ``containment="subreaper"`` (best effort: a process that rewrote its environment escapes).
 
 Limits: ``RLIMIT_AS`` and ``RLIMIT_FSIZE`` (no Python runs in the child): under
@@ -203,7 +204,13 @@ class Launch:
     disk_watch: tuple[Path, int] | None = None  # kill when this tree exceeds N bytes
     disk_watch_entries: int | None = None  # ... or holds more than N entries (inodes)
     slot: int = 0  # 0..jobs-1: the uid BASE_UID + slot under bwrap as root
-    attempt_tag: str = ""  # the attempt id, also in env as EVALRIG_ATTEMPT_ID
+    # The subreaper fallback's mark: `tag_var`=attempt_tag in env (the attempt id, for an
+    # agent). An episode's driver carries its attempt's id as the agent does, so it has a
+    # mark of its own, which the agent's launch names as `spare` ("NAME=value"): a leftover
+    # carrying it is the driver's, left to the driver's launch (docs/security.md).
+    attempt_tag: str = ""
+    tag_var: str = "EVALRIG_ATTEMPT_ID"
+    spare: str = ""
     scan_for: Sequence[bytes] = ()  # canary values looked for in the complete streams
     redact: Mapping[str, bytes] | None = None  # secret name -> value, redacted when kept
     cancel: threading.Event | None = None  # set: kill everything now, interrupted=True
@@ -1262,7 +1269,7 @@ class _Run:
                         selector.unregister(pidfd)
                         ended_at = time.monotonic()
                         if self.plan.containment == "subreaper":
-                            _sweep_tagged(spec.attempt_tag, proc.pid)
+                            _sweep_tagged(spec, proc.pid)
                     elif key.data == "info":
                         assert shake is not None
                         if not shake.on_readable():
@@ -1321,7 +1328,7 @@ class _Run:
         except ProcessLookupError:
             pass
         if self.plan.containment == "subreaper":
-            _sweep_tagged(self.spec.attempt_tag, pid)
+            _sweep_tagged(self.spec, pid)
 
     def _adopt(self, pid: int | None) -> None:
         if pid is None or pid in self.inner:
@@ -1773,16 +1780,18 @@ def _mount_used(path: str) -> tuple[int, int]:
     return (st.f_blocks - st.f_bfree) * st.f_frsize, inodes
 
 
-def _sweep_tagged(tag: str, direct_child: int) -> None:
-    """Subreaper fallback: kill every process carrying the tag, and reap our adoptees.
+def _sweep_tagged(spec: Launch, direct_child: int) -> None:
+    """Subreaper fallback: kill every process carrying the launch's mark and not its
+    `spare` (another launch's), and reap our adoptees.
 
     The direct child is killed like the rest but left for launch() to reap (wait4)."""
-    if not tag:
+    if not spec.attempt_tag:
         return
-    marker = f"EVALRIG_ATTEMPT_ID={tag}".encode()
+    marker = f"{spec.tag_var}={spec.attempt_tag}".encode()
+    spare = spec.spare.encode() or None
     me = os.getpid()
     for _ in range(50):  # a forking process may need a few rounds
-        found = _tagged_pids(marker)
+        found = _tagged_pids(marker, spare)
         if not found:
             return
         for pid in found:
@@ -1798,17 +1807,18 @@ def _sweep_tagged(tag: str, direct_child: int) -> None:
                     pass
 
 
-def _tagged_pids(marker: bytes) -> list[int]:
+def _tagged_pids(marker: bytes, spare: bytes | None = None) -> list[int]:
+    """Processes whose environment holds the entry `marker` and not the entry `spare`."""
     pids: list[int] = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/environ", "rb") as f:
-                environ = f.read()
+                environ = b"\0" + f.read() + b"\0"
         except OSError:
             continue
-        if b"\0" + marker + b"\0" in b"\0" + environ + b"\0":
+        if b"\0" + marker + b"\0" in environ and not (spare and b"\0" + spare + b"\0" in environ):
             pids.append(int(name))
     return pids
 

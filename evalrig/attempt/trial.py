@@ -404,7 +404,7 @@ def _disk_allowance(spec: AttemptSpec) -> int:
 def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, str],
             timeout_s: float, max_output: int, stdout: Path, stderr: Path,
             scan_for: list[bytes], networked: bool = False,
-            channel: sandbox.Channel | None = None) -> Any:
+            channel: sandbox.Channel | None = None, spare: str = "") -> Any:
     allowance = _disk_allowance(spec)
     return sandbox.launch(
         sandbox.Launch(
@@ -427,6 +427,7 @@ def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, st
             disk_watch_entries=ws.entries + MAX_NEW_ENTRIES,
             slot=spec.slot,
             attempt_tag=spec.attempt_id,
+            spare=spare,
             scan_for=scan_for,
             redact=_secret_bytes(spec),
             cancel=spec.cancel,
@@ -798,6 +799,14 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
     root = _driver_root(spec)
     try:
         root.mkdir(parents=True)
+        if spec.level == "process":
+            # The driver's alone (docs/security.md, "Episode drivers"): its copy holds the
+            # task's private data, out/ its verifier's evidence. The driver keeps the rig's
+            # uid here; the agent, a pool uid as root, may search the scratch folder beside
+            # it. Not under bwrap: the agent's view has no such folder, and bwrap enters it
+            # (--chdir) as uid 0 with every capability but setuid's dropped, so a folder of
+            # the driver's uid must stay searchable by others there.
+            root.chmod(0o700)
         copy_tree(spec.task.dir / episode.DRIVER_DIR, root / "driver")
         for sub in ("out", "home", "tmp"):
             (root / sub).mkdir()
@@ -805,9 +814,13 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
         rec.status, rec.error = "infra_error", f"the rig could not copy the driver: {e}"
         return False
     tmp = "/tmp" if spec.level == "bwrap" else str(root / "tmp")
+    # Each launch's leftover sweep (no PID namespace) kills its own alone: the agent's by the
+    # attempt id, sparing what carries this tag; the driver's by this tag, which the agent
+    # cannot guess and so cannot put on processes of its own.
+    tag = os.urandom(16).hex()
     denv = environment.driver_env(home=str(root / "home"), tmpdir=tmp, out=str(root / "out"),
                                   task_id=spec.task.id, attempt_id=spec.attempt_id, seed=spec.seed,
-                                  secrets=environment.granted(ep.secrets, spec.driver_secrets))
+                                  tag=tag, secrets=environment.granted(ep.secrets, spec.driver_secrets))
     grace = episode.GRACE_S + ep.driver_timeout_s
     # The driver's network is the operator's grant like the agent's (--allow-network,
     # --allow-host): the egress proxy in the driver's own namespace, never the host's network.
@@ -823,13 +836,15 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
             timeout_s=spec.deadline_s + grace,
             max_output_bytes=VERIFIER_OUTPUT_CAP, stdout_path=root / "stdout.txt",
             stderr_path=root / "stderr.txt", slot=spec.slot + DRIVER_SLOT_OFFSET,
-            attempt_tag=f"driver-{spec.attempt_id}", cancel=spec.cancel, channel=channel))
+            attempt_tag=tag, tag_var=environment.DRIVER_TAG_ENV, cancel=spec.cancel,
+            channel=channel))
 
     def start_agent(channel: sandbox.Channel) -> sandbox.Finished:
         return _launch(spec, ws, argv, agent_env(spec, ws, canary, episode=True), spec.deadline_s,
                        spec.task.spec.max_output_bytes, spec.evidence_dir / "stdout.txt",
                        spec.evidence_dir / "stderr.txt", [needle(canary)],
-                       networked=network_of(spec), channel=channel)
+                       networked=network_of(spec), channel=channel,
+                       spare=f"{environment.DRIVER_TAG_ENV}={tag}")
 
     got = episode.Relay(
         episode=ep, max_output_bytes=spec.task.spec.max_output_bytes, deadline_s=spec.deadline_s,

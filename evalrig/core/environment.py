@@ -84,12 +84,20 @@ def verifier_env(*, home: str, tmpdir: str, evidence: str, verdict: str, tag: st
             "EVALRIG_VERDICT": verdict, "EVALRIG_ATTEMPT_ID": tag}
 
 
+DRIVER_TAG_ENV = "EVALRIG_DRIVER_TAG"
+"""The mark on an episode driver's processes (docs/episodes.md, "The driver's side"): where
+no PID namespace can be made, the rig kills the driver's leftovers by it, and the agent's
+leftovers by its attempt id without it, since the driver carries that id too."""
+
+
 def driver_env(*, home: str, tmpdir: str, out: str, task_id: str, attempt_id: str,
-               seed: int, secrets: Mapping[str, str] | None = None) -> dict[str, str]:
+               seed: int, tag: str, secrets: Mapping[str, str] | None = None) -> dict[str, str]:
     """An episode driver's complete environment (docs/episodes.md, "The driver's side");
-    `secrets` as for verifier_env."""
+    `tag`, a value the agent cannot guess, goes in DRIVER_TAG_ENV; `secrets` as for
+    verifier_env."""
     return {**(secrets or {}), **_base(home, tmpdir), "EVALRIG_DRIVER_OUT": out,
-            "EVALRIG_TASK_ID": task_id, "EVALRIG_ATTEMPT_ID": attempt_id, "EVALRIG_SEED": str(seed)}
+            "EVALRIG_TASK_ID": task_id, "EVALRIG_ATTEMPT_ID": attempt_id, "EVALRIG_SEED": str(seed),
+            DRIVER_TAG_ENV: tag}
 
 
 def granted(listed: Sequence[str], given: Mapping[str, str]) -> dict[str, str]:
@@ -105,7 +113,7 @@ RIG_SET = frozenset(agent_env({}, {}, home="", tmpdir="", prompt="", work="", ou
 """Variables the rig gives an agent itself beside the canary's (the proxy's when the
 operator grants the network): a secret of one of these names would be shadowed."""
 
-DRIVER_RIG_SET = frozenset(driver_env(home="", tmpdir="", out="", task_id="", attempt_id="", seed=0)
+DRIVER_RIG_SET = frozenset(driver_env(home="", tmpdir="", out="", task_id="", attempt_id="", seed=0, tag="")
                            ) | frozenset(verifier_env(home="", tmpdir="", evidence="", verdict="", tag=""))
 """Variables the rig gives drivers and command verifiers itself: a --driver-secret of one of
 these names would be shadowed."""

@@ -126,11 +126,16 @@ VERIFIER_DECIDES = frozenset({"driver_end", "agent_exit", "max_turns", "max_tool
 """The terminations after which the task's verifier decides the status."""
 AFTER_END = "written after end"
 """The reason on an agent's line written after the rig's `end` (it makes the episode an agent_error)."""
+UNTERMINATED = "no newline after it: the output ended in the middle of this line"
+"""The reason on what a side wrote after its last newline when its output ended: not a
+frame, kept as raw text. The agent's makes the episode an agent_error, even after `end`."""
+_SPOILS_THE_END = frozenset({AFTER_END, UNTERMINATED})
 
 
 def termination_of(lines: list[dict[str, Any]]) -> str | None:
     """What ended an episode, read from its transcript's lines: the termination of the rig's
-    last `end` or `finish` frame, made `agent_error` by an agent line written after `end`.
+    last `end` or `finish` frame, made `agent_error` by an agent line written after `end` or
+    left without its newline.
     None when no such frame was written (a driver at fault after `finish`, say, is not in
     the transcript: its attempt is an infra_error, never re-derived)."""
     found = None
@@ -138,7 +143,8 @@ def termination_of(lines: list[dict[str, Any]]) -> str | None:
         frame = line.get("frame")
         if line.get("from") == "rig" and isinstance(frame, dict) and frame.get("type") in ("end", "finish"):
             found = frame.get("termination")
-        elif line.get("from") == "agent" and line.get("reason") == AFTER_END and found in VERIFIER_DECIDES:
+        elif (line.get("from") == "agent" and line.get("reason") in _SPOILS_THE_END
+              and found in VERIFIER_DECIDES):
             found = "agent_error"
     return found if isinstance(found, str) else None
 

@@ -214,6 +214,12 @@ def run_warnings(inputs: Inputs) -> list[str]:
             f"it can write the rig's home ({inputs.home}) and every bundle that user may "
             "write; run the rig as root (the agent then gets an unprivileged uid of its own) "
             "or use --sandbox bwrap")
+        if any(t.spec.episode is not None for t in inputs.tasks.values()):
+            warnings.append(
+                "under --sandbox process the agent runs as the same user as its episode's "
+                "driver: it can read and change the driver's files (its copy of driver/, and "
+                "EVALRIG_DRIVER_OUT, what the verifier grades); run the rig as root or use "
+                "--sandbox bwrap (docs/security.md, \"Episode drivers\")")
     return warnings
 
 
