@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evalrig.models.base import ChainedRecord, Digest, Record, Strict, TaskId, Timestamp
-from evalrig.models.inputs import PolicyTripwires, PolicyWatch, Suite
+from evalrig.models.inputs import PolicyInvariants, PolicyTripwires, PolicyWatch, Suite
 from evalrig.models.run import PolicyPin, SandboxLevel
 
 Verdict = Literal["promote", "promote-maintenance", "keep-champion", "block"]
@@ -365,6 +365,9 @@ class Decision(Record):
         "decisions written before policies had them: the defaults apply).")
     watch: PolicyWatch | None = Field(
         default=None, description="The policy's [watch], which `ship` records for the release (absent: the defaults).")
+    invariants: PolicyInvariants | None = Field(
+        default=None, description="The policy's [invariants], whose thresholds `ship` records for the release's "
+        "tripwires (absent in decisions written before: the defaults apply).")
 
 
 class Issued(Record):

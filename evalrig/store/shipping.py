@@ -89,6 +89,7 @@ def _ship(w: LogWriter, decision_path: Path, checkpoint_dir: Path, log: Path, ho
         candidate=ShippedCandidate(checkpoint_id=candidate, name=load_checkpoint(Path(checkpoint_dir)).spec.name),
         replaces=now_serving.checkpoint_id if now_serving is not None else d.champion.checkpoint_id,
         policy=d.policy, tripwires=d.tripwires or PolicyTripwires(), watch=d.watch or PolicyWatch(),
+        invariants=d.invariants,
         signed_by=ledger.home_signoffs_of(home, opened.digest)[-1].by,
         note=MAINTENANCE_NOTE if d.verdict == "promote-maintenance" else None,
     ))
