@@ -165,3 +165,30 @@ def test_a_tripwire_judges_with_the_promoting_policys_invariants(
     assert (got["rollback"] is None) is allowed
     manifest = json.loads((tmp_path / "tw" / "manifest.json").read_text())
     assert manifest["settings"]["allow_network"] is True
+
+
+@pytest.mark.parametrize("content", [None, b"{\n", b'{"kind": "decision", "verdict": "promote"}\n'])
+def test_ship_refuses_a_decision_it_cannot_read_as_bad_input(
+        tmp_path: Path, evalrig_home: Path, content: bytes | None) -> None:
+    """ship exits 1 only for "not approved" (a readable decision check-release does not approve);
+    a decision file that is missing, not JSON or not the decision's format is invalid input,
+    exit 4 naming the file, with or without a release log, and nothing is written. check-release,
+    the guard a deploy step waits on, answers 1 for anything short of approved, as before."""
+    home, log = evalrig_home, tmp_path / "releases.jsonl"
+    b = agent(tmp_path / "b", home, "agent-b")
+    bad = tmp_path / "default-v2.json"
+    if content is not None:
+        bad.write_bytes(content)
+    r = ok(cli("ship", bad, "--checkpoint", b, "--log", log, "--json"), 4)
+    assert json.loads(r.stdout)["error"]["file"] == str(bad) and not log.exists()  # type: ignore[attr-defined]
+    ok(cli("check-release", bad, "--checkpoint", b), 1)
+
+    d1 = train(tmp_path, home, "t1", "sha256:" + "a" * 64, b, BETTER)
+    ok(cli("sign", d1, "--approve", "--by", "alice"))
+    ok(cli("ship", d1, "--checkpoint", b, "--log", log))
+    before = log.read_bytes()
+    r = ok(cli("ship", bad, "--checkpoint", b, "--log", log), 4)
+    assert str(bad) in r.stderr and log.read_bytes() == before  # type: ignore[attr-defined]
+    # the verdict file beside a decision is named as such
+    r = ok(cli("ship", d1.with_suffix(".md"), "--checkpoint", b, "--log", log), 4)
+    assert "not a decision file" in r.stderr and log.read_bytes() == before  # type: ignore[attr-defined]
