@@ -9,11 +9,15 @@
 # validate -> run both with the default policy pinned -> compare -> gate -> show the verdict ->
 # report.html;
 # on promote: sign (as $SIGNER, standing in for the person) -> ship -> a tripwire run on the
-# new champion -> a second train, a maintenance release of the new champion (no fresh tasks,
-# the policy's security-patch exception) -> sign -> ship -> watch -> the release history. The release
-# log is TRAIN_DIR/releases.jsonl, so that every train directory has its own history.
+# new champion -> retire the train's fresh tasks (the ones the new champion failed graduate
+# into the train's fixed/) -> a second train, a maintenance release of the new champion (no
+# fresh tasks, the policy's security-patch exception) -> sign -> ship -> a person's rollback
+# of it and its ship again -> watch -> the release history. The release log is
+# TRAIN_DIR/releases.jsonl, so that every train directory has its own history; the train's
+# task set is its own copy, so retire changes only that copy.
 # Exits 0 when both releases shipped and the tripwire held; 1 when the gate keeps the
 # champion, 3 when it blocks, the tripwire fired (rolled back) or an alert fires; 4/5/6 on trouble.
+# Run again with the same TRAIN_DIR, it resumes and skips what it did before.
 set -u
 here=$(cd -P "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
@@ -42,23 +46,30 @@ if [ ! -d "$train/tasks" ]; then
     || stop 6 "generating the fresh tasks failed"
   mv "$train/tasks.partial" "$train/tasks"
 fi
-"$ev" validate --tasks "$train/tasks" --policies "$root/policies" || stop $? "the task set does not validate"
+retired=$train/comparison/retire.json   # written by `retire` below, once this train is over
+if [ -f "$retired" ]; then
+  # Retire moved this train's fresh tasks out of $train/tasks/fresh: the runs, made on the
+  # task set as it was, stand as they are (a run on the changed set would be refused).
+  step "this train's fresh tasks were retired: its runs and comparison stand as they are"
+else
+  "$ev" validate --tasks "$train/tasks" --policies "$root/policies" || stop $? "the task set does not validate"
 
-for side in champion candidate; do
-  step "run the $side"
-  dir=$champion; [ "$side" = candidate ] && dir=$candidate
-  "$ev" run --checkpoint "$dir" --tasks "$train/tasks" --out "$train/$side" --policy "$policy" \
-    ${JOBS:+--jobs "$JOBS"}
-  rc=$?
-  case $rc in
-    0) ;;
-    5) stop 5 "the $side run is incomplete; run this script again with $train to resume" ;;
-    *) stop "$rc" "the $side run failed" ;;
-  esac
-done
+  for side in champion candidate; do
+    step "run the $side"
+    dir=$champion; [ "$side" = candidate ] && dir=$candidate
+    "$ev" run --checkpoint "$dir" --tasks "$train/tasks" --out "$train/$side" --policy "$policy" \
+      ${JOBS:+--jobs "$JOBS"}
+    rc=$?
+    case $rc in
+      0) ;;
+      5) stop 5 "the $side run is incomplete; run this script again with $train to resume" ;;
+      *) stop "$rc" "the $side run failed" ;;
+    esac
+  done
 
-step "compare"
-"$ev" compare "$train/champion" "$train/candidate" --out "$train/comparison" || stop $? "compare refused the runs"
+  step "compare"
+  "$ev" compare "$train/champion" "$train/candidate" --out "$train/comparison" || stop $? "compare refused the runs"
+fi
 
 step "gate"
 "$ev" gate "$train/comparison" --policy "$policy"
@@ -114,6 +125,16 @@ case $rc in
   *) stop "$rc" "the tripwire could not run" ;;
 esac
 
+step "retire the train's fresh tasks: those the new champion failed, and two it always passed, graduate into fixed/ (then locked); the rest go to retired/"
+# Each train retires once (retire refuses a second time); a retire a crash left half-done
+# (retire.json says complete: false) is finished by running it again.
+if [ -f "$retired" ] && grep -q '"complete": true' "$retired"; then
+  echo "retired before: $retired"
+else
+  "$ev" retire "$train/comparison" --tasks "$train/tasks" --graduate-failed --sample 2 \
+    || stop $? "retire refused the train's fresh tasks"
+fi
+
 step "second train: a maintenance release of the new champion (security-patch exception, no fresh tasks)"
 maint=$train/maintenance
 patched=$maint/patched-build   # the new champion plus one file: a build of its own, sealed anew
@@ -138,7 +159,24 @@ done
 "$ev" gate "$maint/comparison" --policy "$policy" --exception security-patch
 rc=$?
 [ "$rc" = 0 ] || stop "$rc" "the maintenance train was not promoted (gate exit $rc)"
-ship "$maint/comparison/decisions/default-v2+security-patch.json" "$patched"
+maint_decision=$maint/comparison/decisions/default-v2+security-patch.json
+ship "$maint_decision" "$patched"
+
+step "a person's rollback: the on-call takes the maintenance release back, then ships it again"
+# In a real week the release misbehaved where no tripwire looks, and a person rolled it back
+# (--by and --reason are required: the log records who and why); here the example does it to
+# show the events. `previous` is the build the maintenance release replaced (the first
+# train's candidate). The release taken back stays in the log: a rollback is an event.
+if [ -f "$log" ] && grep -qF '"trigger":"person"' "$log"; then
+  echo "rolled back by a person before (the log keeps it)"
+else
+  "$ev" rollback --to previous --by "$signer" --log "$log" \
+    --reason "example: the maintenance release taken back by a person, to show the event" \
+    || stop $? "the rollback was refused"
+fi
+# The same signed decision ships again: its champion side serves again, so it is not stale;
+# while the patched build serves, ship writes nothing and says "already shipped".
+"$ev" ship "$maint_decision" --checkpoint "$patched" --log "$log" || stop $? "shipping $maint_decision again failed"
 
 step "watch: the curves over the trains so far (a scheduled job pages a person on exit 3)"
 "$ev" watch --log "$log"

@@ -30,13 +30,13 @@ def cli(*args: object) -> object:
 
 
 def train(root: Path, home: Path, name: str, champion: str, candidate: Path, counts: list[int],
-          exception: str | None = None) -> Path:
+          exception: str | None = None, policy: str = "default.toml") -> Path:
     """Gate a train of `candidate` (a sealed directory) against `champion` (a checkpoint id)
-    under the default policy (v2); returns the decision file."""
+    under `policy` of policies/ (the default, v2); returns the decision file."""
     d = root / name
     d.mkdir()
     pol = d / "policy.toml"
-    pol.write_bytes((ROOT / "policies" / "default.toml").read_bytes())
+    pol.write_bytes((ROOT / "policies" / policy).read_bytes())
     digest = sha256_bytes(pol.read_bytes())
 
     def tasks(counts: list[int]) -> dict:

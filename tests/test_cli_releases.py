@@ -129,3 +129,66 @@ def test_a_release_history_end_to_end(tmp_path: Path, evalrig_home: Path, invari
     r = ok(cli("history", "--log", log))
     assert len(r.stdout.splitlines()) == 7 and "FAILED: invariant-suite" in r.stdout  # type: ignore[attr-defined]
     ok(cli("history", "--log", log, "--verify-only"))
+
+
+def networked_agent(root: Path, home: Path, name: str) -> Path:
+    """A real checkpoint whose agent asks for the network (`[agent] network = true`)."""
+    d = agent(root, home, name)
+    toml = d / "checkpoint.toml"
+    toml.write_text(toml.read_text().replace("[agent]\n", "[agent]\nnetwork = true\n"))
+    seal(d, home, NOW - timedelta(days=1))
+    return d
+
+
+@pytest.mark.parametrize(("policy", "code"), [("networked.toml", 0), ("default.toml", 3)])
+def test_a_tripwire_judges_with_the_promoting_policys_invariants(
+        tmp_path: Path, evalrig_home: Path, invariant_tasks: Path, policy: str, code: int) -> None:
+    """A champion promoted under a policy that allows network (`[invariants] allow_network =
+    true`) runs its tripwire with the network granted, and `isolated` holds as it did at the
+    gate; the same champion promoted under the default policy fails it and is rolled back."""
+    home, log = evalrig_home, tmp_path / "releases.jsonl"
+    n = networked_agent(tmp_path / "n", home, "agent-net")
+    d = train(tmp_path, home, "t1", "sha256:" + "a" * 64, n, BETTER, policy=policy)
+    ok(cli("sign", d, "--approve", "--by", "alice"))
+    r = ok(cli("ship", d, "--checkpoint", n, "--log", log, "--json"))
+    allowed = policy == "networked.toml"
+    assert json.loads(r.stdout)["event"]["invariants"]["allow_network"] is allowed  # type: ignore[attr-defined]
+    # without the grant, a checkpoint that asks for the network is refused before any attempt
+    r = ok(tripwire(n, invariant_tasks, tmp_path / "tw-refused", log), 4)
+    assert "--allow-network" in r.stderr and log.read_text().count("\n") == 1  # type: ignore[attr-defined]
+    r = ok(cli("tripwire", "--checkpoint", n, "--tasks", invariant_tasks, "--out", tmp_path / "tw", "--log", log,
+               "--repeat", "1", "--jobs", "2", "--sandbox", "bwrap", "--allow-network", "--json"), code)
+    got = json.loads(r.stdout)  # type: ignore[attr-defined]
+    checks = {c["name"]: c for c in got["checks"]}
+    assert checks["isolated"]["held"] is allowed, checks["isolated"]
+    assert all(c["held"] for name, c in checks.items() if name != "isolated")
+    assert (got["rollback"] is None) is allowed
+    manifest = json.loads((tmp_path / "tw" / "manifest.json").read_text())
+    assert manifest["settings"]["allow_network"] is True
+
+
+@pytest.mark.parametrize("content", [None, b"{\n", b'{"kind": "decision", "verdict": "promote"}\n'])
+def test_ship_refuses_a_decision_it_cannot_read_as_bad_input(
+        tmp_path: Path, evalrig_home: Path, content: bytes | None) -> None:
+    """ship exits 1 only for "not approved" (a readable decision check-release does not approve);
+    a decision file that is missing, not JSON or not the decision's format is invalid input,
+    exit 4 naming the file, with or without a release log, and nothing is written. check-release,
+    the guard a deploy step waits on, answers 1 for anything short of approved, as before."""
+    home, log = evalrig_home, tmp_path / "releases.jsonl"
+    b = agent(tmp_path / "b", home, "agent-b")
+    bad = tmp_path / "default-v2.json"
+    if content is not None:
+        bad.write_bytes(content)
+    r = ok(cli("ship", bad, "--checkpoint", b, "--log", log, "--json"), 4)
+    assert json.loads(r.stdout)["error"]["file"] == str(bad) and not log.exists()  # type: ignore[attr-defined]
+    ok(cli("check-release", bad, "--checkpoint", b), 1)
+
+    d1 = train(tmp_path, home, "t1", "sha256:" + "a" * 64, b, BETTER)
+    ok(cli("sign", d1, "--approve", "--by", "alice"))
+    ok(cli("ship", d1, "--checkpoint", b, "--log", log))
+    before = log.read_bytes()
+    r = ok(cli("ship", bad, "--checkpoint", b, "--log", log), 4)
+    assert str(bad) in r.stderr and log.read_bytes() == before  # type: ignore[attr-defined]
+    # the verdict file beside a decision is named as such
+    r = ok(cli("ship", d1.with_suffix(".md"), "--checkpoint", b, "--log", log), 4)
+    assert "not a decision file" in r.stderr and log.read_bytes() == before  # type: ignore[attr-defined]

@@ -171,6 +171,37 @@ def test_a_ledger_line_of_the_wrong_shape_is_named_by_its_model(evalrig_home: Pa
     assert f"{path}:3" in err and "curve.fixed_pass_rate.candidate" in err
 
 
+@pytest.mark.parametrize(("key", "value", "field"), [
+    ("decision_digest", "sha256:" + "Z" * 64, "decision_digest"),
+    ("champion_id", "champ-3", "champion_id"),
+    ("reason", "because", "reason"),
+    ("fresh_content", ["sha256:abc"], "fresh_content.0"),
+    ("policy", {"name": "default", "version": 2, "digest": "sha256:short"}, "policy.digest"),
+    ("schema_version", "2.0", "schema_version"),
+    ("exception", 7, "exception"),
+    ("surplus", 1, "surplus"),
+])
+def test_watch_refuses_a_ledger_line_that_gate_refuses(evalrig_home: Path, key: str, value: object,
+                                                       field: str) -> None:
+    """The last line of the ledger edited by hand (no later line's prev covers it): watch's fast
+    reader checks what the ledger's model checks (digest formats, words, keys), so it reads no
+    line that gate, reading the ledger through the model, refuses."""
+    from evalrig.core.digest import canonical_line
+    from evalrig.core.errors import EvalrigError
+    from evalrig.store.ledger import all_gates
+
+    gates(evalrig_home, [entry(i, curve(0.95)) for i in range(3)])
+    path = evalrig_home / "gates.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[-1] = canonical_line({**json.loads(lines[-1]), key: value})
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(EvalrigError):
+        all_gates(evalrig_home)  # what gate (and sign, check-release) read it through
+    code, _, err = run(evalrig_home)
+    assert code == 4, err
+    assert f"{path}:3" in err and field in err, err
+
+
 def test_the_history_example_pages_every_kind(tmp_path: Path) -> None:
     """examples/watch-history.py, as a newcomer runs it: each alert kind is raised once."""
     import subprocess

@@ -166,6 +166,11 @@ def _check_suites(suites: list[str]) -> None:
             raise UsageError(f"--suite {s}: expected one of {', '.join(SUITES)}")
 
 
+# `run` and `tripwire` (whose run may need the network its champion was promoted with)
+AllowNetworkOpt = Annotated[bool, typer.Option("--allow-network", help="Grant the network to a checkpoint or task that says network = true (through the egress proxy; else refused, exit 4).")]
+AllowHostOpt = Annotated[list[str] | None, typer.Option("--allow-host", metavar="<host[:port]>", help="With --allow-network: a host the agent may reach through the egress proxy, any port unless one is named (repeatable; none: no host).")]
+
+
 @command("run", "evalrig run --checkpoint examples/champion --tasks tasks --out runs/champion")
 def run(
     out: Annotated[Path, typer.Option("--out", help="The run bundle directory (new, or one to resume).")],
@@ -184,8 +189,8 @@ def run(
     driver_secret: Annotated[list[str] | None, typer.Option("--driver-secret", metavar="<name>", help="Pass this environment variable to the drivers and command verifiers of tasks that list it in [episode] or [verifier] secrets, never to the agent (repeatable; a simulated user's or a judge's model key).")] = None,
     interpreter_prefix: Annotated[list[Path] | None, typer.Option("--interpreter-prefix", metavar="<dir>", help="An interpreter installation the agent's command may run from, shown to it read-only (repeatable; a pyenv or conda directory).")] = None,
     keep_workspaces: Annotated[bool, typer.Option("--keep-workspaces", help="Keep attempt workspaces.")] = False,
-    allow_network: Annotated[bool, typer.Option("--allow-network", help="Grant the network to a checkpoint or task that says network = true (through the egress proxy; else refused, exit 4).")] = False,
-    allow_host: Annotated[list[str] | None, typer.Option("--allow-host", metavar="<host[:port]>", help="With --allow-network: a host the agent may reach through the egress proxy, any port unless one is named (repeatable; none: no host).")] = None,
+    allow_network: AllowNetworkOpt = False,
+    allow_host: AllowHostOpt = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue --out, taking every setting from its manifest.")] = False,
     suite: Annotated[list[str] | None, typer.Option("--suite", metavar="<suite>", help="Only this suite (repeatable; marks the run subset).")] = None,
     task: Annotated[list[str] | None, typer.Option("--task", metavar="<id>", help="Only this task id (repeatable; marks the run subset).")] = None,

@@ -12,6 +12,8 @@ import typer
 from evalrig.cli.app import DebugOpt, JsonOpt, LogOpt, command, emit_json, err, quiet, say
 from evalrig.cli.cmd_history import describe, log_of
 from evalrig.cli.cmd_run import (
+    AllowHostOpt,
+    AllowNetworkOpt,
     BarReporter,
     PlainReporter,
     QuietReporter,
@@ -36,11 +38,15 @@ def tripwire_cmd(
     secret: Annotated[list[str] | None, typer.Option("--secret", metavar="<name>", help="Pass this environment variable to the agent (repeatable).")] = None,
     interpreter_prefix: Annotated[list[Path] | None, typer.Option("--interpreter-prefix", metavar="<dir>", help="An interpreter installation the agent's command may run from (repeatable).")] = None,
     keep_workspaces: Annotated[bool, typer.Option("--keep-workspaces", help="Keep attempt workspaces.")] = False,
+    allow_network: AllowNetworkOpt = False,
+    allow_host: AllowHostOpt = None,
     json_out: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> int:
     """Run the tripwires of the policy that promoted the serving champion, as a resumable run bundle.
 
+    Each check is judged with the thresholds of the promoting policy's [invariants] (with
+    `allow_network = true` there, attempts granted --allow-network do not fail `isolated`).
     Appends a tripwire event; when a check fails (an incomplete run fails), also an automatic
     rollback to `previous`. Exit 0 all held, 3 a tripwire failed (rolled back), 4 DIR is not
     the serving champion, 130 interrupted (nothing appended; run the same command to resume).
@@ -60,6 +66,7 @@ def tripwire_cmd(
         secrets=tuple(secret) if secret else None, keep_workspaces=keep_workspaces,
         interpreter_prefixes=tuple(map(str, interpreter_prefix)) if interpreter_prefix else None,
         argv=tuple(["evalrig", *sys.argv[1:]]),
+        allow_network=True if allow_network else None, allow_hosts=tuple(allow_host) if allow_host else None,
     )
     reporter: Any = (QuietReporter() if quiet() else BarReporter() if sys.stderr.isatty() and not json_out
                      else PlainReporter())

@@ -683,7 +683,7 @@ def decide(
         candidate=CandidateRef(checkpoint_id=comparison.candidate.checkpoint_id, run_id=comparison.candidate.run_id),
         exception=exception, advisory=advisory, detectable=fr.detectable,
         what_would_change=_what_would_change(comparison, policy, out, invariants, fixed, fr),
-        tripwires=policy.tripwires, watch=policy.watch,
+        tripwires=policy.tripwires, watch=policy.watch, invariants=policy.invariants,
         spend=({"champion": comparison.facts.champion.spend or {}, "candidate": comparison.facts.candidate.spend or {}}
                if comparison.facts.champion.spend or comparison.facts.candidate.spend else None),
     )

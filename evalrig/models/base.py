@@ -46,7 +46,8 @@ Timestamp = Annotated[
 ]
 """A timezone-aware time, normalised to UTC, written with microseconds and `Z`."""
 
-Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
+DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+Digest = Annotated[str, Field(pattern=DIGEST_PATTERN)]
 """`sha256:<64 hex>`."""
 
 TaskId = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]+$", min_length=1)]

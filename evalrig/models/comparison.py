@@ -33,7 +33,7 @@ from evalrig.models.base import (
     Timestamp,
     without_null,
 )
-from evalrig.models.inputs import PolicyTripwires, PolicyWatch, Suite
+from evalrig.models.inputs import PolicyInvariants, PolicyTripwires, PolicyWatch, Suite
 from evalrig.models.run import PolicyPin, SandboxLevel
 
 Verdict = Literal["promote", "promote-maintenance", "keep-champion", "block"]
@@ -402,6 +402,9 @@ class Decision(Record):
         "decisions written before policies had them: the defaults apply).")
     watch: PolicyWatch | None = Field(
         default=None, description="The policy's [watch], which `ship` records for the release (absent: the defaults).")
+    invariants: PolicyInvariants | None = Field(
+        default=None, description="The policy's [invariants], whose thresholds `ship` records for the release's "
+        "tripwires (absent in decisions written before: the defaults apply).")
     spend: dict[Literal["champion", "candidate"], dict[SpendRole, SpendTotal]] | None = Field(
         default=None, description="Each side's spend by role (from the comparison), shown in the verdict "
         "file; absent when neither side recorded any.")

@@ -23,7 +23,7 @@ from pydantic import (
 
 from evalrig.models.base import ChainHash, Digest, Record, Strict, Timestamp
 from evalrig.models.comparison import PolicyRef, Reason, Verdict
-from evalrig.models.inputs import PolicyTripwires, PolicyWatch
+from evalrig.models.inputs import PolicyInvariants, PolicyTripwires, PolicyWatch
 
 
 class ReleaseEvent(Record):
@@ -63,6 +63,9 @@ class ShipEvent(ReleaseEvent):
     policy: PolicyRef = Field(description="The policy that promoted the candidate.")
     tripwires: PolicyTripwires = Field(description="The promoting policy's [tripwires], as declared (or defaulted).")
     watch: PolicyWatch = Field(description="The promoting policy's [watch], as declared (or defaulted).")
+    invariants: PolicyInvariants | None = Field(
+        default=None, description="The promoting policy's [invariants] (their thresholds judge the release's "
+        "tripwires); absent on ship events of decisions that did not record them: the defaults apply.")
     signed_by: str = Field(min_length=1, description="Who approved the decision (its last sign-off in the home).")
     note: str | None = Field(
         default=None, description=f'"{MAINTENANCE_NOTE}" for a promote-maintenance release, else null.')

@@ -22,8 +22,8 @@ from evalrig.core.compare import build_comparison, history_check
 from evalrig.core.errors import EvalrigError, invalid
 from evalrig.core.releases import previous
 from evalrig.core.tripwire import tripwire_checks
-from evalrig.models.inputs import PolicyFile, PolicyTripwires
-from evalrig.models.releases import BundleRef, RollbackEvent, TripwireEvent
+from evalrig.models.inputs import PolicyFile, PolicyInvariants
+from evalrig.models.releases import BundleRef, RollbackEvent, ShipEvent, TripwireEvent
 from evalrig.models.run import RunManifest
 from evalrig.run.lifecycle import RunSummary, run_eval
 from evalrig.run.loop import Hooks
@@ -38,8 +38,16 @@ from evalrig.store.layout import MANIFEST
 from evalrig.store.releases import LogWriter, ReleaseLog, appending, read_log
 from evalrig.store.serving import short
 
-TRIPWIRE_POLICY = PolicyFile(name="tripwire", version=1)
-"""The thresholds the invariant rules read (max_infra_error_rate, allow_network): the defaults."""
+
+def promoting_policy(by: ShipEvent | None) -> PolicyFile:
+    """The thresholds the invariant rules read (`allow_network`, `max_infra_error_rate`): the
+    promoting policy's `[invariants]` as its ship event recorded them, so that a tripwire
+    judges the champion as the gate that promoted it did; the defaults when the event
+    recorded none (a decision written before the rig recorded them)."""
+    if by is None:
+        return PolicyFile(name="default", version=1)
+    return PolicyFile(name=by.policy.name, version=by.policy.version,
+                      invariants=by.invariants or PolicyInvariants(), tripwires=by.tripwires)
 
 
 @dataclass(frozen=True)
@@ -131,8 +139,8 @@ def run_tripwire(req: RunRequest, log: Path, home: Path, environ: Mapping[str, s
             f"{req.checkpoint} is {short(cid)}, which is not the serving champion: {short(s.checkpoint_id)} "
             f"serves (since event {s.since})", file=req.checkpoint,
             hint=f"a tripwire runs only against the serving champion (`{command_name()} champion` names it)")
-    by = got.ship(s.promoted_by)
-    tripwires = by.tripwires if by is not None else PolicyTripwires()
+    policy = promoting_policy(got.ship(s.promoted_by))
+    tripwires = policy.tripwires
     run_error = None
     try:
         summary: RunSummary | None = run_eval(dataclasses.replace(req, suites=(tripwires.suite,)), home, environ,
@@ -148,7 +156,7 @@ def run_tripwire(req: RunRequest, log: Path, home: Path, environ: Mapping[str, s
     side = load_side(out, home, allow_incomplete=True)
     comparison = build_comparison(side.view, side.view, history_check(side.history, side.history), True)
     checks = tripwire_checks(side.manifest.status, side.manifest.counts.unscored, comparison,
-                             tripwires.checks, TRIPWIRE_POLICY)
+                             tripwires.checks, policy)
     digest = bundle_digest(dict(side.manifest.files))
     with appending(log) as w:
         te = _recorded(w, digest)

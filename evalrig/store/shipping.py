@@ -28,7 +28,7 @@ from evalrig.store.checkpoint import load_checkpoint
 from evalrig.store.invocation import command_name
 from evalrig.store.releases import LogWriter, appending
 from evalrig.store.serving import short
-from evalrig.store.signoff import ReleaseCheck, check_release, read_decision
+from evalrig.store.signoff import OpenDecision, ReleaseCheck, check_release, read_decision
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,18 @@ def _stale(log: Path, champion: str, now: Serving) -> Exception:
         f"with the serving champion (`{command_name()} champion` names it) as its champion side")
 
 
+Approval = tuple[OpenDecision, ReleaseCheck]
+
+
+def _approval(decision_path: Path, checkpoint_dir: Path, home: Path) -> Approval:
+    """The decision, and check-release's answer about it. A decision file that cannot be read
+    as one (missing, not JSON, not the decision's format) is bad input, refused with exit 4
+    naming the file and the field (docs/release-flow.md): ship's exit 1 means only "not
+    approved", a readable decision that check-release does not approve. (check-release itself
+    answers 1 for anything short of approved: it is the guard a deploy step waits on.)"""
+    return read_decision(Path(decision_path)), check_release(decision_path, checkpoint_dir, home)
+
+
 def ship(decision_path: Path, checkpoint_dir: Path, log: Path, home: Path, now: datetime) -> ShipResult:
     """Append a `ship` event for an approved decision (docs/release-engineers.md, "ship").
 
@@ -60,20 +72,18 @@ def ship(decision_path: Path, checkpoint_dir: Path, log: Path, home: Path, now: 
     if Path(log).exists():
         with appending(log) as w:
             return _ship(w, decision_path, checkpoint_dir, log, home, now, None)
-    check = check_release(decision_path, checkpoint_dir, home)
-    if not check.approved:
-        return ShipResult(False, check.reason, check.hint)
+    approval = _approval(decision_path, checkpoint_dir, home)
+    if not approval[1].approved:
+        return ShipResult(False, approval[1].reason, approval[1].hint)
     with appending(log) as w:
-        return _ship(w, decision_path, checkpoint_dir, log, home, now, check)
+        return _ship(w, decision_path, checkpoint_dir, log, home, now, approval)
 
 
 def _ship(w: LogWriter, decision_path: Path, checkpoint_dir: Path, log: Path, home: Path, now: datetime,
-          check: ReleaseCheck | None) -> ShipResult:
-    if check is None:
-        check = check_release(decision_path, checkpoint_dir, home)
-        if not check.approved:
-            return ShipResult(False, check.reason, check.hint)
-    opened = read_decision(Path(decision_path))
+          approval: Approval | None) -> ShipResult:
+    opened, check = approval or _approval(decision_path, checkpoint_dir, home)
+    if not check.approved:
+        return ShipResult(False, check.reason, check.hint)
     d = opened.decision
     candidate = d.candidate.checkpoint_id
     now_serving = w.serving()
@@ -89,6 +99,7 @@ def _ship(w: LogWriter, decision_path: Path, checkpoint_dir: Path, log: Path, ho
         candidate=ShippedCandidate(checkpoint_id=candidate, name=load_checkpoint(Path(checkpoint_dir)).spec.name),
         replaces=now_serving.checkpoint_id if now_serving is not None else d.champion.checkpoint_id,
         policy=d.policy, tripwires=d.tripwires or PolicyTripwires(), watch=d.watch or PolicyWatch(),
+        invariants=d.invariants,
         signed_by=ledger.home_signoffs_of(home, opened.digest)[-1].by,
         note=MAINTENANCE_NOTE if d.verdict == "promote-maintenance" else None,
     ))

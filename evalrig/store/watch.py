@@ -7,20 +7,25 @@ lock (read, then append), so that a second `watch` (or two at once) adds nothing
 
 from __future__ import annotations
 
+import re
 import typing
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalrig.core import curves
-from evalrig.models.comparison import Verdict
+from evalrig.models.base import DIGEST_PATTERN, SCHEMA_MAJOR, SCHEMA_VERSION
+from evalrig.models.comparison import Curve, GateLedgerEntry, PolicyRef, Reason, Verdict
 from evalrig.models.inputs import PolicyWatch
 from evalrig.models.releases import AlertEvent
 from evalrig.store import ledger
 from evalrig.store.chain import verify_chain
 from evalrig.store.policy import load_policy
 from evalrig.store.releases import ReleaseLog, appending, read_log
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 DEFAULT_POLICY = Path(__file__).resolve().parent.parent.parent / "policies" / "default.toml"
 """The bundled default policy (the repository's policies/default.toml)."""
@@ -58,19 +63,35 @@ def marks_of(log: ReleaseLog) -> list[curves.ReleaseMark]:
 # -- reading the gate ledger fast --------------------------------------------------------
 # `watch` reads every line of a ledger that grows by a line a gate, on a schedule, and needs
 # a few fields of each (the release log is read the same way by store/releases.py). The
-# chain is verified as always; each line is then read for those fields alone (types checked
-# here), and only a line that is not the shape the rig writes goes through its model, so
-# that its error names the line and the field.
+# chain is verified as always; each line is then checked here against the rules of its
+# model (`GateLedgerEntry`: its keys, types, digest formats and words, every timestamp in the
+# form the rig writes), never more loosely, so that watch reads no line that gate would
+# refuse; only a line not of that shape goes through the model, which accepts it or names
+# the line and the field. The model costs twice as much a line (bench/bench_watch.py).
+
+_TS_WRITTEN = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?Z").fullmatch
+"""UTC with a Z, as `format_ts` writes it (with or without the fraction); any other form, which
+the model may still accept, goes to the model."""
+_DIGEST = re.compile(DIGEST_PATTERN).fullmatch
 
 
 def _ts(v: object) -> datetime | None:
-    if not isinstance(v, str):
+    if not (isinstance(v, str) and _TS_WRITTEN(v)):
         return None
     try:
-        ts = datetime.fromisoformat(v)
-    except ValueError:
+        return datetime.fromisoformat(v)
+    except ValueError:  # a day that is not in the calendar
         return None
-    return ts if ts.tzinfo is not None else None
+
+
+def _keys(model: type[BaseModel]) -> tuple[frozenset[str], frozenset[str]]:
+    """(every key, the required keys) of a model's lines: it refuses others and lacks."""
+    fields = model.model_fields
+    return frozenset(fields), frozenset(k for k, f in fields.items() if f.is_required())
+
+
+def _digests(v: object) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) and _DIGEST(x) for x in v)
 
 
 def _num(v: object) -> bool:
@@ -89,7 +110,7 @@ def _sides(v: object) -> tuple[float | None, float | None]:
     return v["champion"], v["candidate"]
 
 
-_CURVE_KEYS = {"fixed_pass_rate", "fresh_mean_d", "fresh_bounds", "cost_per_task", "public_pass_rate"}
+_CURVE_KEYS = _keys(Curve)[0]
 _SIDED = ("fixed_pass_rate", "cost_per_task", "public_pass_rate")
 
 
@@ -109,14 +130,29 @@ def _curve(v: object) -> tuple[dict[str, float | None] | None, tuple[float, floa
 
 
 _VERDICTS = frozenset(typing.get_args(Verdict))
-_GATE_TEXT = ("comparison_digest", "reason", "champion_id", "candidate_id", "decision_digest")
+_REASONS = frozenset(typing.get_args(Reason))
+_GATE_KEYS, _GATE_REQUIRED = _keys(GateLedgerEntry)
+_POLICY_KEYS = _keys(PolicyRef)[0]
+_GATE_DIGESTS = ("comparison_digest", "champion_id", "candidate_id", "decision_digest")
+_SCHEMA_VERSION = re.compile(rf"{SCHEMA_MAJOR}\.[0-9]+").fullmatch  # models.base.Record: this major
 
 
 def _gate(obj: dict[str, Any]) -> curves.GateLine:
+    keys = obj.keys()
+    if not (keys <= _GATE_KEYS and keys >= _GATE_REQUIRED):
+        raise _Shape
     values, bounds = _curve(obj.get("curve"))
-    at = _ts(obj.get("at"))
-    if (at is None or type(obj.get("advisory")) is not bool or obj.get("verdict") not in _VERDICTS
-            or not all(isinstance(obj.get(k), str) for k in _GATE_TEXT)):
+    at = _ts(obj["at"])
+    policy, version = obj["policy"], obj.get("schema_version", SCHEMA_VERSION)
+    if (at is None or type(obj["advisory"]) is not bool or obj["verdict"] not in _VERDICTS
+            or obj["reason"] not in _REASONS or not _digests([obj[k] for k in _GATE_DIGESTS])
+            or not _digests(obj.get("fresh_content", []))
+            or not (isinstance(version, str) and _SCHEMA_VERSION(version))
+            or not isinstance(obj["comparison_dir"], str)
+            or not (obj["exception"] is None or isinstance(obj["exception"], str))
+            or not (isinstance(policy, dict) and policy.keys() == _POLICY_KEYS
+                    and isinstance(policy["name"], str) and type(policy["version"]) is int
+                    and isinstance(policy["digest"], str) and _DIGEST(policy["digest"]))):
         raise _Shape
     return curves.GateLine(
         comparison_digest=obj["comparison_digest"], advisory=obj["advisory"], verdict=obj["verdict"],
