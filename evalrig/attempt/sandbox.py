@@ -1150,8 +1150,11 @@ class _Run:
             text = spec.stderr_path.read_bytes()[-2000:].decode(errors="replace").strip()
             last = text.splitlines()[-1] if text else f"wait status {status}"
             return _failed(spec, f"bwrap could not make the sandbox: {last}", "infra")
-        if shake is not None and self.killed_for is None and not shake.reached_command:
-            # Its init died setting the sandbox up: the agent never ran.
+        if (shake is not None and self.killed_for is None and os.WIFEXITED(status)
+                and not shake.reached_command):
+            # bwrap ended on its own without reaching the command: its init died setting the
+            # sandbox up, and the agent never ran. (bwrap killed by a signal from outside
+            # cannot say either way; that status is read as before.)
             text = spec.stderr_path.read_bytes()[-2000:].decode(errors="replace").strip()
             last = text.splitlines()[-1] if text else f"wait status {status}"
             return _failed(spec, f"bwrap could not finish the sandbox: {last}", "infra")
