@@ -10,6 +10,7 @@ import typer
 from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, say
 from evalrig.core.errors import UsageError
 from evalrig.core.words import count
+from evalrig.models.inputs import SUITES
 
 
 @command("export", "evalrig export runs/champion runs/candidate --format pairs --to pairs.jsonl")
@@ -36,8 +37,8 @@ def export_cmd(
     if format not in FORMATS:
         raise UsageError(f"--format {format!r} is not one of {', '.join(FORMATS)}")
     for s in suite or []:
-        if s not in ("fixed", "fresh", "invariant"):
-            raise UsageError(f"--suite {s!r} is not one of fixed, fresh, invariant")
+        if s not in SUITES:
+            raise UsageError(f"--suite {s!r} is not one of {', '.join(SUITES)}")
     if min_reward is not None and not 0 <= min_reward <= 1:
         raise UsageError(f"--min-reward {min_reward} is not between 0 and 1")
     r = export(bundles, format, to, evalrig_home(), utcnow(), min_reward, suite, tasks)  # type: ignore[arg-type]

@@ -1,0 +1,61 @@
+"""The contract of the commands after the gate and of reading (docs/release-engineers.md,
+docs/reading.md, docs/episodes.md), checked the way a user's script meets it: real runs
+through `eval.sh`, their exit codes, their files and their words.
+
+One small run is shared by the module: a fixed, a fresh and a public single-turn task and a
+fresh episode (the scripted bank counterpart of tests/episodes.py), one repetition each.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.episodes import _AGENT_HEAD, AGENTS, add_episode_task
+from tests.redteam import add_task, eval_sh, make_checkpoint
+
+# Single-turn tasks: answer "ok"; an episode: the gold bank agent.
+BOTH = _AGENT_HEAD + textwrap.dedent("""
+if os.environ.get("EVALRIG_EPISODE") != "1":
+    with open(os.path.join(os.environ["EVALRIG_OUT"], "answer.txt"), "w") as f:
+        f.write("ok\\n")
+    sys.exit(0)
+""") + textwrap.dedent(AGENTS["gold"])
+
+
+class Run:
+    def __init__(self, home: Path, root: Path) -> None:
+        self.home, self.root = home, root
+        self.ck = make_checkpoint(root / "ck", BOTH, name="both")
+        assert eval_sh(home, "seal", self.ck).code == 0
+        self.tasks = root / "tasks"
+        add_task(self.tasks, "fixed", "fx0")
+        add_task(self.tasks, "fresh", "fr0")
+        add_task(self.tasks, "public", "pub0")
+        add_episode_task(self.tasks, "ep0", suite="fresh")
+        self.bundle = root / "run"
+        step = eval_sh(home, "run", "--checkpoint", self.ck, "--tasks", self.tasks, "--out", self.bundle,
+                       "--repeat", "1", "--jobs", "2", timeout=600)
+        assert step.code == 0, step
+
+    def lines(self, name: str) -> list[dict]:
+        return [orjson.loads(x) for x in (self.bundle / name).read_bytes().splitlines() if x.strip()]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    root = tmp_path_factory.mktemp("conformance")
+    return Run(root / "home", root)
+
+
+def test_export_takes_the_public_suite_when_named(run: Run, tmp_path: Path) -> None:
+    """`--suite S` names any suite, `public` too (docs/reading.md)."""
+    to = tmp_path / "public.jsonl"
+    step = eval_sh(run.home, "export", run.bundle, "--format", "trajectories", "--to", to, "--suite", "public",
+                   "--json")
+    assert step.code == 0, step
+    assert step.json["suites"] == ["public"]  # type: ignore[index]
+    assert [orjson.loads(x)["task_id"] for x in to.read_bytes().splitlines()] == ["pub0"]
