@@ -59,3 +59,27 @@ def test_export_takes_the_public_suite_when_named(run: Run, tmp_path: Path) -> N
     assert step.code == 0, step
     assert step.json["suites"] == ["public"]  # type: ignore[index]
     assert [orjson.loads(x)["task_id"] for x in to.read_bytes().splitlines()] == ["pub0"]
+
+
+SPEND_COLUMNS = {f"spend.{role}.{k}" for role in ("candidate", "driver", "judge")
+                 for k in ("cost_usd", "input_tokens", "output_tokens", "source")}
+
+
+def test_csv_spends_by_role_in_the_same_columns_whatever_the_attempts(run: Run, tmp_path: Path) -> None:
+    """The header does not depend on whether some role reported a figure: a script reads
+    `spend.candidate.cost_usd` from a single-turn export as from an episode's."""
+    import csv
+
+    headers = []
+    for suite in ("fixed", "fresh"):  # fixed: single-turn only (every spend null); fresh: an episode too
+        to = tmp_path / f"{suite}.csv"
+        assert eval_sh(run.home, "export", run.bundle, "--format", "csv", "--to", to, "--suite", suite).code == 0
+        rows = list(csv.reader(to.open()))
+        header = rows[0]
+        assert SPEND_COLUMNS <= set(header), header
+        assert not {"spend.candidate", "spend.driver", "spend.judge"} & set(header)
+        headers.append(header)
+        for row in rows[1:]:
+            cell = dict(zip(header, row, strict=True))
+            assert cell["spend.driver.cost_usd"] == ""  # no driver wrote usage.json
+    assert headers[0] == headers[1]

@@ -204,7 +204,7 @@ def test_usage_errors(bundles: tuple[Path, Path, Path], tmp_path: Path, evalrig_
     a, _, _ = bundles
     assert cli(evalrig_home, "export", a, "--format", "parquet", "--to", tmp_path / "x").exit_code == 2  # type: ignore[attr-defined]
     assert cli(evalrig_home, "export", a, "--format", "csv", "--to", tmp_path / "x",
-               "--suite", "public").exit_code == 2  # type: ignore[attr-defined]
+               "--suite", "nightly").exit_code == 2  # type: ignore[attr-defined]
 
 
 # -- pairs, as properties ----------------------------------------------------------------

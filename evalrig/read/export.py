@@ -26,7 +26,7 @@ from evalrig.attempt.verifiers import ANSWER_JSON, ANSWER_TXT, read_answer
 from evalrig.core.errors import invalid
 from evalrig.models.inputs import Suite
 from evalrig.models.reading import ExportedBundle, ExportEntry, ExportFormat
-from evalrig.models.run import SCORED
+from evalrig.models.run import SCORED, RoleSpend, Spend
 from evalrig.read.bundle import (
     ACTUAL_KEYS,
     RESULT_KEYS,
@@ -362,6 +362,11 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+# Every role's spend in its own columns, null or not, so that a script finds
+# `spend.candidate.cost_usd` in any export (docs/reading.md, "csv").
+NO_SPEND: dict[str, Any] = {"spend": {role: dict.fromkeys(RoleSpend.model_fields) for role in Spend.model_fields}}
+
+
 def write_csv(rows: Rows, f: IO[str]) -> int:
     """One row per attempt exported: the result's keys and the actual's, flattened with dots,
     the leading columns first and the rest sorted, so the header is stable."""
@@ -369,8 +374,9 @@ def write_csv(rows: Rows, f: IO[str]) -> int:
     for s in rows.sources:
         for _, a in lines(s.b, layout.ACTUALS_JSONL, ACTUAL_KEYS):
             if a.get("attempt_id") in s.final:
-                actuals[a["attempt_id"]] = _flat(a)
-    keys: set[str] = set()
+                spend = {role: v for role, v in (a.get("spend") or {}).items() if v}
+                actuals[a["attempt_id"]] = _flat(a | {"spend": NO_SPEND["spend"] | spend})
+    keys: set[str] = set(_flat(NO_SPEND))
     for _s, d in rows:  # a first pass for the columns, a second for the rows
         keys |= _flat(d).keys() | actuals.get(d["attempt_id"], {}).keys()
     keys.add("run_id")
