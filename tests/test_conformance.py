@@ -83,3 +83,16 @@ def test_csv_spends_by_role_in_the_same_columns_whatever_the_attempts(run: Run, 
             cell = dict(zip(header, row, strict=True))
             assert cell["spend.driver.cost_usd"] == ""  # no driver wrote usage.json
     assert headers[0] == headers[1]
+
+
+def test_a_manifest_that_is_not_json_is_named_as_such(run: Run, tmp_path: Path) -> None:
+    """Every error says what is wrong: a manifest that does not parse is not "of no kind"."""
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(run.bundle, bad)
+    (bad / "manifest.json").write_text("{")
+    for args in (("show", bad), ("export", bad, "--format", "csv", "--to", tmp_path / "x.csv")):
+        step = eval_sh(run.home, *args)
+        assert step.code == 4, step
+        assert "manifest.json: cannot be read as JSON" in step.stderr and "neither" not in step.stderr, step

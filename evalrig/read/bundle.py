@@ -64,8 +64,9 @@ def open_bundle(dir: Path) -> Opened:
         # lists every evidence file, and orjson's peak on it is some 15 times its size
         # (93 MB for the 6 MB manifest of 50,000 attempts) where json's is 4 times.
         obj = json.loads(path.read_bytes())
-    except (ValueError, OSError):
-        obj = None
+    except (ValueError, OSError) as e:
+        raise invalid(f"cannot be read as JSON ({e})", file=path,
+                      hint="the rig writes this file itself: restore the bundle from a copy, or run it again") from None
     kind = obj.get("kind") if isinstance(obj, dict) else None
     if kind == "run":
         assert isinstance(obj, dict)
