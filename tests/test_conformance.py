@@ -96,3 +96,17 @@ def test_a_manifest_that_is_not_json_is_named_as_such(run: Run, tmp_path: Path) 
         step = eval_sh(run.home, *args)
         assert step.code == 4, step
         assert "manifest.json: cannot be read as JSON" in step.stderr and "neither" not in step.stderr, step
+
+
+def test_an_unknown_episode_key_lists_the_episode_keys(tmp_path: Path) -> None:
+    """`[episode]`'s own keys are the ones to choose from (docs/episodes.md), not task.toml's."""
+    tasks = tmp_path / "tasks"
+    d = add_episode_task(tasks, "ep0", bounds="max_turn = 3")  # a typo of max_turns
+    step = eval_sh(tmp_path / "home", "validate", "--tasks", tasks)
+    assert step.code == 4, step
+    line = next(x for x in step.stderr.splitlines() if "episode.max_turn:" in x)
+    assert str(d / "task.toml") in line or "task.toml" in line
+    for key in ("driver", "max_turns", "max_tool_errors", "turn_timeout_s", "driver_timeout_s", "max_cost_usd",
+                "network"):
+        assert key in line, line
+    assert "created_at" not in line, line

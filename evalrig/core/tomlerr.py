@@ -176,6 +176,15 @@ def _strip_annotated(tp: Any) -> Any:
     return tp
 
 
+def _optional_of(tp: Any) -> Any:
+    """`X` for `X | None` (an optional table such as `[episode]`), else `tp` as it is."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        rest = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(rest) == 1:
+            return _strip_annotated(rest[0])
+    return tp
+
+
 def _union_members(tp: Any) -> dict[str, type[BaseModel]]:
     """Tag → member of a discriminated union of models (by their Literal `kind`)."""
     origin = typing.get_origin(tp)
@@ -206,7 +215,7 @@ def _walk(model: type[BaseModel], loc: tuple[int | str, ...]) -> _Where:
         if m is not None:
             known = tuple(_aliases(m))
             f = _field(m, str(part))
-            current = _strip_annotated(f.annotation) if f is not None else None
+            current = _optional_of(_strip_annotated(f.annotation)) if f is not None else None
             keys.append(str(part))
             rendered += ("." if rendered else "") + str(part)
             members = _union_members(current) if current is not None else {}
