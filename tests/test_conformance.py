@@ -110,3 +110,27 @@ def test_an_unknown_episode_key_lists_the_episode_keys(tmp_path: Path) -> None:
                 "network"):
         assert key in line, line
     assert "created_at" not in line, line
+
+
+def test_tripwire_takes_the_run_options_a_tripwire_suite_may_need(tmp_path: Path) -> None:
+    """`tripwire … [run options]`: an invariant suite whose counterpart needs a key (or the
+    network) is run the way `run` would run it (docs/release-engineers.md)."""
+    from tests.redteam import HONEST_AGENT, run_train
+
+    home = tmp_path / "home"
+    champion = make_checkpoint(tmp_path / "champ", HONEST_AGENT.replace("ok", "no"), name="champ")
+    candidate = make_checkpoint(tmp_path / "cand", name="cand")
+    train = run_train(home, tmp_path / "train", champion, candidate, repeat=1)
+    assert train.steps["gate"].code == 0, train.steps["gate"]
+    assert eval_sh(home, "sign", train.decision, "--approve", "--by", "alice").code == 0
+    assert eval_sh(home, "ship", train.decision, "--checkpoint", candidate).code == 0
+    add_task(train.tasks, "invariant", "inv0")
+    common = ("tripwire", "--checkpoint", candidate, "--tasks", train.tasks, "--repeat", "1", "--jobs", "2")
+    # the options reach the run: a --driver-secret that is not set is refused as `run` refuses it
+    step = eval_sh(home, *common, "--out", tmp_path / "tw0", "--driver-secret", "NOT_SET_ANYWHERE")
+    assert step.code == 4 and "--driver-secret NOT_SET_ANYWHERE: not set" in step.stderr, step
+    step = eval_sh(home, *common, "--out", tmp_path / "tw1", "--driver-secret", "SIM_KEY", "--executor", "local",
+                   "--json", env={"SIM_KEY": "s3cret"})
+    assert step.code == 0, step
+    settings = orjson.loads((tmp_path / "tw1" / "manifest.json").read_bytes())["settings"]
+    assert settings["driver_secrets"] == ["SIM_KEY"] and settings["executor"] == "local"

@@ -166,7 +166,11 @@ def _check_suites(suites: list[str]) -> None:
             raise UsageError(f"--suite {s}: expected one of {', '.join(SUITES)}")
 
 
-# `run` and `tripwire` (whose run may need the network its champion was promoted with)
+# Options `run` shares with `tripwire` (docs/release-engineers.md: a tripwire takes run's options;
+# its run may need the network, a driver's key or a cluster, as the train's did)
+ExecutorOpt = Annotated[ExecutorChoice | None, typer.Option("--executor", help="Where attempts run (default local).")]
+RayAddressOpt = Annotated[str | None, typer.Option("--ray-address", help="The Ray cluster (with --executor ray); default RAY_ADDRESS, else auto.")]
+DriverSecretOpt = Annotated[list[str] | None, typer.Option("--driver-secret", metavar="<name>", help="Pass this environment variable to the drivers and command verifiers of tasks that list it in [episode] or [verifier] secrets, never to the agent (repeatable; a simulated user's or a judge's model key).")]
 AllowNetworkOpt = Annotated[bool, typer.Option("--allow-network", help="Grant the network to a checkpoint or task that says network = true (through the egress proxy; else refused, exit 4).")]
 AllowHostOpt = Annotated[list[str] | None, typer.Option("--allow-host", metavar="<host[:port]>", help="With --allow-network: a host the agent may reach through the egress proxy, any port unless one is named (repeatable; none: no host).")]
 
@@ -183,10 +187,10 @@ def run(
     timeout_scale: Annotated[float | None, typer.Option("--timeout-scale", help="Multiply every time limit (default 1).")] = None,
     max_retries: Annotated[int | None, typer.Option("--max-retries", min=0, help="Retries after infrastructure faults (default 2).")] = None,
     sandbox: Annotated[SandboxChoice | None, typer.Option("--sandbox", help="Isolation level (default auto).")] = None,
-    executor: Annotated[ExecutorChoice | None, typer.Option("--executor", help="Where attempts run (default local).")] = None,
-    ray_address: Annotated[str | None, typer.Option("--ray-address", help="The Ray cluster (with --executor ray); default RAY_ADDRESS, else auto.")] = None,
+    executor: ExecutorOpt = None,
+    ray_address: RayAddressOpt = None,
     secret: Annotated[list[str] | None, typer.Option("--secret", metavar="<name>", help="Pass this environment variable to the agent (repeatable).")] = None,
-    driver_secret: Annotated[list[str] | None, typer.Option("--driver-secret", metavar="<name>", help="Pass this environment variable to the drivers and command verifiers of tasks that list it in [episode] or [verifier] secrets, never to the agent (repeatable; a simulated user's or a judge's model key).")] = None,
+    driver_secret: DriverSecretOpt = None,
     interpreter_prefix: Annotated[list[Path] | None, typer.Option("--interpreter-prefix", metavar="<dir>", help="An interpreter installation the agent's command may run from, shown to it read-only (repeatable; a pyenv or conda directory).")] = None,
     keep_workspaces: Annotated[bool, typer.Option("--keep-workspaces", help="Keep attempt workspaces.")] = False,
     allow_network: AllowNetworkOpt = False,

@@ -15,8 +15,11 @@ from evalrig.cli.cmd_run import (
     AllowHostOpt,
     AllowNetworkOpt,
     BarReporter,
+    DriverSecretOpt,
+    ExecutorOpt,
     PlainReporter,
     QuietReporter,
+    RayAddressOpt,
     SandboxChoice,
     _summary_lines,
 )
@@ -38,6 +41,9 @@ def tripwire_cmd(
     secret: Annotated[list[str] | None, typer.Option("--secret", metavar="<name>", help="Pass this environment variable to the agent (repeatable).")] = None,
     interpreter_prefix: Annotated[list[Path] | None, typer.Option("--interpreter-prefix", metavar="<dir>", help="An interpreter installation the agent's command may run from (repeatable).")] = None,
     keep_workspaces: Annotated[bool, typer.Option("--keep-workspaces", help="Keep attempt workspaces.")] = False,
+    executor: ExecutorOpt = None,
+    ray_address: RayAddressOpt = None,
+    driver_secret: DriverSecretOpt = None,
     allow_network: AllowNetworkOpt = False,
     allow_host: AllowHostOpt = None,
     json_out: JsonOpt = False,
@@ -66,6 +72,8 @@ def tripwire_cmd(
         secrets=tuple(secret) if secret else None, keep_workspaces=keep_workspaces,
         interpreter_prefixes=tuple(map(str, interpreter_prefix)) if interpreter_prefix else None,
         argv=tuple(["evalrig", *sys.argv[1:]]),
+        executor=executor.value if executor else None, ray_address=ray_address,
+        driver_secrets=tuple(driver_secret) if driver_secret else None,
         allow_network=True if allow_network else None, allow_hosts=tuple(allow_host) if allow_host else None,
     )
     reporter: Any = (QuietReporter() if quiet() else BarReporter() if sys.stderr.isatty() and not json_out
