@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from tests.episodes import _AGENT_HEAD, AGENTS, add_episode_task
-from tests.redteam import add_task, eval_sh, make_checkpoint
+from tests.redteam import HONEST_AGENT, Train, add_task, eval_sh, make_checkpoint, run_train
 
 # Single-turn tasks: answer "ok"; an episode: the gold bank agent.
 BOTH = _AGENT_HEAD + textwrap.dedent("""
@@ -112,16 +112,38 @@ def test_an_unknown_episode_key_lists_the_episode_keys(tmp_path: Path) -> None:
     assert "created_at" not in line, line
 
 
-def test_tripwire_takes_the_run_options_a_tripwire_suite_may_need(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def train(tmp_path_factory: pytest.TempPathFactory) -> Train:
+    """A promoted train: the champion answers "no", the candidate "ok" (six fresh tasks)."""
+    root = tmp_path_factory.mktemp("train")
+    champion = make_checkpoint(root / "champ", HONEST_AGENT.replace("ok", "no"), name="champ")
+    candidate = make_checkpoint(root / "cand", name="cand")
+    t = run_train(root / "home", root / "train", champion, candidate, repeat=1)
+    assert t.steps["gate"].code == 0, t.steps["gate"]
+    return t
+
+
+def test_pairs_min_reward_bounds_the_chosen_attempt_only(train: Train, tmp_path: Path) -> None:
+    """`--min-reward R` leaves out the pairs whose chosen attempt is below R: the rejected one
+    is below the chosen by definition (docs/reading.md)."""
+    bundles = (train.bundle("champion"), train.bundle("candidate"))
+    for r, expected in (("1", 6), ("0.5", 6), ("0", 6)):
+        to = tmp_path / f"pairs-{r}.jsonl"
+        step = eval_sh(train.home, "export", *bundles, "--format", "pairs", "--to", to, "--min-reward", r, "--json")
+        assert step.code == 0, step
+        pairs = [orjson.loads(x) for x in to.read_bytes().splitlines()]
+        assert len(pairs) == expected, (r, step)
+        assert all(p["chosen_reward"] == 1.0 and p["rejected_reward"] == 0.0 for p in pairs)
+    # trajectories keep their meaning: every attempt below R is left out
+    to = tmp_path / "traj.jsonl"
+    assert eval_sh(train.home, "export", *bundles, "--format", "trajectories", "--to", to, "--min-reward", "1").code == 0
+    assert {orjson.loads(x)["reward"] for x in to.read_bytes().splitlines()} == {1.0}
+
+
+def test_tripwire_takes_the_run_options_a_tripwire_suite_may_need(train: Train, tmp_path: Path) -> None:
     """`tripwire … [run options]`: an invariant suite whose counterpart needs a key (or the
     network) is run the way `run` would run it (docs/release-engineers.md)."""
-    from tests.redteam import HONEST_AGENT, run_train
-
-    home = tmp_path / "home"
-    champion = make_checkpoint(tmp_path / "champ", HONEST_AGENT.replace("ok", "no"), name="champ")
-    candidate = make_checkpoint(tmp_path / "cand", name="cand")
-    train = run_train(home, tmp_path / "train", champion, candidate, repeat=1)
-    assert train.steps["gate"].code == 0, train.steps["gate"]
+    home, candidate = train.home, train.candidate
     assert eval_sh(home, "sign", train.decision, "--approve", "--by", "alice").code == 0
     assert eval_sh(home, "ship", train.decision, "--checkpoint", candidate).code == 0
     add_task(train.tasks, "invariant", "inv0")

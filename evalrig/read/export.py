@@ -105,11 +105,13 @@ def export(bundles: list[Path], fmt: ExportFormat, to: Path, home: Path, now: da
         if to.resolve().is_relative_to(s.b.dir.resolve()):
             raise invalid("is inside a bundle being exported", file=to,
                           hint="write the export outside every bundle: a file added to a bundle fails its verification")
-    rows = Rows(list(sources.values()), wanted, min_reward)
+    # pairs: R bounds the chosen attempt only; a pair's rejected side is below it by definition
+    rows = Rows(list(sources.values()), wanted, None if fmt == "pairs" else min_reward)
     tmp = to.with_name(f".{to.name}.tmp.{os.getpid()}")
     try:
         with open(tmp, "w", encoding="utf-8", newline="") as f:
-            n = write_junit(rows, f, wanted) if fmt == "junit" else WRITERS[fmt](rows, f)
+            n = (write_junit(rows, f, wanted) if fmt == "junit" else write_pairs(rows, f, min_reward)
+                 if fmt == "pairs" else WRITERS[fmt](rows, f))
         os.replace(tmp, to)
     except OSError as e:
         raise invalid(f"cannot be written: {e.strerror or e}", file=to,
@@ -269,7 +271,7 @@ def pairs_of(chats: list[tuple[str, float, Chat]]) -> Iterator[tuple[int, int, i
         yield (i, j, max(shared)) if ri > rj else (j, i, max(shared))
 
 
-def write_pairs(rows: Rows, f: IO[str]) -> int:
+def write_pairs(rows: Rows, f: IO[str], min_reward: float | None = None) -> int:
     by_task: dict[str, list[tuple[Source, dict[str, Any]]]] = defaultdict(list)
     keep = ("task_id", "suite", "attempt_id", "reward", "verifier")
     for s, d in rows:
@@ -280,6 +282,8 @@ def write_pairs(rows: Rows, f: IO[str]) -> int:
         group = by_task[task_id]
         chats = [(d["attempt_id"], float(d["reward"]), chat_of(s, d)) for s, d in group]
         for ci, ri, k in pairs_of(chats):
+            if min_reward is not None and chats[ci][1] < min_reward:
+                continue
             (sc, dc), (sr, dr) = group[ci], group[ri]
             _line(f, {"prompt": chats[ci][2].messages[:k], "chosen": chats[ci][2].messages[k:],
                       "rejected": chats[ri][2].messages[k:], "task_id": task_id, "suite": dc["suite"],
@@ -391,4 +395,4 @@ def write_csv(rows: Rows, f: IO[str]) -> int:
     return n
 
 
-WRITERS = {"trajectories": write_trajectories, "pairs": write_pairs, "csv": write_csv}
+WRITERS = {"trajectories": write_trajectories, "csv": write_csv}
