@@ -148,7 +148,7 @@ def test_a_comparison_shows_verdict_rules_suites_and_the_tasks_that_moved(
     assert moved[2].split()[0] == "fresh-000"  # the worst first
     golden("comparison.txt", out)
     v = json.loads(cli("show", tmp_path / "cmp", "--json").stdout)  # type: ignore[attr-defined]
-    assert v["kind"] == "comparison" and set(v["suites"]) == {"fixed", "fresh", "invariant"}
+    assert v["kind"] == "comparison" and set(v["suites"]) == {"fixed", "fresh", "invariant", "public"}
     assert v["moved"][0]["task_id"] == "fresh-000" and v["moved"][0]["d"] < 0
     assert v["decisions"][0]["rules"][0]["says"]
     (tmp_path / "cmp" / "comparison.json").write_bytes((tmp_path / "cmp" / "comparison.json").read_bytes() + b" ")
