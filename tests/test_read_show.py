@@ -223,3 +223,19 @@ def test_the_summary_counts_the_attempt_the_rule_counts(seq: list[tuple[str, str
     assert {t: (row[5], row[4] if row[5] != "passed" else "") for t, (row, ok) in final.items() if ok} == {
         t: (r.status, r.attempt_id if r.status != "passed" else "") for t, r in want.items()}
     assert all(not ok for t, (_, ok) in final.items() if t not in want)
+
+
+def test_a_run_summary_imports_only_what_it_reads(bundle: Path) -> None:
+    """The summary's budget (≤ 1 s for 50,000 results, docs/reading.md) leaves no room for the
+    models of other files, the verifiers or the terminal renderer under --json."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom evalrig.cli import app\n"
+            "try:\n    app(['show', 'b', '--json'], standalone_mode=False)\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('evalrig.models.comparison', 'evalrig.models.releases', 'evalrig.models.agent',"
+            " 'evalrig.attempt.verifiers', 'evalrig.read.render', 'rich') if m in sys.modules), file=sys.stderr)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "NO_COLOR": "1"})
+    assert json.loads(p.stdout)["kind"] == "run", p.stderr
+    assert p.stderr.strip().splitlines()[-1] == "[]"

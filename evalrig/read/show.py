@@ -12,9 +12,7 @@ from typing import Any
 
 import orjson
 
-from evalrig.attempt.verifiers import ANSWER_JSON, ANSWER_TXT, VERIFIER_DIR, read_answer
 from evalrig.core.errors import invalid
-from evalrig.models.comparison import Comparison, Decision
 from evalrig.models.run import SCORED
 from evalrig.read.bundle import (
     ACTUAL_KEYS,
@@ -103,7 +101,7 @@ def run_summary(b: Opened, tasks_dir: Path | None) -> dict[str, Any]:
     assert m is not None
     check_files(b, [layout.RESULTS_JSONL, layout.ACTUALS_JSONL])
     final, statuses, n = _final_rows(b)
-    tags, tags_note = load_tags(m, tasks_dir)
+    tags, tags_note = load_tags(m, tasks_dir, {row[1]: row[2] for row, _ in final.values()})
     by_suite: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     by_tag: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     per_task: dict[str, list[Any]] = {}  # task id -> [suite, trials, passed, first failing row]
@@ -194,6 +192,12 @@ def _unknown(b: Opened, id: str) -> Exception:
 
 def show_task(b: Opened, id: str, results: list[dict[str, Any]], actuals: dict[str, dict[str, Any]],
               tasks_dir: Path | None, trial: bool) -> dict[str, Any]:
+    from evalrig.attempt.verifiers import (  # off the summary path
+        ANSWER_JSON,
+        ANSWER_TXT,
+        read_answer,
+    )
+
     m = b.run
     assert m is not None
     first = results[0]
@@ -244,6 +248,8 @@ def _diff(expected: str, got: str) -> list[str] | None:
 
 
 def _verifier_tail(b: Opened, aid: str) -> dict[str, str] | None:
+    from evalrig.attempt.verifiers import VERIFIER_DIR, read_answer
+
     root = b.dir / layout.ATTEMPTS_DIR / aid / VERIFIER_DIR
     if not root.is_dir() or linked(b, f"{layout.ATTEMPTS_DIR}/{aid}/{VERIFIER_DIR}"):
         return None
@@ -264,6 +270,8 @@ def _verifier_tail(b: Opened, aid: str) -> dict[str, str] | None:
 
 
 def show_attempt(b: Opened, d: dict[str, Any], actual: dict[str, Any] | None) -> dict[str, Any]:
+    from evalrig.attempt.verifiers import read_answer
+
     aid = str(d.get("attempt_id"))
     files = check_attempt(b, aid)
     root = b.dir / layout.ATTEMPTS_DIR / aid
@@ -345,6 +353,8 @@ def chat_message(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def show_comparison(b: Opened, id: str | None) -> dict[str, Any]:
+    from evalrig.models.comparison import Comparison, Decision  # not on a run summary's path
+
     m = b.comparison
     assert m is not None
     check_files(b, [layout.COMPARISON_JSON, layout.COMPARISON_MD])

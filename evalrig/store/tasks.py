@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
@@ -29,8 +30,9 @@ from typing import NamedTuple
 from evalrig.core.digest import sha256_bytes, sha256_json
 from evalrig.core.environment import MINIMAL_PATH
 from evalrig.core.errors import EvalrigError, Problem, invalid
-from evalrig.core.tomlerr import error_problems, key_lines, line_of, validate_doc
+from evalrig.core.tomlerr import error_problems, key_lines, line_of, parse_toml, validate_doc
 from evalrig.core.words import count
+from evalrig.models.base import PATH_ID_PATTERN
 from evalrig.models.inputs import SUITES, Suite, TaskFile
 from evalrig.models.lock import FixedLock
 from evalrig.models.run import VerifierIdentity
@@ -315,19 +317,38 @@ def _subdirs(dir: Path) -> list[Path]:
     return [dir / n for n in names]
 
 
-def read_tags(dir: Path) -> dict[str, list[str]]:
+def read_tags(dir: Path, tasks: Mapping[str, str] | None = None) -> dict[str, list[str]]:
     """task id -> its `tags`, read from each task.toml alone (no digests, no validation of the
     rest): what a summary of a run shows by tag, cheap enough for a task set of thousands.
-    A task whose task.toml does not parse, or whose tags are not a list of strings, has none."""
+    `tasks` (task id -> the suite it ran in) limits it to those tasks, looked for in that suite
+    first (a task may have moved since, retired from fresh to fixed). A task whose task.toml
+    does not parse, or whose tags are not a list of strings, has none."""
+    dir = Path(dir)
+    if tasks is None:
+        found = [(d.name, d / TASK_TOML) for suite in SUITES if (dir / suite).is_dir()
+                 for d in _subdirs(dir / suite)]
+    else:
+        found = []
+        for task_id, suite in tasks.items():
+            if not re.fullmatch(PATH_ID_PATTERN, task_id):  # an id from a record: never a path of its own
+                continue
+            for where in (suite, *SUITES):
+                path = dir / where / task_id / TASK_TOML
+                if where in SUITES and path.is_file():
+                    found.append((task_id, path))
+                    break
     out: dict[str, list[str]] = {}
-    for suite in SUITES:
-        if not (Path(dir) / suite).is_dir():
+    for task_id, path in found:
+        try:
+            raw = path.read_bytes()
+        except OSError:
             continue
-        for task_dir in _subdirs(Path(dir) / suite):
-            doc = read_toml(task_dir / TASK_TOML, "task's task.toml")
-            tags = None if isinstance(doc, Problem) else doc.data.get("tags")
-            if isinstance(tags, list) and all(isinstance(t, str) for t in tags):
-                out[task_dir.name] = tags
+        if b"tags" not in raw:  # most of the cost is the parse; a file without the word has no tags
+            continue
+        doc = parse_toml(str(path), raw)
+        tags = None if isinstance(doc, Problem) else doc.data.get("tags")
+        if isinstance(tags, list) and all(isinstance(t, str) for t in tags):
+            out[task_id] = tags
     return out
 
 
