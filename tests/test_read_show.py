@@ -148,7 +148,7 @@ def test_a_comparison_shows_verdict_rules_suites_and_the_tasks_that_moved(
     assert moved[2].split()[0] == "fresh-000"  # the worst first
     golden("comparison.txt", out)
     v = json.loads(cli("show", tmp_path / "cmp", "--json").stdout)  # type: ignore[attr-defined]
-    assert v["kind"] == "comparison" and set(v["suites"]) == {"fixed", "fresh", "invariant"}
+    assert v["kind"] == "comparison" and set(v["suites"]) == {"fixed", "fresh", "invariant", "public"}
     assert v["moved"][0]["task_id"] == "fresh-000" and v["moved"][0]["d"] < 0
     assert v["decisions"][0]["rules"][0]["says"]
     (tmp_path / "cmp" / "comparison.json").write_bytes((tmp_path / "cmp" / "comparison.json").read_bytes() + b" ")
@@ -239,3 +239,33 @@ def test_a_run_summary_imports_only_what_it_reads(bundle: Path) -> None:
                        env={**os.environ, "NO_COLOR": "1"})
     assert json.loads(p.stdout)["kind"] == "run", p.stderr
     assert p.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_a_comparisons_task_lists_both_sides_trials_and_says_when_a_run_moved(
+        tmp_path: Path, evalrig_home: Path) -> None:
+    champ = counts_tasks(CHAMP)
+    cand = counts_tasks(BETTER)
+    cand["fresh-000"].passes = [False] * 5
+    gated(tmp_path, evalrig_home, champ, cand)
+    r = cli("show", tmp_path / "cmp", "fresh-000")
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    golden("comparison-task.txt", r.stdout.replace(str(tmp_path), "<tmp>"))  # type: ignore[attr-defined]
+    v = json.loads(cli("show", tmp_path / "cmp", "fresh-000", "--json").stdout)  # type: ignore[attr-defined]
+    assert v["kind"] == "comparison-task" and v["d"] < 0
+    for side, want in (("champion", champ), ("candidate", cand)):
+        s = v["sides"][side]
+        assert s["note"] is None and s["bundle"] == str(tmp_path / ("a" if side == "champion" else "b"))
+        got = [a["status"] == "passed" for a in s["trials"]["attempts"]]
+        assert got == want["fresh-000"].passes and s["trials"]["task_id"] == "fresh-000"
+    # the champion's bundle moved: said, and the comparison's own numbers and the candidate still shown
+    (tmp_path / "a").rename(tmp_path / "a-moved")
+    r = cli("show", tmp_path / "cmp", "fresh-000")
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    out = r.stdout.replace(str(tmp_path), "<tmp>")  # type: ignore[attr-defined]
+    assert f"trials not shown: the champion's run bundle ({v['sides']['champion']['run_id']}) has moved: it is no " \
+           "longer at <tmp>/a" in out
+    assert out.startswith("task fresh-000 (fresh): champion ") and "candidate attempts:" in out
+    # another run in its place: not shown as this comparison's
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    v = json.loads(cli("show", tmp_path / "cmp", "fresh-000", "--json").stdout)  # type: ignore[attr-defined]
+    assert v["sides"]["champion"]["trials"] is None and "not the one compared" in v["sides"]["champion"]["note"]

@@ -197,6 +197,36 @@ def lines(b: Opened, name: str, need: tuple[str, ...] = ()) -> Iterator[tuple[in
         b.torn[name] = torn[0]
 
 
+SIDES = ("champion", "candidate")
+
+
+def compared_run(manifest: ComparisonManifest, side: str) -> tuple[Path | None, str | None]:
+    """Where the comparison's `side` run bundle is, or None and why it is not at hand: not
+    recorded (a comparison written before compare recorded it), or moved. Whether the bundle
+    found there is the one compared is `not_compared`'s question, asked once it is read."""
+    ref = manifest.champion if side == "champion" else manifest.candidate
+    where = (manifest.runs or {}).get(side)  # type: ignore[call-overload]  # side is one of SIDES
+    if where is None:
+        return None, (f"the {side}'s run bundle ({ref.run_id}) is not located: this comparison was written "
+                      "before compare recorded where its runs were")
+    if not (Path(where) / layout.MANIFEST).is_file():
+        return None, f"the {side}'s run bundle ({ref.run_id}) has moved: it is no longer at {where}"
+    return Path(where), None
+
+
+def not_compared(manifest: ComparisonManifest, side: str, where: Path, files: dict[str, str]) -> str | None:
+    """Why the run bundle at `where` (its manifest's file table `files`) is not the one the
+    comparison compared as `side`, or None when it is."""
+    from evalrig.store.bundle import bundle_digest
+
+    ref = manifest.champion if side == "champion" else manifest.candidate
+    digest = bundle_digest(dict(files))
+    if digest == ref.bundle_digest:
+        return None
+    return (f"the {side}'s run bundle at {where} is not the one compared (its digest is {digest}, the "
+            f"comparison's {ref.bundle_digest}): another run took its place")
+
+
 @dataclass
 class Tasks:
     """The task set a run names (or --tasks), for what bundles never hold: tags, prompts and

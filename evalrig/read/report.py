@@ -35,6 +35,7 @@ from evalrig.core.stats import side_summary
 from evalrig.core.words import count
 from evalrig.models.comparison import Comparison, ComparisonManifest, Decision, SuiteStats
 from evalrig.models.run import RunManifest
+from evalrig.read.bundle import compared_run, not_compared
 from evalrig.store import bundle, ledger
 from evalrig.store.files import parse_json, read_json, write_bytes_atomic
 from evalrig.store.jsonl import whole_lines
@@ -369,36 +370,30 @@ def _decisions(dir: Path, comparison_digest: str) -> tuple[list[tuple[Path, Deci
     return [(p, d) for _, p, d in found], problems
 
 
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def _runs(dir: Path, manifest: ComparisonManifest) -> tuple[dict[str, RunData], list[str], list[str]]:
     """The two run bundles where compare recorded them: those found, the notes on those
     moved, and the digests that do not verify."""
     found: dict[str, RunData] = {}
     notes: list[str] = []
     problems: list[str] = []
-    refs = {"champion": manifest.champion, "candidate": manifest.candidate}
     for side in SIDES:
-        where = (manifest.runs or {}).get(side)  # type: ignore[call-overload]  # side is one of SIDES
-        if where is None:
-            notes.append(f"The {side}'s run bundle ({refs[side].run_id}) is not located: this comparison was "
-                         "written before compare recorded where its runs were. Trials, evidence and the "
-                         "calibration plot come from the run bundles; the numbers below are the comparison's own.")
-            continue
-        path = Path(where)
-        if not (path / MANIFEST).is_file():
-            notes.append(f"The {side}'s run bundle ({refs[side].run_id}) has moved: it is no longer at {where}. "
-                         "Its trials, evidence and calibration are left out; the numbers below are the "
-                         "comparison's own.")
+        path, why = compared_run(manifest, side)
+        if path is None:
+            notes.append(f"{_capital(str(why))}. Its trials, evidence and calibration are left out; the numbers "
+                         "below are the comparison's own.")
             continue
         try:
             run = _read_run(path)
         except EvalrigError as e:
-            notes.append(f"The {side}'s run bundle at {where} cannot be read ({e.message}); its trials are left out.")
+            notes.append(f"The {side}'s run bundle at {path} cannot be read ({e.message}); its trials are left out.")
             continue
-        digest = bundle.bundle_digest(dict(run.manifest.files))
-        if digest != refs[side].bundle_digest:
-            notes.append(f"The {side}'s run bundle at {where} is not the one compared (its digest is {digest}, "
-                         f"the comparison's {refs[side].bundle_digest}): another run took its place; its trials "
-                         "are left out.")
+        other = not_compared(manifest, side, path, dict(run.manifest.files))
+        if other is not None:
+            notes.append(f"{_capital(other)}; its trials are left out.")
             continue
         problems += run.problems
         notes += _torn_notes(run, f"the {side}'s ")

@@ -12,18 +12,21 @@ from typing import Any
 
 import orjson
 
-from evalrig.core.errors import invalid
+from evalrig.core.errors import EvalrigError, invalid
 from evalrig.models.run import SCORED
 from evalrig.read.bundle import (
     ACTUAL_KEYS,
     RESULT_KEYS,
+    SIDES,
     Opened,
     check_attempt,
     check_files,
+    compared_run,
     lines,
     linked,
     load_tags,
     load_tasks,
+    not_compared,
 )
 from evalrig.read.text import decode, short, tail, untrusted
 from evalrig.store import layout
@@ -39,7 +42,7 @@ def show(dir: Path, id: str | None, tasks_dir: Path | None = None) -> dict[str, 
 
     b = open_bundle(dir)
     if b.kind == "comparison":
-        return show_comparison(b, id)
+        return show_comparison(b, id, tasks_dir)
     if id is None:
         return run_summary(b, tasks_dir)
     return show_id(b, id, tasks_dir)
@@ -352,7 +355,7 @@ def chat_message(m: dict[str, Any]) -> dict[str, Any]:
 # -- a comparison bundle -------------------------------------------------------------------
 
 
-def show_comparison(b: Opened, id: str | None) -> dict[str, Any]:
+def show_comparison(b: Opened, id: str | None, tasks_dir: Path | None = None) -> dict[str, Any]:
     from evalrig.models.comparison import Comparison, Decision  # not on a run summary's path
 
     m = b.comparison
@@ -400,7 +403,30 @@ def show_comparison(b: Opened, id: str | None) -> dict[str, Any]:
                       hint="a comparison is shown by task id; show a run bundle for its trials and attempts")
     s, r = rows[id]
     return {"kind": "comparison-task", "bundle": str(b.dir), "integrity": b.integrity(), "suite": s,
-            **r.model_dump(mode="json")}
+            **r.model_dump(mode="json"), "sides": {side: _side_trials(m, side, id, tasks_dir) for side in SIDES}}
+
+
+def _side_trials(m: Any, side: str, task_id: str, tasks_dir: Path | None) -> dict[str, Any]:
+    """One side's trials of a task, read from the run bundle the comparison names (as
+    `show RUN TASK` shows them), or why they are not at hand: the bundle moved, or another
+    run took its place. The comparison's own numbers are shown either way."""
+    from evalrig.read.bundle import open_bundle
+
+    ref = m.champion if side == "champion" else m.candidate
+    out: dict[str, Any] = {"run_id": untrusted(ref.run_id, newlines=False), "bundle": None, "note": None,
+                           "trials": None}
+    where, why = compared_run(m, side)
+    if where is None:
+        return out | {"note": why}
+    out["bundle"] = str(where)
+    try:
+        run = open_bundle(where)
+        why = not_compared(m, side, where, run.files) if run.kind == "run" else f"{where} is not a run bundle"
+        if why is None:
+            out["trials"] = show_id(run, task_id, tasks_dir)
+    except EvalrigError as e:
+        why = f"the {side}'s run bundle at {where} cannot be shown: {e.message}"
+    return out | {"note": why}
 
 
 def _numbers(r: Any) -> dict[str, Any]:
