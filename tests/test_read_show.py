@@ -269,3 +269,15 @@ def test_a_comparisons_task_lists_both_sides_trials_and_says_when_a_run_moved(
     (tmp_path / "a").symlink_to(tmp_path / "b")
     v = json.loads(cli("show", tmp_path / "cmp", "fresh-000", "--json").stdout)  # type: ignore[attr-defined]
     assert v["sides"]["champion"]["trials"] is None and "not the one compared" in v["sides"]["champion"]["note"]
+
+
+def test_a_comparisons_run_paths_are_shown_escaped(tmp_path: Path, evalrig_home: Path) -> None:
+    gated(tmp_path, evalrig_home, counts_tasks(CHAMP), counts_tasks(BETTER))
+    manifest = tmp_path / "cmp" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    m["runs"]["champion"] = str(tmp_path / "gone\x1b[2J\r")  # a tampered manifest: a path that is not there
+    manifest.write_text(json.dumps(m))
+    r = cli("show", tmp_path / "cmp", "fresh-000")
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    out = r.stdout  # type: ignore[attr-defined]
+    assert "\x1b" not in out and "\r" not in out and "has moved" in out and "gone\\x1b[2J\\r" in out

@@ -417,8 +417,8 @@ def _side_trials(m: Any, side: str, task_id: str, tasks_dir: Path | None) -> dic
                            "trials": None}
     where, why = compared_run(m, side)
     if where is None:
-        return out | {"note": why}
-    out["bundle"] = str(where)
+        return out | {"note": untrusted(str(why), newlines=False)}  # paths and ids from a file: shown escaped
+    out["bundle"] = untrusted(str(where), newlines=False)
     try:
         run = open_bundle(where)
         why = not_compared(m, side, where, run.files) if run.kind == "run" else f"{where} is not a run bundle"
@@ -426,7 +426,7 @@ def _side_trials(m: Any, side: str, task_id: str, tasks_dir: Path | None) -> dic
             out["trials"] = show_id(run, task_id, tasks_dir)
     except EvalrigError as e:
         why = f"the {side}'s run bundle at {where} cannot be shown: {e.message}"
-    return out | {"note": why}
+    return out | {"note": None if why is None else untrusted(why, newlines=False)}
 
 
 def _numbers(r: Any) -> dict[str, Any]:
