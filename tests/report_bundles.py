@@ -102,40 +102,71 @@ def build_train(root: Path, home: Path, n: int = 24, k: int = 5, gate: bool = Tr
 
 
 def write_curves(home: Path, fixed_rates: tuple[float, ...]) -> None:
-    """Gate ledger lines carrying the curve figures (one train each, a day apart), chained
-    as the gate chains them."""
-    from pydantic import BaseModel, ConfigDict
+    """Gate ledger lines carrying the curve figures (one train each, a day apart), appended as
+    the gate appends them."""
+    from datetime import UTC, datetime, timedelta
 
-    from evalrig.store.jsonl import chained_append
+    from evalrig.core.digest import sha256_bytes
+    from evalrig.models.comparison import Curve, CurveSides, GateLedgerEntry, PolicyRef
+    from evalrig.store.ledger import record_gate
 
-    class Line(BaseModel):
-        model_config = ConfigDict(extra="allow")
+    for i, rate in enumerate(fixed_rates):
+        record_gate(home, GateLedgerEntry(
+            candidate_id="sha256:" + "a" * 64, champion_id=sha256_bytes(f"champ{i}".encode()),
+            comparison_digest=f"sha256:{i:064x}", comparison_dir=f"/t/{i}",
+            policy=PolicyRef(name="default", version=2, digest=sha256_bytes(b"policy")), exception=None,
+            advisory=False, verdict="promote", reason="quality", decision_digest=f"sha256:{i + 1000:064x}",
+            at=datetime(2026, 12, 1, 10, tzinfo=UTC) + timedelta(days=i),
+            curve=Curve(fixed_pass_rate=CurveSides(champion=rate, candidate=rate + 0.01),
+                        fresh_mean_d=0.05 - 0.01 * (i % 3), fresh_bounds=(0.01 - 0.01 * (i % 3), 0.09),
+                        cost_per_task=CurveSides(champion=0.02, candidate=0.019 + 0.001 * (i % 2)),
+                        public_pass_rate=CurveSides(champion=0.5, candidate=0.5 + 0.02 * (i % 2)))))
 
-    with chained_append(home / "gates.jsonl", Line) as gates:
-        for i, rate in enumerate(fixed_rates):
-            gates.append(Line(
-                schema_version="1.0", at=f"2026-12-{i + 1:02d}T10:00:00.000000Z", verdict="promote", advisory=False,
-                comparison_digest=f"sha256:{i:064x}", candidate_id="sha256:" + "a" * 64,
-                curve={"fixed_pass_rate": {"champion": rate, "candidate": rate + 0.01},
-                       "fresh_mean_d": 0.05 - 0.01 * (i % 3), "fresh_bounds": [0.01 - 0.01 * (i % 3), 0.09],
-                       "cost_per_task": {"champion": 0.02, "candidate": 0.019 + 0.001 * (i % 2)},
-                       "public_pass_rate": {"champion": 0.5, "candidate": 0.5 + 0.02 * (i % 2)}}))
+
+def _digest(x: object) -> str:
+    from evalrig.core.digest import sha256_bytes
+
+    return sha256_bytes(str(x).encode())
+
+
+def ship_event(seq: int, at: str, checkpoint_id: str, name: str, replaces: str | None, decision: int = 0) -> dict:
+    """A whole `ship` event as `ship` writes it (the store validates every event it reads)."""
+    from evalrig.models.inputs import PolicyTripwires, PolicyWatch
+
+    return {"schema_version": "1.0", "seq": seq, "at": at, "kind": "ship",
+            "decision": {"path": f"d{decision}.json", "digest": f"sha256:{decision + 1000:064x}"},
+            "verdict": "promote", "reason": "quality", "candidate": {"checkpoint_id": checkpoint_id, "name": name},
+            "replaces": replaces, "policy": {"name": "default", "version": 2, "digest": _digest("policy")},
+            "tripwires": PolicyTripwires().model_dump(mode="json"), "watch": PolicyWatch().model_dump(mode="json"),
+            "signed_by": "alice", "note": None}
+
+
+def tripwire_event(seq: int, at: str, checkpoint_id: str, held: bool) -> dict:
+    return {"schema_version": "1.0", "seq": seq, "at": at, "kind": "tripwire", "checkpoint_id": checkpoint_id,
+            "bundle": {"path": "trip", "digest": _digest(seq)}, "checks": [{"name": "sealed", "held": held,
+            "detail": ""}], "held": held}
+
+
+def rollback_event(seq: int, at: str, frm: str, to: str, evidence: int | None) -> dict:
+    return {"schema_version": "1.0", "seq": seq, "at": at, "kind": "rollback", "from": frm, "to": to,
+            "trigger": "tripwire" if evidence is not None else "person", "by": "rig", "reason": "a tripwire failed",
+            "evidence": evidence}
+
+
+def alert_event(seq: int, at: str, kind: str, detail: str) -> dict:
+    return {"schema_version": "1.0", "seq": seq, "at": at, "kind": "alert", "alert_id": f"{kind}:x:{seq}",
+            "alert_kind": kind, "metric": "promote", "trains": [], "detail": detail}
 
 
 def release_events(n_trains: int) -> list[dict]:
     """A release log over the trains of write_curves: ships, a failed tripwire, its rollback, an alert."""
-    base = {"schema_version": "1.0"}
     out: list[dict] = []
     for i in range(n_trains):
-        out.append({**base, "seq": len(out), "at": f"2026-12-{i + 1:02d}T12:00:00.000000Z", "kind": "ship",
-                    "verdict": "promote", "reason": "quality",
-                    "candidate": {"checkpoint_id": f"sha256:{i:064x}", "name": f"v{i}"}, "replaces": None})
+        out.append(ship_event(len(out), f"2026-12-{i + 1:02d}T12:00:00.000000Z", f"sha256:{i:064x}", f"v{i}",
+                              f"sha256:{i - 1:064x}" if i else "sha256:" + "f" * 64, decision=i))
         if i == 2:
-            out.append({**base, "seq": len(out), "at": "2026-12-03T13:00:00.000000Z", "kind": "tripwire",
-                        "checkpoint_id": f"sha256:{i:064x}", "held": False})
-            out.append({**base, "seq": len(out), "at": "2026-12-03T13:00:01.000000Z", "kind": "rollback",
-                        "from": f"sha256:{i:064x}", "to": f"sha256:{i - 1:064x}", "trigger": "tripwire", "by": "rig",
-                        "reason": "a tripwire failed", "evidence": len(out) - 1})
-    out.append({**base, "seq": len(out), "at": f"2026-12-{n_trains:02d}T14:00:00.000000Z", "kind": "alert",
-                "alert_kind": "stall", "metric": "promotions", "trains": [], "detail": "no promote in 6 trains"})
+            out.append(tripwire_event(len(out), "2026-12-03T13:00:00.000000Z", f"sha256:{i:064x}", False))
+            out.append(rollback_event(len(out), "2026-12-03T13:00:01.000000Z", f"sha256:{i:064x}",
+                                      f"sha256:{i - 1:064x}", len(out) - 1))
+    out.append(alert_event(len(out), f"2026-12-{n_trains:02d}T14:00:00.000000Z", "stall", "no promote in 6 trains"))
     return out

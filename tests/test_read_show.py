@@ -223,3 +223,61 @@ def test_the_summary_counts_the_attempt_the_rule_counts(seq: list[tuple[str, str
     assert {t: (row[5], row[4] if row[5] != "passed" else "") for t, (row, ok) in final.items() if ok} == {
         t: (r.status, r.attempt_id if r.status != "passed" else "") for t, r in want.items()}
     assert all(not ok for t, (_, ok) in final.items() if t not in want)
+
+
+def test_a_run_summary_imports_only_what_it_reads(bundle: Path) -> None:
+    """The summary's budget (≤ 1 s for 50,000 results, docs/reading.md) leaves no room for the
+    models of other files, the verifiers or the terminal renderer under --json."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom evalrig.cli import app\n"
+            "try:\n    app(['show', 'b', '--json'], standalone_mode=False)\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('evalrig.models.comparison', 'evalrig.models.releases', 'evalrig.models.agent',"
+            " 'evalrig.attempt.verifiers', 'evalrig.read.render', 'rich') if m in sys.modules), file=sys.stderr)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "NO_COLOR": "1"})
+    assert json.loads(p.stdout)["kind"] == "run", p.stderr
+    assert p.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_a_comparisons_task_lists_both_sides_trials_and_says_when_a_run_moved(
+        tmp_path: Path, evalrig_home: Path) -> None:
+    champ = counts_tasks(CHAMP)
+    cand = counts_tasks(BETTER)
+    cand["fresh-000"].passes = [False] * 5
+    gated(tmp_path, evalrig_home, champ, cand)
+    r = cli("show", tmp_path / "cmp", "fresh-000")
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    golden("comparison-task.txt", r.stdout.replace(str(tmp_path), "<tmp>"))  # type: ignore[attr-defined]
+    v = json.loads(cli("show", tmp_path / "cmp", "fresh-000", "--json").stdout)  # type: ignore[attr-defined]
+    assert v["kind"] == "comparison-task" and v["d"] < 0
+    for side, want in (("champion", champ), ("candidate", cand)):
+        s = v["sides"][side]
+        assert s["note"] is None and s["bundle"] == str(tmp_path / ("a" if side == "champion" else "b"))
+        got = [a["status"] == "passed" for a in s["trials"]["attempts"]]
+        assert got == want["fresh-000"].passes and s["trials"]["task_id"] == "fresh-000"
+    # the champion's bundle moved: said, and the comparison's own numbers and the candidate still shown
+    (tmp_path / "a").rename(tmp_path / "a-moved")
+    r = cli("show", tmp_path / "cmp", "fresh-000")
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    out = r.stdout.replace(str(tmp_path), "<tmp>")  # type: ignore[attr-defined]
+    assert f"trials not shown: the champion's run bundle ({v['sides']['champion']['run_id']}) has moved: it is no " \
+           "longer at <tmp>/a" in out
+    assert out.startswith("task fresh-000 (fresh): champion ") and "candidate attempts:" in out
+    # another run in its place: not shown as this comparison's
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    v = json.loads(cli("show", tmp_path / "cmp", "fresh-000", "--json").stdout)  # type: ignore[attr-defined]
+    assert v["sides"]["champion"]["trials"] is None and "not the one compared" in v["sides"]["champion"]["note"]
+
+
+def test_a_comparisons_run_paths_are_shown_escaped(tmp_path: Path, evalrig_home: Path) -> None:
+    gated(tmp_path, evalrig_home, counts_tasks(CHAMP), counts_tasks(BETTER))
+    manifest = tmp_path / "cmp" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    m["runs"]["champion"] = str(tmp_path / "gone\x1b[2J\r")  # a tampered manifest: a path that is not there
+    manifest.write_text(json.dumps(m))
+    r = cli("show", tmp_path / "cmp", "fresh-000")
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    out = r.stdout  # type: ignore[attr-defined]
+    assert "\x1b" not in out and "\r" not in out and "has moved" in out and "gone\\x1b[2J\\r" in out

@@ -23,7 +23,13 @@ from evalrig.models.releases import (
     ShippedCandidate,
     TripwireEvent,
 )
-from evalrig.store.releases import append_event, appending, head_path, read_log
+from evalrig.store.releases import (
+    append_event,
+    appending,
+    head_path,
+    read_log,
+    read_verified_prefix,
+)
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -231,3 +237,30 @@ def test_a_crash_between_the_line_and_the_head_is_no_break(tmp_path: Path) -> No
     assert len(read_log(log).events) == 3
     head_path(log).unlink()  # a log without a head (written by hand): the chain alone
     assert len(read_log(log).events) == 3
+
+
+def test_the_verified_prefix_stops_before_the_first_line_read_log_refuses(tmp_path: Path) -> None:
+    log = tmp_path / "releases.jsonl"
+    write(log, [ship("b", "a"), tripwire("b", True), ship("c", "b"), ship("d", "c")])
+    whole = log.read_bytes()
+    got, failure = read_verified_prefix(log)
+    assert failure is None and len(got.events) == 4
+    # a chain broken at line 4 and, earlier, a line whose schema fails at 2: line 2 is the first
+    lines = whole.split(b"\n")
+    lines[1] = lines[1].replace(b'"held":true', b'"held":"yes"')
+    lines[2] = lines[2].replace(b"alice", b"alicf")
+    log.write_bytes(b"\n".join(lines))
+    with pytest.raises(EvalrigError) as refused:
+        read_log(log)
+    got, failure = read_verified_prefix(log)
+    assert failure is not None and failure.line == 2 and refused.value.line in (3, 4)
+    assert [e.kind for e in got.events] == ["ship"] and got.serving() == Serving(cid("b"), 0, 0)
+    # the last line edited (only the head beside the log sees it): the lines before it
+    at = whole.rfind(b"alice")
+    log.write_bytes(whole[:at] + b"alicf" + whole[at + 5:])
+    got, failure = read_verified_prefix(log)
+    assert failure is not None and failure.line == 4 and len(got.events) == 3
+    # the first line broken: nothing, and why
+    log.write_bytes(b"{" + whole)
+    got, failure = read_verified_prefix(log)
+    assert failure is not None and failure.line == 1 and got.events == []

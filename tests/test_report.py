@@ -14,7 +14,17 @@ from pathlib import Path
 
 import pytest
 from gate_bundles import chain
-from report_bundles import HOSTILE, POLICY, build_train, write_curves
+from report_bundles import (
+    HOSTILE,
+    POLICY,
+    alert_event,
+    build_train,
+    release_events,
+    rollback_event,
+    ship_event,
+    tripwire_event,
+    write_curves,
+)
 from typer.testing import CliRunner
 
 from evalrig.cli import app
@@ -139,16 +149,12 @@ def _log(path: Path, lines: list[dict]) -> Path:
 
 
 def test_release_log_curves_with_events_marked(tmp_path: Path, evalrig_home: Path) -> None:
-    base = {"schema_version": "1.0"}
+    aa, bb = "sha256:" + "a" * 64, "sha256:" + "b" * 64
     log = _log(tmp_path / "releases.jsonl", [
-        {**base, "seq": 0, "at": "2026-12-01T10:00:00.000000Z", "kind": "ship", "verdict": "promote",
-         "reason": "quality", "candidate": {"checkpoint_id": "sha256:aa", "name": "<b>v2</b>"}, "replaces": None},
-        {**base, "seq": 1, "at": "2026-12-01T11:00:00.000000Z", "kind": "tripwire", "checkpoint_id": "sha256:aa",
-         "held": False},
-        {**base, "seq": 2, "at": "2026-12-01T11:00:01.000000Z", "kind": "rollback", "from": "sha256:aa",
-         "to": "sha256:bb", "trigger": "tripwire", "by": "rig", "reason": "tripwire failed", "evidence": 1},
-        {**base, "seq": 3, "at": "2026-12-01T12:00:00.000000Z", "kind": "alert", "alert_kind": "reversal",
-         "metric": "releases", "trains": [], "detail": "two rollbacks"},
+        ship_event(0, "2026-12-01T10:00:00.000000Z", aa, "<b>v2</b>", None),
+        tripwire_event(1, "2026-12-01T11:00:00.000000Z", aa, False),
+        rollback_event(2, "2026-12-01T11:00:01.000000Z", aa, bb, 1),
+        alert_event(3, "2026-12-01T12:00:00.000000Z", "reversal", "two rollbacks"),
     ])
     html, out = _report(evalrig_home, "--log", log)
     assert out["kind"] == "log" and out["banners"] == [] and Path(out["report"]) == tmp_path / "releases.html"
@@ -172,8 +178,8 @@ def test_matplotlib_is_imported_by_report_only() -> None:
 
 def test_release_curves_come_from_the_gate_ledger(tmp_path: Path, evalrig_home: Path) -> None:
     write_curves(evalrig_home, (0.81, 0.84, 0.79))
-    log = _log(tmp_path / "releases.jsonl", [
-        {"schema_version": "1.0", "seq": 0, "at": "2026-12-02T11:00:00.000000Z", "kind": "ship"}])
+    log = _log(tmp_path / "releases.jsonl", [ship_event(0, "2026-12-02T11:00:00.000000Z", "sha256:" + "a" * 64, "v1",
+                                                        None)])
     html, out = _report(evalrig_home, "--log", log)
     assert "carries curve figures yet" not in html
     for label in ("champion fixed pass rate", "fresh delta (mean_d)", "ship", "rollback", "alert"):
@@ -214,3 +220,29 @@ def test_a_line_that_is_not_the_rigs_is_a_problem_shown_not_a_refusal(train, eva
     html, out = _report(evalrig_home, train.candidate)
     assert "results.jsonl" in out["banners"][0]
     assert "the run&#x27;s lines are not shown" in html and "run-cand" in html
+
+
+def test_the_release_curves_are_the_ones_watch_computes(tmp_path: Path, evalrig_home: Path) -> None:
+    write_curves(evalrig_home, (0.81, 0.84, 0.79, 0.83, 0.86, 0.85, 0.88, 0.9, 0.7, 0.72, 0.71))
+    log = _log(tmp_path / "releases.jsonl", release_events(8))
+    html, out = _report(evalrig_home, "--log", log)
+    assert out["banners"] == []
+    drawn = json.loads(re.search(r'<script type="application/json" id="curves-data">(.*?)</script>', html,
+                                 re.S).group(1))
+    r = CliRunner().invoke(app, ["watch", "--log", str(log), "--json"], env={"EVALRIG_HOME": str(evalrig_home)})
+    assert r.exit_code == 3, r.output  # the champion below the floor for three trains: an alert fires
+    watched = json.loads(r.stdout)["series"]
+    assert drawn == watched
+    assert len(drawn["trains"]) == 11 and [m["kind"] for m in drawn["releases"]].count("rollback") == 1
+    assert "floor" in [a["alert_kind"] for a in drawn["alerts"]] and "Alerts firing now" in html
+
+
+def test_a_release_log_is_shown_up_to_its_first_line_the_store_refuses(tmp_path: Path, evalrig_home: Path) -> None:
+    events = release_events(4)
+    del events[3]["bundle"]  # a tripwire the rig never writes: its chain holds, its schema does not
+    log = _log(tmp_path / "releases.jsonl", events)
+    html, out = _report(evalrig_home, "--log", log)
+    assert len(out["banners"]) == 1 and f"{log}:4" in out["banners"][0] and "bundle" in out["banners"][0]
+    assert html.count('<tr class="ev-') == 3
+    r = cli(evalrig_home, "history", "--log", log)  # the same line every other reader refuses
+    assert r.exit_code == 4 and f"{log}:4" in r.output

@@ -327,3 +327,31 @@ def test_a_linked_task_toml_or_prompt_is_refused(tmp_path: Path, name: str) -> N
     (d / name).symlink_to(tmp_path / name)
     assert problems(root) == [f"{d / name}: is a symbolic link; the task's digest would not cover "
                               "what it points to (replace the link with the file itself)"]
+
+
+@pytest.mark.parametrize(("text", "tags"), [
+    ('created_at = 2026-12-01T11:00:00Z\ntags = ["a", "b"]\n[verifier]\nkind = "exact"\n', ["a", "b"]),
+    ('[verifier]\ntags = ["in a table"]\n', None),
+    ('  [verifier]\ntags = ["in a table"]\n', None),
+    ('tags = ["a]b"]  # a comment\n', ["a]b"]),
+    ('m = [\n  [1],\n]\ntags = ["after a nested array"]\n', ["after a nested array"]),
+    ('p = """\ntags = ["in a string"]\n"""\ntags = ["real"]\n', ["real"]),
+    ('tags = [\n  "a",\n  "b",\n]\n', ["a", "b"]),
+    ('tags = ["twice"]\ntags = ["twice"]\n', None),
+    ('tags = "not a list"\n', None),
+    ("x = 1\n", None),
+])
+def test_tags_are_read_as_toml_reads_them(tmp_path: Path, text: str, tags: list[str] | None) -> None:
+    """The summary's tags (read from the `tags` line alone when it can be) are what a TOML
+    parser reads at the top level of task.toml."""
+    from evalrig.store.tasks import read_tags
+
+    d = tmp_path / "fresh" / "t1"
+    d.mkdir(parents=True)
+    (d / "task.toml").write_text(text)
+    (tmp_path / "fresh" / "t2").mkdir()
+    (tmp_path / "fresh" / "t2" / "task.toml").write_text('tags = ["not asked for"]\n')
+    want = {"t1": tags} if tags is not None else {}
+    assert read_tags(tmp_path, {"t1": "fresh"}) == want
+    assert read_tags(tmp_path, {"t1": "fixed"}) == want  # found in another suite when it moved
+    assert read_tags(tmp_path, {"../fresh/t1": "fresh"}) == {}  # an id from a record is never a path

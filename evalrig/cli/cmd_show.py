@@ -22,13 +22,15 @@ def show_cmd(
 ) -> int:
     """Show a bundle (its summary, failing tasks first), a task's trials with expected beside
     got, or an attempt's evidence and transcript. Exit 4 on an unknown id."""
-    from evalrig.read.render import plain, to_console
     from evalrig.read.show import show
 
     view = show(bundle, id, tasks)
     if json_out:
         emit_json(view)
-    elif use_color():
+        return 0
+    from evalrig.read.render import plain, to_console
+
+    if use_color():
         to_console(view, console())
     else:
         sys.stdout.write(plain(view))

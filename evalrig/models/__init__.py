@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from typing import TYPE_CHECKING
 
-from evalrig.models import agent, comparison, episode, inputs, lock, reading, releases, retire, run
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 def formats() -> dict[str, type[BaseModel]]:
-    """Name → model of every file format the rig reads or writes."""
+    """Name → model of every file format the rig reads or writes. The modules are imported
+    here, not with the package: importing one model (a run's manifest, say) must not import
+    them all, a quarter of a second of every command's start-up (docs/internals.md)."""
+    from evalrig.models import (
+        agent,
+        comparison,
+        episode,
+        inputs,
+        lock,
+        reading,
+        releases,
+        retire,
+        run,
+    )
+
     return {
         "checkpoint": inputs.CheckpointFile,
         "task": inputs.TaskFile,

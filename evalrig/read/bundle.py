@@ -6,22 +6,24 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from evalrig.core.errors import Problem, invalid
 from evalrig.models.base import PATH_ID_PATTERN
-from evalrig.models.comparison import ComparisonManifest
 from evalrig.models.run import RunManifest
 from evalrig.store import layout
 from evalrig.store.bundle import check_run_digests
 from evalrig.store.files import parse_json, read_json, sha256_file
 from evalrig.store.jsonl import stream_lines
 from evalrig.store.tasks import LoadedTask, TaskSet, content_digest, load_taskset, read_tags
+
+if TYPE_CHECKING:  # a run's summary does not import the comparison's models
+    from evalrig.models.comparison import ComparisonManifest
 
 
 @dataclass
@@ -73,6 +75,8 @@ def open_bundle(dir: Path) -> Opened:
         files = _files(path, obj.pop("files", {}))
         return Opened(dir, "run", run=parse_json(path, orjson.dumps(obj), RunManifest), files=files)
     if kind == "comparison":
+        from evalrig.models.comparison import ComparisonManifest
+
         c = read_json(path, ComparisonManifest)
         return Opened(dir, "comparison", comparison=c, files=dict(c.files))
     raise invalid(f"kind {kind!r} is neither run nor comparison", file=path, field="kind",
@@ -171,9 +175,10 @@ def lines(b: Opened, name: str, need: tuple[str, ...] = ()) -> Iterator[tuple[in
     if linked(b, name):
         return
     torn: list[int] = []
+    decode, is_id, check_id = orjson.loads, PATH_ID.fullmatch, "attempt_id" in need  # bound once: a hot loop
     for i, raw in stream_lines(path, torn):
         try:
-            d = orjson.loads(raw)
+            d = decode(raw)
         except orjson.JSONDecodeError as e:
             raise invalid(f"not JSON ({e})", file=path, line=i,
                           hint="the line was edited or corrupted; restore it or rerun") from None
@@ -183,7 +188,7 @@ def lines(b: Opened, name: str, need: tuple[str, ...] = ()) -> Iterator[tuple[in
             if type(d.get(key)) is not str:
                 raise invalid(f"expected a string, got {d.get(key)!r}", file=path, line=i, field=key,
                               hint="the record does not match its schema (evalrig schema shows it)")
-        if "attempt_id" in need and not PATH_ID.fullmatch(d["attempt_id"]):
+        if check_id and not is_id(d["attempt_id"]):
             # it names a folder: checked before any path is made of it (docs/security.md)
             raise invalid(f"{d['attempt_id']!r} is not an id (one path component of [A-Za-z0-9._-])",
                           file=path, line=i, field="attempt_id",
@@ -191,6 +196,36 @@ def lines(b: Opened, name: str, need: tuple[str, ...] = ()) -> Iterator[tuple[in
         yield i, d
     if torn:
         b.torn[name] = torn[0]
+
+
+SIDES = ("champion", "candidate")
+
+
+def compared_run(manifest: ComparisonManifest, side: str) -> tuple[Path | None, str | None]:
+    """Where the comparison's `side` run bundle is, or None and why it is not at hand: not
+    recorded (a comparison written before compare recorded it), or moved. Whether the bundle
+    found there is the one compared is `not_compared`'s question, asked once it is read."""
+    ref = manifest.champion if side == "champion" else manifest.candidate
+    where = (manifest.runs or {}).get(side)  # type: ignore[call-overload]  # side is one of SIDES
+    if where is None:
+        return None, (f"the {side}'s run bundle ({ref.run_id}) is not located: this comparison was written "
+                      "before compare recorded where its runs were")
+    if not (Path(where) / layout.MANIFEST).is_file():
+        return None, f"the {side}'s run bundle ({ref.run_id}) has moved: it is no longer at {where}"
+    return Path(where), None
+
+
+def not_compared(manifest: ComparisonManifest, side: str, where: Path, files: dict[str, str]) -> str | None:
+    """Why the run bundle at `where` (its manifest's file table `files`) is not the one the
+    comparison compared as `side`, or None when it is."""
+    from evalrig.store.bundle import bundle_digest
+
+    ref = manifest.champion if side == "champion" else manifest.candidate
+    digest = bundle_digest(dict(files))
+    if digest == ref.bundle_digest:
+        return None
+    return (f"the {side}'s run bundle at {where} is not the one compared (its digest is {digest}, the "
+            f"comparison's {ref.bundle_digest}): another run took its place")
 
 
 @dataclass
@@ -229,12 +264,14 @@ def tasks_where(manifest: RunManifest, tasks_dir: Path | None) -> Path:
     return Path(tasks_dir) if tasks_dir is not None else Path(manifest.settings.tasks_dir)
 
 
-def load_tags(manifest: RunManifest, tasks_dir: Path | None) -> tuple[dict[str, list[str]], str | None]:
-    """task id -> tags from the task set (tags are not part of what a run judged), or why not."""
+def load_tags(manifest: RunManifest, tasks_dir: Path | None, tasks: Mapping[str, str]
+              ) -> tuple[dict[str, list[str]], str | None]:
+    """task id -> tags from the task set (tags are not part of what a run judged), or why not;
+    only for `tasks` (task id -> suite), the tasks the bundle holds."""
     where = tasks_where(manifest, tasks_dir)
     if not where.is_dir():
         return {}, f"the task set {where} is not here (give --tasks DIR)"
-    return read_tags(where), None
+    return read_tags(where, tasks), None
 
 
 def load_tasks(manifest: RunManifest, tasks_dir: Path | None) -> Tasks:

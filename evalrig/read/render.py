@@ -86,30 +86,30 @@ def _first(f: dict[str, Any] | None) -> str:
     return s + (f": {f['error']}" if f.get("error") else "")
 
 
-def _task(v: dict[str, Any]) -> list[Block]:
-    out: list[Block] = [f"{v['kind']} {v['id']}  (task {v['task_id']}, suite {v['suite']}, verifier "
+def _task(v: dict[str, Any], who: str = "") -> list[Block]:
+    out: list[Block] = [f"{who}{v['kind']} {v['id']}  (task {v['task_id']}, suite {v['suite']}, verifier "
                         f"{v['verifier'].get('kind')} v{v['verifier'].get('version')})"]
     long = any(a.get("diff") for a in v["attempts"])
     if v["expected"] is not None:
-        out.append(("pattern" if v["expected_kind"] == "regex" else "expected") + ": "
+        out.append(who + ("pattern" if v["expected_kind"] == "regex" else "expected") + ": "
                    + (_clip(v["expected"]) if long else v["expected"].rstrip("\n")))
     elif v["expected_note"]:
-        out.append(f"expected: not shown: {v['expected_note']}")
+        out.append(f"{who}expected: not shown: {v['expected_note']}")
     rows = [[a["trial_id"], a["attempt"], a["status"], _f(a["reward"]), _checks(a["checks"]), _f(a["wall_s"]),
              _f(a["cost_usd"]), a["attempt_id"]] for a in v["attempts"]]
-    out.append(Table("attempts", ["trial", "#", "status", "reward", "checks", "wall s", "cost $", "attempt"], rows))
+    out.append(Table(f"{who}attempts", ["trial", "#", "status", "reward", "checks", "wall s", "cost $", "attempt"], rows))
     for a in v["attempts"]:
         if "got" in a:
             got = "(no answer)" if a["got"] is None else _clip(a["got"]) if a.get("diff") else a["got"].rstrip("\n")
-            out.append(f"{a['trial_id']} #{a['attempt']} got: {got}")
+            out.append(f"{who}{a['trial_id']} #{a['attempt']} got: {got}")
             if a.get("diff"):
                 out.append("\n".join(a["diff"]))
         if a.get("verifier_output"):
             vo = a["verifier_output"]
-            out.append(f"{a['trial_id']} #{a['attempt']} verifier output ({vo['run']}), stdout tail:\n"
+            out.append(f"{who}{a['trial_id']} #{a['attempt']} verifier output ({vo['run']}), stdout tail:\n"
                        f"{vo['stdout.txt'] or '(empty)'}\nstderr tail:\n{vo['stderr.txt'] or '(empty)'}")
         if a.get("error"):
-            out.append(f"{a['trial_id']} #{a['attempt']} error: {a['error']}")
+            out.append(f"{who}{a['trial_id']} #{a['attempt']} error: {a['error']}")
     return out
 
 
@@ -187,8 +187,18 @@ def _comparison(v: dict[str, Any]) -> list[Block]:
 
 
 def _comparison_task(v: dict[str, Any]) -> list[Block]:
-    return [f"task {v['task_id']} ({v['suite']}): champion {v['champion_passes']}/{v['champion_n']}, "
-            f"candidate {v['candidate_passes']}/{v['candidate_n']}, d {_f(v['d'])}"]
+    out: list[Block] = [f"task {v['task_id']} ({v['suite']}): champion {v['champion_passes']}/{v['champion_n']}, "
+                        f"candidate {v['candidate_passes']}/{v['candidate_n']}, d {_f(v['d'])}"]
+    for side, s in v.get("sides", {}).items():
+        if s["trials"] is None:
+            out.append(f"{side} ({s['run_id']}): trials not shown: {s['note']}")
+            continue
+        t = s["trials"]
+        out.append(f"{side} ({s['run_id']}, {s['bundle']}):")
+        if t["integrity"]["banner"]:
+            out.append(f"{side}: WARNING: {t['integrity']['banner']}")
+        out += _task(t, f"{side} ")[1:]
+    return out
 
 
 def plain(view: dict[str, Any]) -> str:

@@ -25,20 +25,20 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict
 
 from evalrig.core import report as words
 from evalrig.core.compare import RunRecords
-from evalrig.core.digest import loads, sha256_bytes, short_digest
+from evalrig.core.digest import canonical_json, loads, sha256_bytes, short_digest
 from evalrig.core.errors import EvalrigError, Problem, invalid
 from evalrig.core.outcomes import final_of
 from evalrig.core.stats import side_summary
 from evalrig.core.words import count
 from evalrig.models.comparison import Comparison, ComparisonManifest, Decision, SuiteStats
 from evalrig.models.run import RunManifest
+from evalrig.read.bundle import compared_run, not_compared
 from evalrig.store import bundle, ledger
 from evalrig.store.files import parse_json, read_json, write_bytes_atomic
-from evalrig.store.jsonl import chain_hash, read_chained, whole_lines
+from evalrig.store.jsonl import whole_lines
 from evalrig.store.layout import (
     ADVISORY,
     ATTEMPTS_DIR,
@@ -370,36 +370,30 @@ def _decisions(dir: Path, comparison_digest: str) -> tuple[list[tuple[Path, Deci
     return [(p, d) for _, p, d in found], problems
 
 
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def _runs(dir: Path, manifest: ComparisonManifest) -> tuple[dict[str, RunData], list[str], list[str]]:
     """The two run bundles where compare recorded them: those found, the notes on those
     moved, and the digests that do not verify."""
     found: dict[str, RunData] = {}
     notes: list[str] = []
     problems: list[str] = []
-    refs = {"champion": manifest.champion, "candidate": manifest.candidate}
     for side in SIDES:
-        where = (manifest.runs or {}).get(side)  # type: ignore[call-overload]  # side is one of SIDES
-        if where is None:
-            notes.append(f"The {side}'s run bundle ({refs[side].run_id}) is not located: this comparison was "
-                         "written before compare recorded where its runs were. Trials, evidence and the "
-                         "calibration plot come from the run bundles; the numbers below are the comparison's own.")
-            continue
-        path = Path(where)
-        if not (path / MANIFEST).is_file():
-            notes.append(f"The {side}'s run bundle ({refs[side].run_id}) has moved: it is no longer at {where}. "
-                         "Its trials, evidence and calibration are left out; the numbers below are the "
-                         "comparison's own.")
+        path, why = compared_run(manifest, side)
+        if path is None:
+            notes.append(f"{_capital(str(why))}. Its trials, evidence and calibration are left out; the numbers "
+                         "below are the comparison's own.")
             continue
         try:
             run = _read_run(path)
         except EvalrigError as e:
-            notes.append(f"The {side}'s run bundle at {where} cannot be read ({e.message}); its trials are left out.")
+            notes.append(f"The {side}'s run bundle at {path} cannot be read ({e.message}); its trials are left out.")
             continue
-        digest = bundle.bundle_digest(dict(run.manifest.files))
-        if digest != refs[side].bundle_digest:
-            notes.append(f"The {side}'s run bundle at {where} is not the one compared (its digest is {digest}, "
-                         f"the comparison's {refs[side].bundle_digest}): another run took its place; its trials "
-                         "are left out.")
+        other = not_compared(manifest, side, path, dict(run.manifest.files))
+        if other is not None:
+            notes.append(f"{_capital(other)}; its trials are left out.")
             continue
         problems += run.problems
         notes += _torn_notes(run, f"the {side}'s ")
@@ -683,153 +677,94 @@ def _run_page(dir: Path, tasks_dir: Path | None) -> Page:
 # -- the release log ---------------------------------------------------------------------
 
 
-class _Event(BaseModel):
-    """A release-log line as the report reads it: the keys every event has, the rest kept."""
-
-    model_config = ConfigDict(extra="allow")
-    seq: int
-    at: str
-    kind: str
-
-
-class _Train(BaseModel):
-    """A gate ledger line as the curves read it (docs/report.md)."""
-
-    model_config = ConfigDict(extra="ignore")
-    at: datetime
-    verdict: str
-    advisory: bool
-    comparison_digest: str
-    candidate_id: str
-    curve: dict[str, Any] | None = None
-
-
 def _short(digest: Any) -> str:
     return short_digest(digest) if isinstance(digest, str) else ""
 
 
-def _release_events(path: Path) -> tuple[list[_Event], list[str]]:
-    """The release log's events up to the first line at which its chain fails (docs/report.md:
-    each `prev` is the bare sha256 of the previous line, null on the first), and that failure."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return [], []
-    except OSError as e:
-        raise invalid(f"cannot be read ({e.strerror})", file=path, hint="give --log a release log you may read") from None
-    lines, torn = whole_lines(data)
-    events: list[_Event] = []
-    prev: str | None = None
-    for i, raw in enumerate(lines, start=1):
-        try:
-            obj = loads(raw)
-            ev = _Event.model_validate(obj)
-        except Exception as e:  # noqa: BLE001 - any unreadable line ends the verified part
-            return events, [f"{path}:{i}: the line does not parse as a release event ({e})"]
-        if obj.get("prev") != prev:
-            return events, [f"{path}:{i}: its prev {obj.get('prev')!r} is not the sha256 of the line before ({prev})"]
-        events.append(ev)
-        prev = chain_hash(raw)
-    notes = [f"{path}:{torn}: a torn last line, ignored"] if torn is not None else []
-    return events, notes
-
-
-def _trains(home: Path) -> tuple[list[_Train], str | None]:
-    """One train per comparison: its last non-advisory gate, in ledger order; or none and
-    why, when the gate ledger does not verify."""
-    try:
-        lines = read_chained(ledger.ledger_path(home), _Train).records
-    except EvalrigError as e:
-        where = Problem(e.file, e.message, e.field, e.line).render()
-        return [], f"The gate ledger does not verify, so no curve is drawn: {where}"
-    last: dict[str, _Train] = {}
-    for t in lines:
-        if not t.advisory:
-            last.pop(t.comparison_digest, None)
-            last[t.comparison_digest] = t
-    return list(last.values()), None
+def _event_text(e: Any) -> str:
+    """One release event in a line of words."""
+    if e.kind == "ship":
+        signed = f"; signed by {e.signed_by}" if e.signed_by else ""
+        return (f"{e.verdict} ({e.reason}): {e.candidate.name} {_short(e.candidate.checkpoint_id)} "
+                f"replaces {_short(e.replaces) or 'nothing (the first ship)'}{signed}")
+    if e.kind == "rollback":
+        return f"{_short(e.from_)} → {_short(e.to)} ({e.trigger}, by {e.by}): {e.reason}"
+    if e.kind == "tripwire":
+        return f"{_short(e.checkpoint_id)}: {'held' if e.held else 'FAILED'}"
+    return f"{e.alert_kind} on {e.metric}: {e.detail}"
 
 
 def _log_page(path: Path, home: Path) -> Page:
+    """The release curves exactly as `watch` computes them (evalrig.core.curves over the gate
+    ledger and the verified release log; docs/curves.md), without appending any alert."""
+    from evalrig.core import curves
     from evalrig.read import plots  # matplotlib: only when a report is drawn (docs/report.md)
+    from evalrig.store.releases import read_verified_prefix
+    from evalrig.store.watch import gate_lines, marks_of, thresholds
 
-    events, problems = _release_events(path)
     page = Page(title=f"Release log {path.name}", kind="log")
-    if problems and problems[0].endswith("ignored"):
-        page.notes += problems
-    elif problems:
-        page.banners.append(f"The release log does not verify. First line that fails: {problems[0]}; "
+    log, failure = read_verified_prefix(path)
+    if failure is not None:
+        where = Problem(failure.file, failure.message, failure.field, failure.line).render()
+        page.banners.append(f"The release log does not verify. First line that fails: {where}; "
                             "the events before it are shown.")
-    trains, broken = _trains(home)
-    if broken is not None:
-        page.banners.append(broken)
-    times = [t.at for t in trains]
-
-    def position(at: str) -> float:
-        """An event's place on the train axis: after the trains gated before it."""
-        try:
-            when = datetime.fromisoformat(at.replace("Z", "+00:00"))
-        except ValueError:
-            return float(len(times))
-        return sum(1 for t in times if t <= when) - 0.5
-
-    series: dict[str, list[float | None]] = {}
-    if any(t.curve for t in trains):
-        def pick(*keys: str) -> list[float | None]:
-            out: list[float | None] = []
-            for t in trains:
-                v: Any = t.curve or {}
-                for k in keys:
-                    v = v.get(k) if isinstance(v, dict) else None
-                out.append(v if isinstance(v, (int, float)) else None)
-            return out
-        series = {
-            "champion fixed pass rate": pick("fixed_pass_rate", "champion"),
-            "fresh delta (mean_d)": pick("fresh_mean_d"),
-            "cost per task, champion": pick("cost_per_task", "champion"),
-            "cost per task, candidate": pick("cost_per_task", "candidate"),
-            "public pass rate, candidate": pick("public_pass_rate", "candidate"),
-        }
-    elif broken is None:
+    elif log.torn_line is not None:
+        page.notes.append(f"{path}:{log.torn_line}: a torn last line, ignored")
+    try:
+        lines = gate_lines(home)
+    except EvalrigError as e:
+        where = Problem(e.file, e.message, e.field, e.line).render()
+        page.banners.append(f"The gate ledger does not verify, so no curve is drawn: {where}")
+        lines = None
+    trains = curves.trains_of(lines or [])
+    marks = marks_of(log)
+    watch, _ = thresholds(None, log)
+    series = curves.series(trains.trains, marks, curves.alerts(trains.trains, marks, watch))
+    _curves_section(page, series, [e for e in log.events if e.kind == "alert"], plots)
+    if not trains.trains and lines is not None:
         page.notes.append(f"No train in the gate ledger ({ledger.ledger_path(home)}) carries curve figures yet: "
                           "the curves are empty until gates record them.")
-    bounds: list[tuple[float, float] | None] = []
-    for t in trains:
-        b = (t.curve or {}).get("fresh_bounds")
-        if isinstance(b, list) and len(b) == 2 and all(isinstance(x, (int, float)) for x in b):
-            bounds.append((float(b[0]), float(b[1])))
-        else:
-            bounds.append(None)
-    marks = [plots.Mark(position(e.at), e.kind, str(e.seq)) for e in events if e.kind in ("ship", "rollback", "alert")]
-    labels = [t.at.strftime("%m-%d %H:%M") for t in trains]
-    page.sections.append(_plots_section([
-        ("The curves over the trains, with ships (green), rollbacks (red dashed) and alerts (orange dotted); "
-         "the fresh delta's band is its two-sided t bounds.",
-         plots.curves(series, labels, marks, {"fresh delta (mean_d)": bounds}))]))
-    rows = []
-    for e in events:
-        x = e.model_extra or {}
-        if e.kind == "ship":
-            c = x.get("candidate")
-            cand: dict[str, Any] = c if isinstance(c, dict) else {}
-            signed = f"; signed by {x['signed_by']}" if x.get("signed_by") else ""
-            what = (f"{x.get('verdict')} ({x.get('reason')}): {cand.get('name', '')} {_short(cand.get('checkpoint_id'))} "
-                    f"replaces {_short(x.get('replaces')) or 'nothing (the first ship)'}{signed}")
-        elif e.kind == "rollback":
-            what = (f"{_short(x.get('from'))} → {_short(x.get('to'))} ({x.get('trigger')}, by {x.get('by')}): "
-                    f"{x.get('reason')}")
-        elif e.kind == "tripwire":
-            what = f"{_short(x.get('checkpoint_id'))}: {'held' if x.get('held') else 'FAILED'}"
-        elif e.kind == "alert":
-            what = f"{x.get('alert_kind')} on {x.get('metric')}: {x.get('detail')}"
-        else:
-            what = orjson.dumps(x).decode()
-        rows.append(f'<tr class="ev-{esc(e.kind)}"><td>{e.seq}</td><td>{esc(e.at)}</td><td>{esc(e.kind)}</td>'
-                    f"<td>{esc(_clip(str(what)))}</td></tr>")
-    page.sections.append(f'<section id="events"><h2>Events ({len(events)})</h2><table class="events"><thead><tr>'
+    rows = [f'<tr class="ev-{esc(e.kind)}"><td>{e.seq}</td><td>{esc(e.at.isoformat())}</td><td>{esc(e.kind)}</td>'
+            f"<td>{esc(_clip(_event_text(e)))}</td></tr>" for e in log.events]
+    page.sections.append(f'<section id="events"><h2>Events ({len(rows)})</h2><table class="events"><thead><tr>'
                          "<th>seq</th><th>at</th><th>kind</th><th>what</th></tr></thead><tbody>" + "".join(rows)
                          + "</tbody></table></section>")
     return page
+
+
+def _curves_section(page: Page, series: dict[str, Any], alert_events: Sequence[Any], plots: Any) -> None:
+    """The curves of `series` (as `watch --json` gives them), the logged alerts marked too; the
+    series is also kept in the page as JSON, the numbers each plot was drawn from."""
+    trains = series["trains"]
+    times = [t["at"] for t in trains]
+
+    def position(at: datetime) -> float:
+        """An event's place on the train axis: after the trains gated before it."""
+        return sum(1 for t in times if t <= at) - 0.5
+
+    def pick(key: str, side: str | None = None) -> list[float | None]:
+        return [t[key] if side is None else t[key][side] for t in trains]
+
+    plotted = {
+        "champion fixed pass rate": pick("fixed_pass_rate", "champion"),
+        "fresh delta (mean_d)": pick("fresh_mean_d"),
+        "cost per task, champion": pick("cost_per_task", "champion"),
+        "cost per task, candidate": pick("cost_per_task", "candidate"),
+        "public pass rate, candidate": pick("public_pass_rate", "candidate"),
+    } if trains else {}
+    bounds: list[tuple[float, float] | None] = [(b[0], b[1]) if b else None for b in
+                                                (t["fresh_bounds"] for t in trains)]
+    marks = [plots.Mark(position(m["at"]), m["kind"], str(m["seq"])) for m in series["releases"]]
+    marks += [plots.Mark(position(e.at), "alert", str(e.seq)) for e in alert_events]
+    labels = [t.strftime("%m-%d %H:%M") for t in times]
+    firing = "".join(f"<li>{esc(a['alert_kind'])} [{esc(a['alert_id'])}]: {esc(_clip(a['detail']))}</li>"
+                     for a in series["alerts"])
+    page.sections.append(_plots_section([
+        ("The curves over the trains, with ships (green), rollbacks (red dashed) and alerts (orange dotted); "
+         "the fresh delta's band is its two-sided t bounds.",
+         plots.curves(plotted, labels, marks, {"fresh delta (mean_d)": bounds}))])
+        + (f'<section id="firing"><h2>Alerts firing now</h2><ul>{firing}</ul></section>' if firing else "")
+        + f'<script type="application/json" id="curves-data">{_json_for_script(series)}</script>')
 
 
 # -- the page ----------------------------------------------------------------------------
@@ -919,8 +854,9 @@ render();
 
 
 def _json_for_script(obj: Any) -> str:
-    """JSON inside <script type="application/json">: no character can close the element."""
-    text = orjson.dumps(obj).decode()
+    """JSON inside <script type="application/json">, in the rig's one encoding (times as
+    `watch --json` writes them): no character can close the element."""
+    text = canonical_json(obj).decode()
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 

@@ -12,20 +12,21 @@ from typing import Any
 
 import orjson
 
-from evalrig.attempt.verifiers import ANSWER_JSON, ANSWER_TXT, VERIFIER_DIR, read_answer
-from evalrig.core.errors import invalid
-from evalrig.models.comparison import Comparison, Decision
+from evalrig.core.errors import EvalrigError, invalid
 from evalrig.models.run import SCORED
 from evalrig.read.bundle import (
     ACTUAL_KEYS,
     RESULT_KEYS,
+    SIDES,
     Opened,
     check_attempt,
     check_files,
+    compared_run,
     lines,
     linked,
     load_tags,
     load_tasks,
+    not_compared,
 )
 from evalrig.read.text import decode, short, tail, untrusted
 from evalrig.store import layout
@@ -41,7 +42,7 @@ def show(dir: Path, id: str | None, tasks_dir: Path | None = None) -> dict[str, 
 
     b = open_bundle(dir)
     if b.kind == "comparison":
-        return show_comparison(b, id)
+        return show_comparison(b, id, tasks_dir)
     if id is None:
         return run_summary(b, tasks_dir)
     return show_id(b, id, tasks_dir)
@@ -103,7 +104,7 @@ def run_summary(b: Opened, tasks_dir: Path | None) -> dict[str, Any]:
     assert m is not None
     check_files(b, [layout.RESULTS_JSONL, layout.ACTUALS_JSONL])
     final, statuses, n = _final_rows(b)
-    tags, tags_note = load_tags(m, tasks_dir)
+    tags, tags_note = load_tags(m, tasks_dir, {row[1]: row[2] for row, _ in final.values()})
     by_suite: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     by_tag: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     per_task: dict[str, list[Any]] = {}  # task id -> [suite, trials, passed, first failing row]
@@ -194,6 +195,12 @@ def _unknown(b: Opened, id: str) -> Exception:
 
 def show_task(b: Opened, id: str, results: list[dict[str, Any]], actuals: dict[str, dict[str, Any]],
               tasks_dir: Path | None, trial: bool) -> dict[str, Any]:
+    from evalrig.attempt.verifiers import (  # off the summary path
+        ANSWER_JSON,
+        ANSWER_TXT,
+        read_answer,
+    )
+
     m = b.run
     assert m is not None
     first = results[0]
@@ -244,6 +251,8 @@ def _diff(expected: str, got: str) -> list[str] | None:
 
 
 def _verifier_tail(b: Opened, aid: str) -> dict[str, str] | None:
+    from evalrig.attempt.verifiers import VERIFIER_DIR, read_answer
+
     root = b.dir / layout.ATTEMPTS_DIR / aid / VERIFIER_DIR
     if not root.is_dir() or linked(b, f"{layout.ATTEMPTS_DIR}/{aid}/{VERIFIER_DIR}"):
         return None
@@ -264,6 +273,8 @@ def _verifier_tail(b: Opened, aid: str) -> dict[str, str] | None:
 
 
 def show_attempt(b: Opened, d: dict[str, Any], actual: dict[str, Any] | None) -> dict[str, Any]:
+    from evalrig.attempt.verifiers import read_answer
+
     aid = str(d.get("attempt_id"))
     files = check_attempt(b, aid)
     root = b.dir / layout.ATTEMPTS_DIR / aid
@@ -344,7 +355,9 @@ def chat_message(m: dict[str, Any]) -> dict[str, Any]:
 # -- a comparison bundle -------------------------------------------------------------------
 
 
-def show_comparison(b: Opened, id: str | None) -> dict[str, Any]:
+def show_comparison(b: Opened, id: str | None, tasks_dir: Path | None = None) -> dict[str, Any]:
+    from evalrig.models.comparison import Comparison, Decision  # not on a run summary's path
+
     m = b.comparison
     assert m is not None
     check_files(b, [layout.COMPARISON_JSON, layout.COMPARISON_MD])
@@ -390,7 +403,30 @@ def show_comparison(b: Opened, id: str | None) -> dict[str, Any]:
                       hint="a comparison is shown by task id; show a run bundle for its trials and attempts")
     s, r = rows[id]
     return {"kind": "comparison-task", "bundle": str(b.dir), "integrity": b.integrity(), "suite": s,
-            **r.model_dump(mode="json")}
+            **r.model_dump(mode="json"), "sides": {side: _side_trials(m, side, id, tasks_dir) for side in SIDES}}
+
+
+def _side_trials(m: Any, side: str, task_id: str, tasks_dir: Path | None) -> dict[str, Any]:
+    """One side's trials of a task, read from the run bundle the comparison names (as
+    `show RUN TASK` shows them), or why they are not at hand: the bundle moved, or another
+    run took its place. The comparison's own numbers are shown either way."""
+    from evalrig.read.bundle import open_bundle
+
+    ref = m.champion if side == "champion" else m.candidate
+    out: dict[str, Any] = {"run_id": untrusted(ref.run_id, newlines=False), "bundle": None, "note": None,
+                           "trials": None}
+    where, why = compared_run(m, side)
+    if where is None:
+        return out | {"note": untrusted(str(why), newlines=False)}  # paths and ids from a file: shown escaped
+    out["bundle"] = untrusted(str(where), newlines=False)
+    try:
+        run = open_bundle(where)
+        why = not_compared(m, side, where, run.files) if run.kind == "run" else f"{where} is not a run bundle"
+        if why is None:
+            out["trials"] = show_id(run, task_id, tasks_dir)
+    except EvalrigError as e:
+        why = f"the {side}'s run bundle at {where} cannot be shown: {e.message}"
+    return out | {"note": None if why is None else untrusted(why, newlines=False)}
 
 
 def _numbers(r: Any) -> dict[str, Any]:

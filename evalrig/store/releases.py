@@ -213,6 +213,34 @@ def read_log(path: Path) -> ReleaseLog:
     return ReleaseLog(path, chain.objs, chain.torn_line)
 
 
+def read_verified_prefix(path: Path) -> tuple[ReleaseLog, EvalrigError | None]:
+    """For a reader that must show a broken log rather than refuse it (`report --log`,
+    docs/report.md): the log as `read_log` verifies it and, when it does not verify, its lines
+    before the first one at which verification fails, and that failure. Every event returned
+    is validated whole. The rules are `read_log`'s, applied to ever shorter prefixes: each
+    failure names an earlier line than the last, and a prefix is cut before it."""
+    path = Path(path)
+    try:
+        log = read_log(path)
+        log.events  # noqa: B018 - validates every event, raising at the first that fails
+        return log, None
+    except EvalrigError as e:
+        if e.line is None:  # not a log that can be read at all
+            raise
+        failure = e
+    data = path.read_bytes()
+    while failure.line is not None and failure.line > 1:
+        data = b"".join(line + b"\n" for line in data.split(b"\n")[:failure.line - 1])  # the lines before it
+        try:
+            chain = verify_chain(path, data, strict=True)  # the head names a later line: not checked
+            log = ReleaseLog(path, chain.objs, None)
+            log.events  # noqa: B018
+            return log, failure
+        except EvalrigError as e:
+            failure = _with_hint(e)
+    return ReleaseLog(path, [], None), failure
+
+
 class LogWriter(ReleaseLog):
     """What `appending` yields: the log as verified under its lock, and `append`."""
 

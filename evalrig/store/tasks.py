@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
@@ -29,8 +30,9 @@ from typing import NamedTuple
 from evalrig.core.digest import sha256_bytes, sha256_json
 from evalrig.core.environment import MINIMAL_PATH
 from evalrig.core.errors import EvalrigError, Problem, invalid
-from evalrig.core.tomlerr import error_problems, key_lines, line_of, validate_doc
+from evalrig.core.tomlerr import error_problems, key_lines, line_of, parse_toml, validate_doc
 from evalrig.core.words import count
+from evalrig.models.base import PATH_ID_PATTERN
 from evalrig.models.inputs import SUITES, Suite, TaskFile
 from evalrig.models.lock import FixedLock
 from evalrig.models.run import VerifierIdentity
@@ -315,20 +317,53 @@ def _subdirs(dir: Path) -> list[Path]:
     return [dir / n for n in names]
 
 
-def read_tags(dir: Path) -> dict[str, list[str]]:
+def read_tags(dir: Path, tasks: Mapping[str, str] | None = None) -> dict[str, list[str]]:
     """task id -> its `tags`, read from each task.toml alone (no digests, no validation of the
     rest): what a summary of a run shows by tag, cheap enough for a task set of thousands.
-    A task whose task.toml does not parse, or whose tags are not a list of strings, has none."""
+    `tasks` (task id -> the suite it ran in) limits it to those tasks, looked for in that suite
+    first (a task may have moved since, retired from fresh to fixed). A task whose tags do not
+    parse, or are not a list of strings, has none."""
+    dir = Path(dir)
+    if tasks is None:
+        tasks = {d.name: suite for suite in SUITES if (dir / suite).is_dir() for d in _subdirs(dir / suite)}
+    root = str(dir)
     out: dict[str, list[str]] = {}
-    for suite in SUITES:
-        if not (Path(dir) / suite).is_dir():
+    for task_id, suite in tasks.items():
+        if not re.fullmatch(PATH_ID_PATTERN, task_id):  # an id from a record is never a path of its own
             continue
-        for task_dir in _subdirs(Path(dir) / suite):
-            doc = read_toml(task_dir / TASK_TOML, "task's task.toml")
-            tags = None if isinstance(doc, Problem) else doc.data.get("tags")
+        for s in (suite, *SUITES) if suite in SUITES else SUITES:  # its own suite first: one read, no stat
+            path = f"{root}/{s}/{task_id}/{TASK_TOML}"  # a string: Path joins cost more than the read
+            try:
+                with open(path, "rb") as f:
+                    raw = f.read()
+            except OSError:
+                continue
+            tags = _tags(path, raw)
             if isinstance(tags, list) and all(isinstance(t, str) for t in tags):
-                out[task_dir.name] = tags
+                out[task_id] = tags
+            break
     return out
+
+
+_TABLE = re.compile(rb"^[ \t]*\[", re.M)
+_TAGS_LINE = re.compile(rb"^tags[ \t]*=[ \t]*(\[[^\]\n]*\])[ \t]*(?:#[^\n]*)?\r?$", re.M)
+
+
+def _tags(path: str, raw: bytes) -> object:
+    """The top-level `tags` of a task.toml. Most of a summary's cost in a task set of thousands
+    was parsing whole files for one key, so the common case, one `tags = [...]` line among the
+    top-level keys (before any line opening with `[`, and no multi-line string among them), is
+    parsed alone; anything else is parsed whole."""
+    if b"tags" not in raw:
+        return None
+    top = raw[:m.start()] if (m := _TABLE.search(raw)) else raw
+    if b'"""' not in top and b"'''" not in top:
+        lines = _TAGS_LINE.findall(top)
+        if len(lines) == 1:
+            doc = parse_toml(path, b"tags = " + lines[0])
+            return None if isinstance(doc, Problem) else doc.data.get("tags")
+    doc = parse_toml(path, raw)
+    return None if isinstance(doc, Problem) else doc.data.get("tags")
 
 
 def read_lock(dir: Path) -> FixedLock | None:
