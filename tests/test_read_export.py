@@ -148,6 +148,21 @@ def test_junit_counts_an_infrastructure_fault_as_an_error(tmp_path: Path, evalri
     pytest.importorskip("xmlschema").XMLSchema(JUNIT_XSD).validate(str(out))
     text = out.read_text()
     assert text.count("<error ") == 6 and 'errors="2"' in text and 'name="fresh-down"' in text
+
+
+def test_csv_has_a_row_for_every_attempt_superseded_and_unscored_ones_too(tmp_path: Path,
+                                                                          evalrig_home: Path) -> None:
+    tasks = counts_tasks([3, 4])
+    tasks["fresh-down"] = Task("fresh", [True])
+    d = write_run(tmp_path / "r", Side("x", tasks, unscored={"fresh-000", "fresh-down"}), evalrig_home)
+    out = tmp_path / "x.csv"
+    assert cli(evalrig_home, "export", d, "--format", "csv", "--to", out).exit_code == 0  # type: ignore[attr-defined]
+    rows = list(csv.DictReader(out.open()))
+    fresh = [json.loads(x) for x in (d / "results.jsonl").read_text().splitlines()]
+    fresh = [x for x in fresh if x["suite"] == "fresh"]
+    assert sorted(r["attempt_id"] for r in rows) == sorted(x["attempt_id"] for x in fresh)
+    assert any(r["status"] == "infra_error" and r["final"] == "false" for r in rows)
+    assert {r["final"] for r in rows if r["status"] == "passed"} == {"true"}
     assert cli(evalrig_home, "export", d, "--format", "csv", "--to", d / "x.csv").exit_code == 4  # type: ignore[attr-defined]
 
 

@@ -14,7 +14,7 @@ import csv
 import itertools
 import os
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -129,8 +129,13 @@ def export(bundles: list[Path], fmt: ExportFormat, to: Path, home: Path, now: da
 
 
 def _scored(s: Source, suites: list[Suite], min_reward: float | None) -> Iterator[dict[str, Any]]:
+    """The final scored attempts of the suites (the ones that count)."""
+    return (d for d in _attempts(s, suites, min_reward) if d["attempt_id"] in s.final)
+
+
+def _attempts(s: Source, suites: list[Suite], min_reward: float | None) -> Iterator[dict[str, Any]]:
     for _, d in lines(s.b, layout.RESULTS_JSONL, RESULT_KEYS):
-        if d["attempt_id"] in s.final and d.get("suite") in suites and (
+        if d.get("suite") in suites and (
                 min_reward is None or (d.get("reward") is not None and d["reward"] >= min_reward)):
             yield d
 
@@ -230,8 +235,16 @@ class Rows:
         self.exported: dict[str, str | None] = {}
 
     def __iter__(self) -> Iterator[tuple[Source, dict[str, Any]]]:
+        return self._noted(_scored)
+
+    def every_attempt(self) -> Iterator[tuple[Source, dict[str, Any]]]:
+        """Every attempt of the suites, superseded and unscored ones too (csv)."""
+        return self._noted(_attempts)
+
+    def _noted(self, which: Callable[[Source, list[Suite], float | None], Iterator[dict[str, Any]]],
+               ) -> Iterator[tuple[Source, dict[str, Any]]]:
         for s in self.sources:
-            for d in _scored(s, self.suites, self.min_reward):
+            for d in which(s, self.suites, self.min_reward):
                 if d["task_id"] not in self.exported:
                     self.exported[d["task_id"]] = _content(s, d)
                 yield s, d
@@ -372,24 +385,25 @@ NO_SPEND: dict[str, Any] = {"spend": {role: dict.fromkeys(RoleSpend.model_fields
 
 
 def write_csv(rows: Rows, f: IO[str]) -> int:
-    """One row per attempt exported: the result's keys and the actual's, flattened with dots,
-    the leading columns first and the rest sorted, so the header is stable."""
+    """One row per attempt of the suites (superseded and unscored attempts too: a table of
+    what ran; `final` says which attempt counts), the result's keys and the actual's,
+    flattened with dots, the leading columns first and the rest sorted, so the header is
+    stable."""
     actuals: dict[str, dict[str, Any]] = {}
     for s in rows.sources:
         for _, a in lines(s.b, layout.ACTUALS_JSONL, ACTUAL_KEYS):
-            if a.get("attempt_id") in s.final:
-                spend = {role: v for role, v in (a.get("spend") or {}).items() if v}
-                actuals[a["attempt_id"]] = _flat(a | {"spend": NO_SPEND["spend"] | spend})
+            spend = {role: v for role, v in (a.get("spend") or {}).items() if v}
+            actuals[a["attempt_id"]] = _flat(a | {"spend": NO_SPEND["spend"] | spend})
     keys: set[str] = set(_flat(NO_SPEND))
-    for _s, d in rows:  # a first pass for the columns, a second for the rows
+    for _s, d in rows.every_attempt():  # a first pass for the columns, a second for the rows
         keys |= _flat(d).keys() | actuals.get(d["attempt_id"], {}).keys()
-    keys.add("run_id")
+    keys |= {"run_id", "final"}
     columns = [c for c in LEADING if c in keys] + sorted(keys - set(LEADING))
     w = csv.writer(f, lineterminator="\n")
     w.writerow(columns)
     n = 0
-    for s, d in rows:
-        merged = actuals.get(d["attempt_id"], {}) | {"run_id": s.run_id} | _flat(d)
+    for s, d in rows.every_attempt():
+        merged = actuals.get(d["attempt_id"], {}) | {"run_id": s.run_id, "final": d["attempt_id"] in s.final} | _flat(d)
         w.writerow([_cell(merged.get(c)) for c in columns])
         n += 1
     return n
