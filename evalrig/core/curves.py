@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Literal
 
 from evalrig.core.digest import short_digest
+from evalrig.core.words import count
 from evalrig.models.comparison import Comparison, Curve, CurveSides, GateLedgerEntry, Verdict
 from evalrig.models.inputs import PolicyWatch
 from evalrig.models.releases import AlertKind
@@ -267,7 +268,7 @@ def _floor_alerts(trains: Sequence[Train], th: Thresholds) -> list[Alert]:
     floor = th.floor_fixed_pass_rate
     return _run_alert(
         "floor", FLOOR_METRIC, pts, lambda t: (t.value(FLOOR_METRIC) or 0.0) < floor, th.floor_trains,
-        lambda run: (f"the champion's fixed pass rate has been below {floor:g} for {run} trains in a row: "
+        lambda run: (f"the champion's fixed pass rate has been below {floor:g} for {count(run, 'train')} in a row: "
                      "bad and staying bad (the gate only compares two builds, and both can be bad)"),
         {"floor": floor, "latest": pts[-1].value(FLOOR_METRIC) if pts else None},
     )

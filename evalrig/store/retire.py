@@ -15,6 +15,7 @@ from pathlib import Path
 from evalrig.core import retire as core
 from evalrig.core.digest import short_digest
 from evalrig.core.errors import invalid
+from evalrig.core.words import count
 from evalrig.models.retire import Move, RetireFile
 from evalrig.store import ledger
 from evalrig.store.compare import read_comparison
@@ -60,7 +61,8 @@ def _plan(dir: Path, tasks: Path, graduate: list[str], graduate_failed: bool, sa
     missing = [t for t in fresh_ids if t not in by_id or by_id[t].suite != "fresh"
                or by_id[t].dir.is_symlink() or by_id[t].dir.resolve().parent != fresh_dir]
     if missing:
-        raise invalid(f"{len(missing)} of the train's {len(fresh_ids)} fresh tasks are not in {tasks / 'fresh'}/: "
+        raise invalid(f"{len(missing)} of the train's {count(len(fresh_ids), 'fresh task')} "
+                      f"{'is' if len(missing) == 1 else 'are'} not in {tasks / 'fresh'}/: "
                       + ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""), file=tasks,
                       hint="give --tasks the task set this train ran on (its fresh tasks still in fresh/)")
     gates = [g for g in ledger.all_gates(home) if g.comparison_digest == digest and not g.advisory]
