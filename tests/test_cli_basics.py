@@ -199,3 +199,13 @@ def test_repeatable_options_show_what_one_value_is_not_a_python_type(name: str) 
     r = CliRunner().invoke(app, [name, "--help"], env={"NO_COLOR": "1"})
     options = [line for line in r.stdout.splitlines() if line.lstrip().startswith("--")]
     assert not [line for line in options if "list[" in line]
+
+
+def test_loading_the_commands_imports_no_models() -> None:
+    """Every command's start-up loads every command module; each imports the models (and so
+    pydantic) only when it runs, so that `champion` or `--version` pays for its own work
+    alone (docs/release-engineers.md: a release step is a quick call)."""
+    code = "import sys\nimport evalrig.cli\nprint(sorted(m for m in ('pydantic', 'evalrig.models') if m in sys.modules))"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"

@@ -10,7 +10,6 @@ import typer
 from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, say
 from evalrig.core.errors import UsageError
 from evalrig.core.words import count
-from evalrig.models.inputs import SUITES
 
 
 @command("export", "evalrig export runs/champion runs/candidate --format pairs --to pairs.jsonl")
@@ -30,6 +29,7 @@ def export_cmd(
     """Export the final scored attempts of verified run bundles: fresh tasks only unless --suite
     says otherwise; recorded in the rig's home (exports.jsonl), so no gate takes the exported
     tasks as fresh again. Exit 4 when a bundle does not verify."""
+    from evalrig.models.inputs import SUITES  # here: every command's start-up imports this module
     from evalrig.read.export import FORMATS, export
     from evalrig.store.checkpoint import evalrig_home
     from evalrig.store.clock import utcnow
