@@ -7,7 +7,8 @@ Figures:
   --jobs 2, under `process` (goal >= 150) and `bwrap` (goal >= 80);
 - the rig's cost per attempt against a floor: a bare loop, at the same two threads, that
   copies the same checkpoint, starts the same command and appends four synced lines
-  (goal <= 3x);
+  (goal <= 2.5x under process; under bwrap <= 3x, and against a floor that starts the same
+  bwrap);
 - the rig's peak RSS over a 10,000-attempt run (goal <= 150 MB);
 - planning the resume of a bundle that holds 50,000 results (goal <= 2 s);
 - where an attempt's time goes: a second run of the rig, in this process, whose attempts
@@ -40,6 +41,9 @@ from evalrig.store.bundle import load_run  # noqa: E402
 from evalrig.store.checkpoint import seal  # noqa: E402
 from evalrig.store.files import write_json_atomic  # noqa: E402
 from evalrig.store.jsonl import append_line  # noqa: E402
+
+RATIO_GOAL = {"process": 2.5, "bwrap": 3.0}
+"""Issue 11's goals for the rig's cost against the plain floor."""
 
 
 def make_inputs(root: Path, home: Path, tasks: int) -> tuple[Path, Path]:
@@ -296,8 +300,8 @@ def main() -> int:
             print(f"{level:8s} {r['attempts']} attempts: {r['rate']:7.1f} attempts/s "
                   f"(goal >= {goal}: {'ok' if r['rate'] >= goal else 'MISSED'}); floor "
                   f"(copy + start + 4 synced lines, 2 threads) {before:.1f} / {after:.1f} "
-                  f"attempts/s; rig cost {fl / r['rate']:.2f}x the floor (goal <= 3x: "
-                  f"{'ok' if fl / r['rate'] <= 3 else 'MISSED'})")
+                  f"attempts/s; rig cost {fl / r['rate']:.2f}x the floor (goal <= {RATIO_GOAL[level]}x: "
+                  f"{'ok' if fl / r['rate'] <= RATIO_GOAL[level] else 'MISSED'})")
             if level == "bwrap":
                 bw = floor(ck, tmp / "floor-bwrap-c", n, prefix=[resolve_level("bwrap").bwrap_path
                                                                   or "bwrap", *BWRAP_FLOOR])
