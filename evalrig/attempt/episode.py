@@ -274,6 +274,23 @@ class Relay:
         if not chunk:
             self._eof(side)
             return
+        self._take(side, chunk)
+
+    def _drain(self, side: _Side) -> None:
+        """What a side left in its pipe before its launch ended."""
+        while side.r >= 0 and side.r in self.sel.get_map():
+            try:
+                chunk = os.read(side.r, _READ)
+            except BlockingIOError:
+                return
+            if not chunk:
+                self._eof(side)
+                return
+            self._take(side, chunk)
+
+    def _take(self, side: _Side, chunk: bytes) -> None:
+        """A chunk of a side's stdout: its complete lines handled in order, each within the
+        line cap; nothing kept once the side is no longer read (after a line over the cap)."""
         if not side.reading:
             return
         side.partial += chunk
@@ -289,22 +306,6 @@ class Relay:
                 self._over_cap(side, line)
                 break
             self._line(side, line)
-
-    def _drain(self, side: _Side) -> None:
-        """What a side left in its pipe before its launch ended."""
-        while side.r >= 0 and side.r in self.sel.get_map():
-            try:
-                chunk = os.read(side.r, _READ)
-            except BlockingIOError:
-                return
-            if not chunk:
-                self._eof(side)
-                return
-            side.partial += chunk
-            while side.reading and (nl := side.partial.find(b"\n")) >= 0:
-                line = bytes(side.partial[:nl])
-                del side.partial[:nl + 1]
-                self._line(side, line)
 
     def _eof(self, side: _Side) -> None:
         """A side's stdout ended: nothing more comes from it. What it wrote after its last
