@@ -182,16 +182,17 @@ def _command_file_problems(spec: TaskFile, task_dir: Path, file: str, index: _La
     if not vdir.is_dir():
         return [Problem(file, f"the command verifier runs from {vdir}/, which does not exist "
                         "(put its files there)", "verifier.command", line)]
-    out = []
-    for i, arg in enumerate(v.command):
-        if i > 0 and v.command[i - 1] in ("-c", "-m"):
-            continue
-        if os.path.isabs(arg) or not _SCRIPT.match(arg):
-            continue
-        if not (vdir / arg).exists():
-            out.append(Problem(file, f'"{arg}" is not in {vdir}/ (the command runs from there)',
-                               f"verifier.command[{i}]", line))
-    return out
+    return _missing_scripts(v.command, 0, vdir, "the command", "verifier.command", file, line)
+
+
+def _missing_scripts(argv: list[str], start: int, folder: Path, who: str, field: str, file: str,
+                     line: int | None) -> list[Problem]:
+    """The scripts an argv names (from `start`) that are not in the folder it runs from; the
+    text after -c or -m is code or a module, not a file."""
+    return [Problem(file, f'"{arg}" is not in {folder}/ ({who} runs from there)', f"{field}[{i}]", line)
+            for i, arg in enumerate(argv[start:], start=start)
+            if not (i > 0 and argv[i - 1] in ("-c", "-m")) and not os.path.isabs(arg)
+            and _SCRIPT.match(arg) and not (folder / arg).exists()]
 
 
 def _driver_problems(spec: TaskFile, task_dir: Path, file: str, index: _LazyLines) -> list[Problem]:
@@ -216,13 +217,7 @@ def _driver_problems(spec: TaskFile, task_dir: Path, file: str, index: _LazyLine
     if not found:
         out.append(Problem(file, f'"{prog}" is not a program the driver can run (not executable, or not '
                            f"found on {MINIMAL_PATH} or in {ddir}/)", "episode.driver[0]", line))
-    for i, arg in enumerate(ep.driver[1:], start=1):
-        if ep.driver[i - 1] in ("-c", "-m") or os.path.isabs(arg) or not _SCRIPT.match(arg):
-            continue
-        if not (ddir / arg).exists():
-            out.append(Problem(file, f'"{arg}" is not in {ddir}/ (the driver runs from there)',
-                               f"episode.driver[{i}]", line))
-    return out
+    return out + _missing_scripts(ep.driver, 1, ddir, "the driver", "episode.driver", file, line)
 
 
 def _links_out(task_dir: Path) -> list[Problem]:
