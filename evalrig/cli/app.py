@@ -27,14 +27,9 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 import typer  # noqa: E402
 from typer.core import TyperGroup  # noqa: E402
 
-try:  # typer carries its own copy of click; older typers use click itself
-    from typer._click import core as click_core  # noqa: E402
-    from typer._click import exceptions as click_exceptions  # noqa: E402
-    from typer._click import globals as click_globals  # noqa: E402
-except ImportError:  # pragma: no cover
-    from click import core as click_core  # type: ignore[no-redef]  # noqa: E402
-    from click import exceptions as click_exceptions  # type: ignore[no-redef]  # noqa: E402
-    from click import globals as click_globals  # type: ignore[no-redef]  # noqa: E402
+from typer._click import core as click_core  # noqa: E402  # typer's own copy of click
+from typer._click import exceptions as click_exceptions  # noqa: E402
+from typer._click import globals as click_globals  # noqa: E402
 
 from evalrig import __version__  # noqa: E402
 from evalrig.core.errors import EvalrigError, ExitCode  # noqa: E402
