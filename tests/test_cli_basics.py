@@ -209,3 +209,43 @@ def test_loading_the_commands_imports_no_models() -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"
+
+
+def test_parsing_a_command_imports_no_pydantic(tmp_path: object) -> None:
+    """Options are parsed without pydantic (a typer that validates them with it costs every
+    command a tenth of a second): `--version` and `champion` on a log that does not exist
+    never import it, in the real entry point."""
+    from pathlib import Path
+
+    code = ("import sys\nfrom evalrig.cli import main\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    print('EXIT', e.code, 'pydantic' in sys.modules)\n")
+    for args, code_ in ((["--version"], 0), (["champion", "--log", str(Path(str(tmp_path)) / "none.jsonl")], 1)):
+        p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60)
+        assert p.stdout.splitlines()[-1] == f"EXIT {code_} False", (args, p.stdout, p.stderr)
+
+
+def test_the_command_run_is_the_only_one_built_and_root_options_may_precede_it() -> None:
+    from evalrig.cli.app import only_the_command_run
+
+    before = [c.name for c in app.registered_commands]
+    one = only_the_command_run(["-q", "--json", "ship", "d.json", "--checkpoint", "c"])
+    assert [c.name for c in one.registered_commands] == ["ship"] and one.registered_groups == []
+    init = only_the_command_run(["init", "task", "x"])
+    assert init.registered_commands == [] and [g.typer_instance.info.name for g in init.registered_groups] == ["init"]
+    for whole in ([], ["--help"], ["-h", "ship"], ["--version"], ["chmpion"], ["--install-completion", "ship"]):
+        assert only_the_command_run(whole) is app, whole
+    assert [c.name for c in app.registered_commands] == before
+
+
+@pytest.mark.parametrize(("args", "code", "out"), [
+    (["-q", "--json", "champion", "--log", "/nonexistent/releases.jsonl"], 1, '"checkpoint_id": null'),
+    (["--help"], 0, "check-release"),
+    (["chmpion"], 2, "Did you mean 'champion'?"),
+    (["init", "--help"], 0, "checkpoint"),
+])
+def test_the_entry_point_runs_commands_and_groups_and_answers_for_the_rest(args: list[str], code: int,
+                                                                            out: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "evalrig", *args], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "NO_COLOR": "1"})
+    assert r.returncode == code, r.stderr
+    assert out in r.stdout + r.stderr

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from evalrig.cli.app import app
+import sys
+
+from evalrig.cli.app import app, only_the_command_run
 
 # Each module registers its commands on import.
 from evalrig.cli import (  # noqa: E402,F401  isort: skip
@@ -26,7 +28,7 @@ from evalrig.cli import (  # noqa: E402,F401  isort: skip
 
 
 def main() -> None:
-    app()
+    only_the_command_run(sys.argv[1:])()
 
 
 __all__ = ["app", "main"]

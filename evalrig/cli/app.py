@@ -8,6 +8,7 @@ typer or rich.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import inspect
 import os
@@ -25,11 +26,10 @@ from typing import Annotated, Any, TypeVar
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 import typer  # noqa: E402
-from typer.core import TyperGroup  # noqa: E402
-
 from typer._click import core as click_core  # noqa: E402  # typer's own copy of click
 from typer._click import exceptions as click_exceptions  # noqa: E402
 from typer._click import globals as click_globals  # noqa: E402
+from typer.core import TyperGroup  # noqa: E402
 
 from evalrig import __version__  # noqa: E402
 from evalrig.core.errors import EvalrigError, ExitCode  # noqa: E402
@@ -139,6 +139,30 @@ def _root(
     quiet: QuietOpt = False,
 ) -> None:
     """Decide, by measuring, whether a candidate agent build may replace the champion."""
+
+
+ROOT_FLAGS = frozenset({"--json", "--quiet", "-q"})
+"""The root's options a command may follow (none takes a value)."""
+
+
+def only_the_command_run(argv: Sequence[str]) -> typer.Typer:
+    """`app` with only the command `argv` runs, when it names one; `app` itself otherwise.
+
+    Typer makes a click command of every registered function (their signatures read, their
+    annotations evaluated) before it parses anything: 40 ms of each start-up, of which a run
+    needs one command's share. Anything else (root help, no command, a name that is no
+    command and must be answered with the close ones) gets the whole app."""
+    name = next((a for a in argv if a not in ROOT_FLAGS), None)
+    if name is None or name.startswith("-"):
+        return app
+    commands = [c for c in app.registered_commands if c.name == name]
+    groups = [g for g in app.registered_groups if g.typer_instance.info.name == name]
+    if not commands and not groups:
+        return app
+    one = copy.copy(app)  # the same settings and root callback; its own lists
+    one.registered_commands = commands
+    one.registered_groups = groups
+    return one
 
 
 def quiet() -> bool:
