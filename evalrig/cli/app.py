@@ -156,7 +156,7 @@ def only_the_command_run(argv: Sequence[str]) -> typer.Typer:
     if name is None or name.startswith("-"):
         return app
     commands = [c for c in app.registered_commands if c.name == name]
-    groups = [g for g in app.registered_groups if g.typer_instance.info.name == name]
+    groups = [g for g in app.registered_groups if g.typer_instance and g.typer_instance.info.name == name]
     if not commands and not groups:
         return app
     one = copy.copy(app)  # the same settings and root callback; its own lists
