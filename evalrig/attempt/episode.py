@@ -57,7 +57,8 @@ from evalrig.core.episode import (
     tool_errors,
     tool_reply_problem,
 )
-from evalrig.models.episode import DriverEndFrame, EpisodeSection, ReplyFrame, SessionFrame
+from evalrig.models.episode import DriverEndFrame, ReplyFrame, SessionFrame
+from evalrig.models.inputs import EpisodeSection
 from evalrig.store.jsonl import Journal
 
 TRANSCRIPT = "transcript.jsonl"

@@ -1,5 +1,6 @@
 """Episodes (docs/episodes.md): the frames an agent and a driver exchange through the rig,
-the transcript line the rig keeps of each, and the `[episode]` table of task.toml.
+and the transcript line the rig keeps of each. (The `[episode]` table of task.toml is
+an input: `evalrig.models.inputs.EpisodeSection`.)
 
 Chat messages inside frames are other people's format (the OpenAI chat shape that tau2,
 BFCL and the fine-tuning libraries share): keys the rig does not name are kept as they
@@ -166,26 +167,3 @@ class TranscriptLine(Strict):
         for key in ("frame", "raw", "reason", "prefix"):
             out = without_null(out, key)
         return out
-
-
-# -- task.toml [episode] -------------------------------------------------------------------
-
-_MAX_SECONDS = 7 * 24 * 3600  # models.inputs.MAX_SECONDS (kept apart: inputs imports this module)
-
-
-class EpisodeSection(Strict):
-    """`[episode]` of task.toml: the driver and the bounds (docs/episodes.md)."""
-
-    model_config = ConfigDict(strict=True)
-
-    driver: list[str] = Field(min_length=1, description="Started in driver/, on the rig's side.")
-    max_turns: int = Field(default=30, gt=0, le=1_000_000, description="Assistant messages; reaching it ends the episode.")
-    max_tool_errors: int = Field(default=10, gt=0, le=1_000_000,
-                                 description="Tool messages the driver marked as errors; reaching it ends the episode.")
-    turn_timeout_s: float = Field(default=120, gt=0, le=_MAX_SECONDS, description="The agent's time to answer one delivery.")
-    driver_timeout_s: float = Field(default=60, gt=0, le=_MAX_SECONDS, description="The driver's time to answer one message.")
-    max_cost_usd: float | None = Field(default=None, gt=0,
-                                       description="The candidate's per-turn reported spend, summed; reaching it ends the episode.")
-    network: bool = Field(default=False, description="The driver may reach the network (granted like the agent's).")
-    secrets: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(default_factory=list,
-                               description="run --driver-secret names handed to the driver.")

@@ -15,7 +15,6 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
 from evalrig.models.base import Strict, TaskId, Timestamp
-from evalrig.models.episode import EpisodeSection
 from evalrig.models.globs import glob_regex
 
 
@@ -202,6 +201,24 @@ def _inside_attempt_root(pattern: str) -> str:
 
 
 EvidenceGlob = Annotated[str, AfterValidator(_inside_attempt_root)]
+
+
+# -- task.toml [episode] -------------------------------------------------------------------
+
+class EpisodeSection(HandWritten):
+    """`[episode]` of task.toml: the driver and the bounds (docs/episodes.md)."""
+
+    driver: list[str] = Field(min_length=1, description="Started in driver/, on the rig's side.")
+    max_turns: int = Field(default=30, gt=0, le=1_000_000, description="Assistant messages; reaching it ends the episode.")
+    max_tool_errors: int = Field(default=10, gt=0, le=1_000_000,
+                                 description="Tool messages the driver marked as errors; reaching it ends the episode.")
+    turn_timeout_s: float = Field(default=120, gt=0, le=MAX_SECONDS, description="The agent's time to answer one delivery.")
+    driver_timeout_s: float = Field(default=60, gt=0, le=MAX_SECONDS, description="The driver's time to answer one message.")
+    max_cost_usd: float | None = Field(default=None, gt=0,
+                                       description="The candidate's per-turn reported spend, summed; reaching it ends the episode.")
+    network: bool = Field(default=False, description="The driver may reach the network (granted like the agent's).")
+    secrets: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(default_factory=list,
+                               description="run --driver-secret names handed to the driver.")
 
 
 class TaskFile(HandWritten):
