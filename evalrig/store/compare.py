@@ -299,7 +299,18 @@ def _verifies(out_dir: Path, existing: Path) -> bool:
 
 def read_comparison(dir: Path) -> tuple[Comparison, str]:
     """The comparison of a comparison bundle and the digest of its bytes, verified against manifest.json."""
-    dir = Path(dir)
+    path, data, digest = _verified_bytes(Path(dir))
+    return parse_json(path, data, Comparison), digest
+
+
+def comparison_digest(dir: Path) -> str:
+    """The digest of a comparison bundle's comparison.json, verified against manifest.json,
+    without parsing it: for a check that compares it with a digest the gate recorded
+    (check-release, ship), the comparison's contents were read when it was gated."""
+    return _verified_bytes(Path(dir))[2]
+
+
+def _verified_bytes(dir: Path) -> tuple[Path, bytes, str]:
     path = dir / COMPARISON_JSON
     if not path.is_file():
         raise invalid("not a comparison bundle (no comparison.json)", file=dir,
@@ -311,5 +322,5 @@ def read_comparison(dir: Path) -> tuple[Comparison, str]:
     if want != digest:
         raise invalid(f"was edited after compare wrote it: its digest {digest} differs from manifest.json's {want}",
                       file=path, hint=RECOMPARE_HINT)
-    return parse_json(path, data, Comparison), digest
+    return path, data, digest
 

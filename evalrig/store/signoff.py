@@ -19,7 +19,7 @@ from evalrig.core.errors import EvalrigError, UsageError, invalid
 from evalrig.models.comparison import Decision, SignOff
 from evalrig.store import ledger
 from evalrig.store.checkpoint import checkpoint_id, registered_seal
-from evalrig.store.compare import RECOMPARE_HINT, read_comparison
+from evalrig.store.compare import RECOMPARE_HINT, comparison_digest
 from evalrig.store.decisions import REGATE_HINT, write_verdict_file
 from evalrig.store.files import parse_json
 from evalrig.store.invocation import command_name, quoted
@@ -80,10 +80,10 @@ def _verified(path: Path) -> OpenDecision:
         raise invalid(f"does not verify: no gate issued it as it now reads (its digest {d.digest} is in no line "
                       f"of {ISSUED}): it was edited after the gate, or not written by one", file=path,
                       hint=REGATE_HINT)
-    _, comparison_digest = read_comparison(d.comparison_dir)
-    if comparison_digest != d.decision.comparison_digest:
+    now = comparison_digest(d.comparison_dir)
+    if now != d.decision.comparison_digest:
         raise invalid(
-            f"does not verify: the comparison changed after the gate: its digest is now {comparison_digest}, "
+            f"does not verify: the comparison changed after the gate: its digest is now {now}, "
             f"the decision names {d.decision.comparison_digest}",
             file=d.comparison_dir / COMPARISON_JSON, hint=RECOMPARE_HINT,
         )
@@ -134,7 +134,7 @@ def _comparison_problem(d: OpenDecision, gated: str) -> str | None:
     """Why the decision's comparison no longer verifies, or None: comparison.json against
     its bundle's manifest, the decision's comparison digest, and the one the gate recorded."""
     try:
-        _, now = read_comparison(d.comparison_dir)
+        now = comparison_digest(d.comparison_dir)
     except EvalrigError as e:
         return f"its comparison does not verify: {e.file}: {e.message}"
     if now != d.decision.comparison_digest or now != gated:
