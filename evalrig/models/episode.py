@@ -14,14 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, RootModel, SerializerFunctionWrapHandler, model_serializer
 
 from evalrig.models.base import Digest, PathId, Strict, TaskId, without_null
-
-Termination = Literal[
-    "driver_end", "agent_exit", "max_turns", "max_tool_errors", "budget",
-    "agent_timeout", "agent_error", "driver_fault",
-]
-"""What ended an episode (docs/episodes.md, "How an episode ends")."""
-
-TERMINATIONS: tuple[str, ...] = Termination.__args__  # type: ignore[attr-defined]
+from evalrig.models.run import Termination
 
 
 class _Open(Strict):

@@ -16,7 +16,6 @@ from evalrig.models.base import (
     Timestamp,
     without_null,
 )
-from evalrig.models.episode import Termination
 from evalrig.models.inputs import Suite
 
 Status = Literal["passed", "failed", "agent_error", "timeout", "infra_error", "interrupted"]
@@ -25,6 +24,13 @@ SandboxLevel = Literal["bwrap", "process"]
 
 
 # -- seals -------------------------------------------------------------------------------
+
+
+Termination = Literal[
+    "driver_end", "agent_exit", "max_turns", "max_tool_errors", "budget",
+    "agent_timeout", "agent_error", "driver_fault",
+]
+"""What ended an episode (docs/episodes.md, "How an episode ends"); a result's `termination`."""
 
 
 class SealEntry(ChainedRecord):
