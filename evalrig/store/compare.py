@@ -22,7 +22,8 @@ from evalrig.models.comparison import (
 from evalrig.models.run import RunManifest
 from evalrig.store import bundle
 from evalrig.store.checkpoint import registered_seal
-from evalrig.store.files import parse_json, read_json, write_bytes_atomic, write_json_atomic
+from evalrig.store.comparison_file import RECOMPARE_HINT
+from evalrig.store.files import read_json, write_bytes_atomic, write_json_atomic
 from evalrig.store.layout import COMPARISON_JSON, COMPARISON_MD, HISTORY, MANIFEST
 from evalrig.store.ledger import registered_run, runs_path
 from evalrig.store.runlines import no_gc, read_run_lines
@@ -31,8 +32,6 @@ from evalrig.store.tasks import load_taskset
 # What to do about a comparison that changed after compare wrote it, said the same way by
 # compare, gate, sign and check-release (docs/gate.md): the rig never overwrites a
 # comparison or a decision, so the way on is a new comparison bundle.
-RECOMPARE_HINT = ("compare the two runs again into a new --out, gate that comparison and sign its decision "
-                  "(the rig never overwrites a comparison or a decision it wrote)")
 
 
 @dataclass(frozen=True)
@@ -295,32 +294,4 @@ def _verifies(out_dir: Path, existing: Path) -> bool:
             existing.read_bytes())
     except EvalrigError:
         return False
-
-
-def read_comparison(dir: Path) -> tuple[Comparison, str]:
-    """The comparison of a comparison bundle and the digest of its bytes, verified against manifest.json."""
-    path, data, digest = _verified_bytes(Path(dir))
-    return parse_json(path, data, Comparison), digest
-
-
-def comparison_digest(dir: Path) -> str:
-    """The digest of a comparison bundle's comparison.json, verified against manifest.json,
-    without parsing it: for a check that compares it with a digest the gate recorded
-    (check-release, ship), the comparison's contents were read when it was gated."""
-    return _verified_bytes(Path(dir))[2]
-
-
-def _verified_bytes(dir: Path) -> tuple[Path, bytes, str]:
-    path = dir / COMPARISON_JSON
-    if not path.is_file():
-        raise invalid("not a comparison bundle (no comparison.json)", file=dir,
-                      hint="give the --out directory of `evalrig compare`")
-    data = path.read_bytes()
-    digest = sha256_bytes(data)
-    manifest = read_json(dir / MANIFEST, ComparisonManifest)
-    want = manifest.files.get(COMPARISON_JSON)
-    if want != digest:
-        raise invalid(f"was edited after compare wrote it: its digest {digest} differs from manifest.json's {want}",
-                      file=path, hint=RECOMPARE_HINT)
-    return path, data, digest
 

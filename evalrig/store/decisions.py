@@ -20,11 +20,12 @@ from evalrig.models.comparison import Comparison, Decision, GateLedgerEntry, Iss
 from evalrig.models.inputs import PolicyFile
 from evalrig.store import ledger
 from evalrig.store.checkpoint import registered_seal
-from evalrig.store.compare import RECOMPARE_HINT, read_comparison
+from evalrig.store.comparison_file import RECOMPARE_HINT, read_comparison
 from evalrig.store.exports import exported_content
 from evalrig.store.files import parse_json, write_bytes_atomic
 from evalrig.store.invocation import command_name
 from evalrig.store.layout import ADVISORY, COMPARISON_JSON, DECISIONS, ISSUED, REPORT_HTML
+from evalrig.store.ledger import REGATE_HINT
 from evalrig.store.policy import load_policy
 
 
@@ -117,13 +118,6 @@ def gate_comparison(dir: Path, policy_path: Path, exception: str | None, advisor
     ))
     write_verdict_file(path, decision, digest, home)
     return GateResult(decision, path, md_path, EXIT_OF_VERDICT[decision.verdict])
-
-
-# What to do about a decision file edited after the gate wrote it, said the same way by
-# gate, sign and check-release (docs/gate.md). The gate is deterministic, so moving the
-# edited file aside and gating again writes the decision it issued.
-REGATE_HINT = ("move the edited file aside and gate the comparison again with the policy the runs pinned "
-               "(the gate writes its decision afresh), then sign that decision")
 
 
 def refuse_other_bytes(path: Path, decision: Decision) -> None:

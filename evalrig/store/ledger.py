@@ -107,6 +107,13 @@ def record_issued(decisions_dir: Path, issued: Issued) -> None:
     _append(decisions_dir / ISSUED, issued)
 
 
+REGATE_HINT = ("move the edited file aside and gate the comparison again with the policy the runs pinned "
+               "(the gate writes its decision afresh), then sign that decision")
+"""What to do about a decision file edited after the gate wrote it, said the same way by
+gate, sign and check-release (docs/gate.md): the gate is deterministic, so moving the edited
+file aside and gating again writes the decision it issued."""
+
+
 def issued(decisions_dir: Path) -> list[Issued]:
     """Every line of a decisions directory's issued.jsonl, oldest first."""
     return read_records(decisions_dir / ISSUED, Issued).records

@@ -18,7 +18,7 @@ from evalrig.core.errors import invalid
 from evalrig.core.words import count
 from evalrig.models.retire import Move, RetireFile
 from evalrig.store import ledger
-from evalrig.store.compare import read_comparison
+from evalrig.store.comparison_file import read_comparison
 from evalrig.store.files import read_json, write_bytes_atomic, write_json_atomic
 from evalrig.store.layout import RETIRE_JSON, RETIRED
 from evalrig.store.tasks import TASK_TOML, load_taskset, lock_fixed, write_lock

@@ -19,11 +19,11 @@ from evalrig.core.errors import EvalrigError, UsageError, invalid
 from evalrig.models.comparison import Decision, SignOff
 from evalrig.store import ledger
 from evalrig.store.checkpoint import checkpoint_id, registered_seal
-from evalrig.store.compare import RECOMPARE_HINT, comparison_digest
-from evalrig.store.decisions import REGATE_HINT, write_verdict_file
+from evalrig.store.comparison_file import RECOMPARE_HINT, comparison_digest
 from evalrig.store.files import parse_json
 from evalrig.store.invocation import command_name, quoted
 from evalrig.store.layout import ADVISORY, COMPARISON_JSON, ISSUED
+from evalrig.store.ledger import REGATE_HINT
 
 PROMOTIONS = frozenset({"promote", "promote-maintenance"})
 
@@ -115,6 +115,10 @@ def sign(decision_path: Path, approve: bool, by: str, reason: str | None, now: d
         reason=reason or None, open_s=max(0.0, (now - first).total_seconds()), at=now,
     )
     ledger.record_signoff(d.decisions_dir, home, signoff)
+    # Here rather than at the top: the gate's module loads the statistics, which check-release
+    # and ship (this module's other users) never need.
+    from evalrig.store.decisions import write_verdict_file
+
     write_verdict_file(d.path, d.decision, d.digest, home)  # it now says who signed
     return signoff
 
