@@ -192,3 +192,25 @@ def test_ship_refuses_a_decision_it_cannot_read_as_bad_input(
     # the verdict file beside a decision is named as such
     r = ok(cli("ship", d1.with_suffix(".md"), "--checkpoint", b, "--log", log), 4)
     assert "not a decision file" in r.stderr and log.read_bytes() == before  # type: ignore[attr-defined]
+
+
+def test_release_steps_load_neither_the_statistics_nor_the_episode_models(tmp_path: Path, evalrig_home: Path) -> None:
+    """check-release, ship and champion are quick calls of a release script (docs/internals.md,
+    "Start-up"): in the real entry point, each ends without scipy, the gate's statistics or
+    the episode frames loaded, and does its work (approved, shipped, serving)."""
+    import subprocess
+    import sys
+
+    b = agent(tmp_path / "b", evalrig_home, "agent-b")
+    d1 = train(tmp_path, evalrig_home, "t1", "sha256:" + "a" * 64, b, BETTER)
+    ok(cli("sign", d1, "--approve", "--by", "alice"))
+    log = tmp_path / "releases.jsonl"
+    code = ("import sys\nfrom evalrig.cli import main\ntry:\n    main()\nexcept SystemExit as e:\n"
+            "    heavy = sorted(m for m in ('scipy', 'evalrig.core.stats', 'evalrig.models.episode') if m in sys.modules)\n"
+            "    print('EXIT', e.code, heavy)\n")
+    for args in (["check-release", d1, "--checkpoint", b], ["ship", d1, "--checkpoint", b, "--log", log],
+                 ["champion", "--log", log]):
+        p = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                           timeout=120, env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "EVALRIG_HOME": str(evalrig_home)})
+        assert p.stdout.splitlines()[-1] == "EXIT 0 []", (args, p.stdout, p.stderr)
+    assert [e["kind"] for e in recompute_chain(log)] == ["ship"]
