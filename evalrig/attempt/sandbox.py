@@ -81,9 +81,11 @@ Chain per level (each helper execs in place; only bwrap and unshare stay as pare
 --reuid=U ... -- [env -- HELD=...]] AGENT`` (the first setpriv makes unshare die with the
 rig, as bwrap's ``--die-with-parent`` does; the bracketed drop as root). An agent's launch
 as root without an egress grant makes its namespaces on the launching thread instead
-(unshare(2); the agent is PID 1 of them as under ``unshare``): ``prlimit ... -- setpriv
---pdeathsig KILL --reuid=U ... -- [env -- HELD=...] AGENT``, two helpers, since each exec
-costs about as much as the agent's own start. Under process ``env`` runs only with
+(unshare(2); the agent is PID 1 of them as under ``unshare``): ``evalrig-drop AS FSIZE
+NPROC U -- [env -- HELD=...] AGENT``, one helper, since each exec costs about as much as the
+agent's own start (evalrig.attempt.privdrop builds it; where it cannot, ``prlimit ... --
+setpriv --pdeathsig KILL --reuid=U ... -- [env ...] AGENT``). Every setpriv also sets
+no_new_privs: a set-user-ID program the agent runs runs as the agent. Under process ``env`` runs only with
 variables to hand over (no helper of this level sets ``PWD``). As root,
 ``bwrap ... -- setpriv --reuid=U ... -- env -u PWD -- [HELD=...] AGENT`` (bwrap always
 sets ``PWD``; ``env`` takes it out again so that the environment is exactly the one given).
@@ -118,6 +120,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from evalrig.attempt import privdrop
 from evalrig.attempt.streams import CappedSink, StreamScanner, scan
 from evalrig.core.environment import MINIMAL_PATH
 from evalrig.core.errors import EvalrigError, ExitCode
@@ -703,6 +706,7 @@ def _setpriv(uid: int | None, pdeathsig: bool = False) -> list[str]:
         "--clear-groups",
         "--inh-caps=-all",
         "--bounding-set=-all",
+        "--no-new-privs",  # a set-user-ID file the agent runs runs as the agent
         "--",
     ]
 
@@ -731,6 +735,16 @@ def _prlimit(limits: list[tuple[int, int]]) -> list[str]:
     if prlimit is None:
         return []  # the limits are "where the platform allows" (docs/attempts.md, "Limits")
     return [prlimit, *(f"{_PRLIMIT_FLAG[r]}={v}" for r, v in limits), "--"]
+
+
+_DROP_LIMITS = (resource.RLIMIT_AS, resource.RLIMIT_FSIZE, resource.RLIMIT_NPROC)
+"""evalrig-drop's limit arguments, in its order."""
+
+
+def _drop_helper() -> str | None:
+    """evalrig-drop, built once per machine where a C compiler is (evalrig.attempt.privdrop);
+    None: the prlimit and setpriv chain instead."""
+    return HOST.get("tool: evalrig-drop", lambda: privdrop.built(BASE_UID))
 
 
 def _pdeathsig() -> list[str]:
@@ -818,11 +832,18 @@ def _plan(spec: Launch) -> _Plan:
         helpers_env = {k: v for k, v in spec.env.items() if k not in held}
     if unshare is not None and uid is not None and _namespaces_on_thread(unshare, spec):
         # The rig makes the namespaces on the launching thread (unshare(2)): the chain is
-        # then prlimit and the uid drop's setpriv, whose --pdeathsig outlasts its uid
-        # change, so the agent (PID 1 of its namespace) dies with that thread, which lives
-        # until it is reaped. Each helper exec costs about as much as the agent's own start.
+        # then evalrig-drop (or prlimit and the uid drop's setpriv), whose parent-death
+        # signal, set after the uid change, outlasts it, so the agent (PID 1 of its
+        # namespace) dies with that thread, which lives until it is reaped. Each helper
+        # exec costs about as much as the agent's own start.
         flags = _CLONE_NEWPID | (0 if spec.network else _CLONE_NEWNET)
-        chain = limits_argv + _setpriv(uid, pdeathsig=True) + _process_env(spec.env, _held(spec))
+        helper = _drop_helper()
+        if helper is not None:  # the same steps in one exec (evalrig.attempt.privdrop)
+            given = dict(_rlimits(spec, own_uid=True))
+            limits_argv = [helper, *(str(given[r]) if r in given else "-" for r in _DROP_LIMITS), str(uid), "--"]
+            chain = limits_argv + _process_env(spec.env, _held(spec))
+        else:
+            chain = limits_argv + _setpriv(uid, pdeathsig=True) + _process_env(spec.env, _held(spec))
         return _Plan(chain + list(spec.argv), spec.cwd, "namespace", uid, env=helpers_env,
                      unshare_flags=flags)
     top = _pdeathsig()
