@@ -266,28 +266,23 @@ class Relay:
         if fd in self.sel.get_map():
             self.sel.unregister(fd)
 
-    def _read(self, side: _Side) -> None:
-        """One read from a side's stdout; its complete lines handled in order."""
+    def _read(self, side: _Side) -> bool:
+        """One read from a side's stdout, its complete lines handled in order; False when
+        there was nothing to read (an empty pipe, or its end)."""
         try:
             chunk = os.read(side.r, _READ)
         except BlockingIOError:
-            return
+            return False
         if not chunk:
             self._eof(side)
-            return
+            return False
         self._take(side, chunk)
+        return True
 
     def _drain(self, side: _Side) -> None:
         """What a side left in its pipe before its launch ended."""
-        while side.r >= 0 and side.r in self.sel.get_map():
-            try:
-                chunk = os.read(side.r, _READ)
-            except BlockingIOError:
-                return
-            if not chunk:
-                self._eof(side)
-                return
-            self._take(side, chunk)
+        while side.r >= 0 and side.r in self.sel.get_map() and self._read(side):
+            pass
 
     def _take(self, side: _Side, chunk: bytes) -> None:
         """A chunk of a side's stdout: its complete lines handled in order, each within the
