@@ -5,9 +5,14 @@ built on disk, its last release event putting a train's champion in service; a r
 gated and signed in the same home. Each command then runs as a release script runs it,
 `./eval.sh CMD ...` in a fresh process, its wall time measured around the process, beside
 `./eval.sh --version` (the interpreter's start-up) and `champion` on a missing log (the
-start-up of a command: typer builds its options and imports pydantic) in the same run.
-`ship` runs on a fresh copy of the log each time, so that each run appends the train's
-ship; `check-release` (the checks `ship` reuses) is measured beside it. Wall times on a
+start-up of a command) in the same run.
+
+The rig's home keeps a record of what it verified of each log (store/releases.py), so a
+command re-checks only the lines added since. Both cases are measured: `champion` on a log
+the home has read before, and its first read; `ship` on a fresh copy of the log each time
+(so that each run appends the train's ship), after an untimed `champion` has read that copy
+as a release script would, and on a copy new to the home (every line checked).
+`check-release` (the checks `ship` reuses) is measured beside it. Wall times on a
 shared machine include waiting for a core: CPU times (the process's user + system) are
 printed too.
 
@@ -125,20 +130,30 @@ def main() -> int:
                "EVALRIG_HOME": str(home), "NO_COLOR": "1"}
         ev = str(ROOT / "eval.sh")
         fresh = root / "ship.jsonl"
+        ship_argv = [ev, "ship", str(decision), "--checkpoint", str(cand), "--log", str(fresh)]
         commands = {
             "eval.sh --version": [ev, "--version"],
             "eval.sh champion --log EMPTY": [ev, "champion", "--log", str(root / "empty.jsonl")],
+            "eval.sh champion --log L (first read)": [ev, "champion", "--log", str(log)],
             "eval.sh champion --log L": [ev, "champion", "--log", str(log)],
-            "eval.sh ship D --checkpoint C --log L": [ev, "ship", str(decision), "--checkpoint", str(cand),
-                                                      "--log", str(fresh)],
+            "eval.sh ship D --checkpoint C --log L": ship_argv,
+            "eval.sh ship ... (log new to the home)": ship_argv,
             "eval.sh check-release D --checkpoint C": [ev, "check-release", str(decision), "--checkpoint", str(cand)],
         }
         walls: dict[str, list[float]] = {k: [] for k in commands}
         cpus: dict[str, list[float]] = {k: [] for k in commands}
+        records = home / "verified-logs"  # what the rig verified before (store/releases.py)
         for _ in range(args.repeat):
-            shutil.copy(log, fresh)  # each ship appends the train's ship to a fresh copy
-            shutil.copy(log.with_name(f".{log.name}.head"), fresh.with_name(f".{fresh.name}.head"))
             for name, argv in commands.items():
+                if "first read" in name or "new to the home" in name:
+                    shutil.rmtree(records, ignore_errors=True)
+                if argv is ship_argv:
+                    # each ship appends the train's ship to a fresh copy of the log; a release
+                    # script has read the log before (champion, watch), unless it is new to the home
+                    shutil.copy(log, fresh)
+                    shutil.copy(log.with_name(f".{log.name}.head"), fresh.with_name(f".{fresh.name}.head"))
+                    if "new to the home" not in name:
+                        timed([ev, "champion", "--log", str(fresh)], env)
                 wall, cpu, code, err = timed(argv, env)
                 assert code == (1 if "EMPTY" in name else 0), (name, err)  # nothing serves: 1
                 walls[name].append(wall)

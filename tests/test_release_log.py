@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,6 +35,22 @@ from evalrig.store.releases import (
 )
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True, params=["every line", "after the home's record"])
+def verified_how(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Every test twice: reading and appending with no home (every line checked), and with a
+    home whose record of what was verified before spares the lines it covers. The rules, the
+    refusals and the lines they name are the same."""
+    if request.param == "after the home's record":
+        home = tmp_path / "rig-home"
+        home.mkdir()
+        from evalrig.store import releases
+
+        me = sys.modules[__name__]
+        for name in ("read_log", "appending", "append_event"):
+            monkeypatch.setattr(me, name, functools.partial(getattr(releases, name), home=home))
+    yield request.param
 
 
 def cid(c: str) -> str:
@@ -264,3 +283,4 @@ def test_the_verified_prefix_stops_before_the_first_line_read_log_refuses(tmp_pa
     log.write_bytes(b"{" + whole)
     got, failure = read_verified_prefix(log)
     assert failure is not None and failure.line == 1 and got.events == []
+

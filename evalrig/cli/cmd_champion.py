@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from evalrig.cli.app import DebugOpt, JsonOpt, LogOpt, command, emit_json, err, say
 from evalrig.cli.cmd_history import log_of, warn_torn
 from evalrig.core.errors import ExitCode
@@ -14,10 +16,11 @@ def champion_cmd(log: LogOpt = None, json_out: JsonOpt = False, debug: DebugOpt 
     Exit 0, or 1 when nothing has shipped yet (nothing serves); 4 when the log does not verify.
     """
     from evalrig.core.words import shown
+    from evalrig.store.layout import home_path
     from evalrig.store.serving import champion
 
     path = log_of(log)
-    c = champion(path)
+    c = champion(path, home_path(os.environ))
     s = c.serving
     p = c.policy
     if json_out:

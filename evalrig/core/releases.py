@@ -19,6 +19,10 @@ if TYPE_CHECKING:  # `champion` reads the release log without importing the mode
     from evalrig.models.releases import Event
 
 
+RELEASE_KINDS = ("ship", "rollback")
+"""The events that change what serves ("release events")."""
+
+
 @dataclass(frozen=True)
 class Move:
     """A release event as the serving rules see it: which checkpoint it put in service

@@ -128,10 +128,6 @@ class AlertEvent(ReleaseEvent):
 
 Event = ShipEvent | TripwireEvent | RollbackEvent | AlertEvent
 AnyEvent = Annotated[Event, Field(discriminator="kind")]
-RELEASE_KINDS = ("ship", "rollback")
-"""The events that change what serves ("release events")."""
-
-
 class ReleaseLine(RootModel[AnyEvent]):
     """One line of the release log, any kind (`kind` says which); `.root` is the event."""
 

@@ -9,6 +9,7 @@ verifying a chain needs neither pydantic nor the models: `champion` reads the re
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ def chain_hash(data: bytes) -> str:
 
 @dataclass(frozen=True)
 class Chain:
-    objs: list[Any]
+    objs: Sequence[Any]
     """The parsed complete lines, in order."""
     hashes: list[str]
     """Each complete line's sha256 (bare hex), in order."""

@@ -22,6 +22,7 @@ from evalrig.models.inputs import CheckpointFile
 from evalrig.models.run import SealEntry, SealFile
 from evalrig.store.files import read_toml
 from evalrig.store.layout import SEALS as REGISTRY
+from evalrig.store.layout import home_path
 from evalrig.store.ledger import refuse_unusable_home
 from evalrig.store.tree import TreeDigest, hash_tree
 
@@ -33,8 +34,7 @@ _EXCLUDE = frozenset({SEAL_JSON})
 def evalrig_home() -> Path:
     """`$EVALRIG_HOME`, else `~/.local/state/evalrig`. Only the CLI calls this: a home that
     cannot be a directory is refused here, with one message for every command."""
-    env = os.environ.get("EVALRIG_HOME")
-    home = Path(env).expanduser() if env else Path.home() / ".local" / "state" / "evalrig"
+    home = home_path(os.environ)
     refuse_unusable_home(home)
     return home
 

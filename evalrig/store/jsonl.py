@@ -373,6 +373,8 @@ class ChainWriter(Generic[M]):
         self._fd = fd
         self._model = model
         self._next = chain.next_prev
+        self.appended: list[bytes] = []
+        """The lines this writer appended, as written (without their newlines)."""
         self.torn_cut = chain.torn_line
         """The 1-based number of a torn last line cut before this append, if any."""
 
@@ -388,6 +390,7 @@ class ChainWriter(Generic[M]):
         raw = canonical_json(plain)
         write_all(self._fd, raw + b"\n")
         os.fsync(self._fd)
+        self.appended.append(raw)
         self._next = chain_hash(raw)
         written = self._model.model_validate(plain)
         self.records.append(written)
@@ -400,18 +403,19 @@ def lock_path(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def chained_append(path: Path, model: type[M], strict: bool = False,
-                   validate: bool = True) -> Iterator[ChainWriter[M]]:
+def chained_append(path: Path, model: type[M], strict: bool = False, validate: bool = True,
+                   verify: Callable[[Path, bytes], Chain] | None = None) -> Iterator[ChainWriter[M]]:
     """Hold the file's exclusive lock from the chain's verification to the sync of every line
     appended in the block. A torn last line is cut first; a broken chain is refused (exit 4)
     before anything is written. `validate=False`: the records are not validated (the writer's
-    `records` holds only what it appends; `chain.objs` every parsed line)."""
+    `records` holds only what it appends; `chain.objs` every parsed line). `verify`: the
+    file's own verification, in place of `verify_chain` (the release log's, store/releases.py)."""
     path = Path(path)
     with exclusive_lock(lock_path(path)):
         fd = open_nofollow(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         try:
             data = read_fd(fd)
-            chain = verify_chain(path, data, strict)
+            chain = verify(path, data) if verify is not None else verify_chain(path, data, strict)
             records = chain_records(path, chain, model) if validate else []
             if chain.end < len(data):
                 os.ftruncate(fd, chain.end)

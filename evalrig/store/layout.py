@@ -6,6 +6,9 @@ finds the whole layout in one place (docs/internals.md, docs/security.md for the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+
 # -- every bundle ------------------------------------------------------------------------
 
 MANIFEST = "manifest.json"
@@ -58,6 +61,16 @@ EXPORTS = "exports.jsonl"
 """Every `export`: the bundles, suites and content digests of the tasks it took out (docs/reading.md)."""
 RELEASES = "releases.jsonl"
 """The release log: what served, and why (docs/release-engineers.md); `--log FILE` elsewhere."""
+VERIFIED_LOGS = "verified-logs"
+"""What the rig last verified of each release log it read: their digests, so that a long log
+is not parsed again line by line (store/releases.py)."""
+
+
+def home_path(environ: Mapping[str, str]) -> Path:
+    """`$EVALRIG_HOME`, else `~/.local/state/evalrig` (not checked: `store.checkpoint.evalrig_home`
+    refuses a home that cannot be one)."""
+    env = environ.get("EVALRIG_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".local" / "state" / "evalrig"
 
 # -- a comparison bundle, after the train (docs/curves.md, "Retiring a train's fresh tasks") ---
 

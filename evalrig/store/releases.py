@@ -20,20 +20,24 @@ A missing head (a log written by hand, or by an older rig) is not checked.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import hashlib
+from collections.abc import Iterator, MutableSequence, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from evalrig.core.digest import canonical_json, loads
 from evalrig.core.errors import EvalrigError, invalid
-from evalrig.core.releases import Move, Serving, serving
-from evalrig.store.chain import Chain, chain_hash, verify_chain
-from evalrig.store.layout import RELEASES
+from evalrig.core.releases import RELEASE_KINDS, Move, Serving, serving
+from evalrig.store.chain import Chain, chain_hash, verify_chain, whole_lines
+from evalrig.store.layout import RELEASES, VERIFIED_LOGS
 
 if TYPE_CHECKING:  # the models and pydantic are imported when an event is validated (see below)
     from evalrig.models.releases import Event, ReleaseLine, ShipEvent
     from evalrig.store.jsonl import ChainWriter
 
 E = TypeVar("E", bound="Event")
+RECORD_VERSION = "1.0"
 
 BROKEN_HINT = ("the release log is append-only and only the rig writes it: something else edited it; nothing "
                "was read from it or written to it. Restore it from a backup (`history --verify-only` says where "
@@ -107,17 +111,176 @@ def _move(path: Path, line: int, row: dict[str, Any]) -> Move | None:
     return None
 
 
+def _moves(path: Path, rows: Sequence[dict[str, Any]], first: int = 0) -> list[Move]:
+    """Every line checked (`_move`) from line `first` (0-based) on; the release events' moves."""
+    moves = [_move(path, i, rows[i - 1]) for i in range(first + 1, len(rows) + 1)]
+    return [m for m in moves if m is not None]
+
+
+class Rows(MutableSequence[dict[str, Any]]):
+    """A verified log's lines, each parsed when first used: a command that reads a few events
+    of a long log (`champion`, `ship`) does not pay for the rest. Lines appended are kept as
+    given."""
+
+    def __init__(self, lines: list[bytes], parsed: dict[int, dict[str, Any]] | None = None) -> None:
+        self._lines = lines
+        self._parsed = parsed or {}
+        self._added: list[dict[str, Any]] = []
+
+    def __len__(self) -> int:
+        return len(self._lines) + len(self._added)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:  # type: ignore[override]  # no slices
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        if i >= len(self._lines):
+            return self._added[i - len(self._lines)]
+        got = self._parsed.get(i)
+        if got is None:
+            got = self._parsed[i] = loads(self._lines[i])
+        return got
+
+    def __setitem__(self, i: int, row: dict[str, Any]) -> None:  # type: ignore[override]
+        raise TypeError("a release log's lines are not changed")
+
+    def __delitem__(self, i: int) -> None:  # type: ignore[override]
+        raise TypeError("a release log's lines are not removed")
+
+    def insert(self, i: int, row: dict[str, Any]) -> None:
+        if i != len(self):
+            raise TypeError("lines are only appended to a release log")
+        self._added.append(row)
+
+
+# -- what was verified before --------------------------------------------------------------
+#
+# Every read and every append verifies the whole log; for a log of 10,000 events that is
+# most of what `ship` and `champion` cost. So after each verification the rig records, in
+# its home (`verified-logs/`), the sha256 of the bytes it verified and what it read from them
+# (their lines, the last one's hash, the release events' moves). A later command whose log
+# starts with bytes of that sha256 checks only the lines after them, by the same rules; any
+# doubt (no record, another digest, a line after them that does not hold, a head file that
+# names none of the lines it checked) and it verifies the whole log as before. The record is
+# the home's, written by the rig, never a file beside the log: what serves is read from the
+# log's lines or from what the rig itself found in them.
+
+
+@dataclass(frozen=True)
+class _Verified:
+    rows: Rows
+    moves: list[Move]
+    end: int
+    """Bytes up to the last complete line's newline."""
+    torn_line: int | None
+    last_hash: str | None
+
+
+def _record_path(home: Path, log: Path) -> Path:
+    return Path(home) / VERIFIED_LOGS / f"{hashlib.sha256(str(Path(log).resolve()).encode()).hexdigest()[:32]}.json"
+
+
+def _read_record(home: Path | None, log: Path) -> dict[str, Any] | None:
+    """The home's record of this log, when it is one this rig wrote; None otherwise."""
+    if home is None:
+        return None
+    try:
+        rec = loads(_record_path(home, log).read_bytes())
+    except (OSError, ValueError):
+        return None
+    ok = (isinstance(rec, dict) and rec.get("schema_version") == RECORD_VERSION
+          and rec.get("log") == str(Path(log).resolve()) and type(rec.get("bytes")) is int
+          and type(rec.get("lines")) is int and type(rec.get("sha256")) is str
+          and type(rec.get("last")) in (str, type(None)) and isinstance(rec.get("moves"), list)
+          and all(isinstance(m, list) and len(m) == 4 and type(m[0]) is int and m[1] in RELEASE_KINDS
+                  and type(m[2]) is str and type(m[3]) in (str, type(None)) for m in rec["moves"]))
+    return rec if ok else None
+
+
+def _write_record(home: Path | None, log: Path, digest: str, end: int, lines: int, last: str | None,
+                  moves: list[Move]) -> None:
+    """Best effort: a home that cannot take it only means the next command verifies it all."""
+    if home is None or not Path(home).is_dir():
+        return
+    from evalrig.store.files import write_bytes_atomic
+
+    rec = {"schema_version": RECORD_VERSION, "log": str(Path(log).resolve()), "bytes": end, "lines": lines,
+           "sha256": digest, "last": last, "moves": [[m.seq, m.kind, m.to, m.out] for m in moves]}
+    try:
+        (Path(home) / VERIFIED_LOGS).mkdir(mode=0o700, exist_ok=True)
+        write_bytes_atomic(_record_path(home, log), canonical_json(rec) + b"\n")
+    except OSError:
+        pass
+
+
+def _verify(path: Path, data: bytes, head: str | None, home: Path | None) -> _Verified:
+    """The log's bytes verified (exit 4 naming the first bad line), through the home's record
+    of what was verified before where it still holds; the record brought up to date."""
+    fast = _verify_after_record(path, data, head, home)
+    if fast is not None:
+        return fast
+    try:
+        chain = verify_chain(path, data, strict=True)
+    except EvalrigError as e:
+        raise _with_hint(e) from None
+    _check_head(path, chain, head)
+    rows = Rows(data[:chain.end].split(b"\n")[:-1], dict(enumerate(chain.objs)))
+    moves = _moves(path, rows)
+    if chain.objs:
+        _write_record(home, path, hashlib.sha256(data[:chain.end]).hexdigest(), chain.end, len(rows),
+                      chain.next_prev, moves)
+    return _Verified(rows, moves, chain.end, chain.torn_line, chain.next_prev)
+
+
+def _verify_after_record(path: Path, data: bytes, head: str | None, home: Path | None) -> _Verified | None:
+    rec = _read_record(home, path)
+    if rec is None:
+        return None
+    start, end = rec["bytes"], data.rfind(b"\n") + 1
+    if start > end or hashlib.sha256(data[:start]).hexdigest() != rec["sha256"]:
+        return None
+    lines, torn = whole_lines(data)
+    if len(lines) < rec["lines"]:
+        return None
+    last: str | None = rec["last"]
+    known = {last} if last is not None else set()
+    parsed: dict[int, dict[str, Any]] = {}
+    for i in range(rec["lines"], len(lines)):
+        try:
+            row = loads(lines[i])
+        except ValueError:
+            return None
+        if type(row) is not dict or row.get("prev", "absent") != last:
+            return None
+        parsed[i] = row
+        last = chain_hash(lines[i])
+        known.add(last)
+    tail = data[end:]
+    if head is not None and (head not in known or (tail and chain_hash(tail) == head)):
+        return None  # the whole log's check says what is wrong, or that an older head is fine
+    rows = Rows(lines, parsed)
+    moves = [Move(*m) for m in rec["moves"]]
+    try:
+        moves += _moves(path, rows, first=rec["lines"])
+    except EvalrigError:
+        return None
+    if len(lines) > rec["lines"]:
+        _write_record(home, path, hashlib.sha256(data[:end]).hexdigest(), end, len(lines), last, moves)
+    return _Verified(rows, moves, end, torn, last)
+
+
 class ReleaseLog:
     """The release log as verified: every line's chain, seq and the fields the serving rules
     use; whole events validated on use (`event`, `events`)."""
 
-    def __init__(self, path: Path, rows: list[dict[str, Any]], torn_line: int | None) -> None:
+    def __init__(self, path: Path, rows: MutableSequence[dict[str, Any]], torn_line: int | None,
+                 moves: list[Move] | None = None) -> None:
         self.path = path
         self.rows = rows
         self.torn_line = torn_line
         """1-based number of a torn last line that was not read (cut before the next append)."""
-        moves = [_move(path, i, row) for i, row in enumerate(rows, start=1)]
-        self.moves: list[Move] = [m for m in moves if m is not None]
+        self.moves: list[Move] = _moves(path, rows) if moves is None else moves
         self._events: dict[int, Event] = {}
 
     def __len__(self) -> int:
@@ -134,6 +297,8 @@ class ReleaseLog:
         return [self.event(i) for i in range(len(self.rows))]
 
     def seqs(self, kind: str) -> list[int]:
+        if kind in RELEASE_KINDS:  # known without reading every line again
+            return [m.seq for m in self.moves if m.kind == kind]
         return [i for i, row in enumerate(self.rows) if row["kind"] == kind]
 
     def serving(self) -> Serving | None:
@@ -193,9 +358,10 @@ def _refuse_dir(path: Path) -> None:
                       hint="give --log the release log file (releases.jsonl)")
 
 
-def read_log(path: Path) -> ReleaseLog:
+def read_log(path: Path, home: Path | None = None) -> ReleaseLog:
     """The log, after verifying it (exit 4 naming the first bad line). A missing or empty log
-    has no events."""
+    has no events. `home`: the rig's home, whose record of what it verified before spares
+    checking those lines again (see above); None, every line is checked."""
     path = Path(path)
     _refuse_dir(path)
     head = _read_head(path)  # before the log: a concurrent append only adds lines after it
@@ -205,12 +371,8 @@ def read_log(path: Path) -> ReleaseLog:
         return ReleaseLog(path, [], None)
     except OSError as e:
         raise _refused_unreadable(path, e) from None
-    try:
-        chain = verify_chain(path, data, strict=True)
-    except EvalrigError as e:
-        raise _with_hint(e) from None
-    _check_head(path, chain, head)
-    return ReleaseLog(path, chain.objs, chain.torn_line)
+    v = _verify(path, data, head, home)
+    return ReleaseLog(path, v.rows, v.torn_line, v.moves)
 
 
 def read_verified_prefix(path: Path) -> tuple[ReleaseLog, EvalrigError | None]:
@@ -233,7 +395,7 @@ def read_verified_prefix(path: Path) -> tuple[ReleaseLog, EvalrigError | None]:
         data = b"".join(line + b"\n" for line in data.split(b"\n")[:failure.line - 1])  # the lines before it
         try:
             chain = verify_chain(path, data, strict=True)  # the head names a later line: not checked
-            log = ReleaseLog(path, chain.objs, None)
+            log = ReleaseLog(path, list(chain.objs), None)
             log.events  # noqa: B018
             return log, failure
         except EvalrigError as e:
@@ -244,8 +406,8 @@ def read_verified_prefix(path: Path) -> tuple[ReleaseLog, EvalrigError | None]:
 class LogWriter(ReleaseLog):
     """What `appending` yields: the log as verified under its lock, and `append`."""
 
-    def __init__(self, path: Path, chain: ChainWriter[ReleaseLine]) -> None:
-        super().__init__(path, list(chain.chain.objs), chain.chain.torn_line)
+    def __init__(self, path: Path, chain: ChainWriter[ReleaseLine], verified: _Verified) -> None:
+        super().__init__(path, verified.rows, verified.torn_line, verified.moves)
         self._chain = chain
         self.torn_cut = chain.torn_cut
         """The 1-based number of a torn last line cut before appending, if any."""
@@ -261,9 +423,10 @@ class LogWriter(ReleaseLog):
 
 
 @contextlib.contextmanager
-def appending(path: Path) -> Iterator[LogWriter]:
+def appending(path: Path, home: Path | None = None) -> Iterator[LogWriter]:
     """The release log under its exclusive lock, verified (exit 4 naming the first bad line), a
-    torn last line cut; every `append` in the block is a whole synced line."""
+    torn last line cut; every `append` in the block is a whole synced line. `home`: as for
+    `read_log`; the record is brought up to date with the lines appended."""
     from evalrig.models.releases import ReleaseLine
     from evalrig.store.files import write_bytes_atomic
     from evalrig.store.jsonl import chained_append
@@ -272,23 +435,32 @@ def appending(path: Path) -> Iterator[LogWriter]:
     path = Path(path)
     _refuse_dir(path)
     ensure_dir(path.parent)
+    seen: list[tuple[bytes, _Verified]] = []
+
+    def verify(p: Path, data: bytes) -> Chain:
+        v = _verify(p, data, _read_head(p), home)
+        seen.append((data, v))
+        return Chain(v.rows, [], data[v.end:], v.end, v.torn_line, v.last_hash)
+
     with contextlib.ExitStack() as stack:
         try:
-            chain = stack.enter_context(chained_append(path, ReleaseLine, strict=True, validate=False))
-        except EvalrigError as e:
-            raise _with_hint(e) from None
+            chain = stack.enter_context(chained_append(path, ReleaseLine, strict=True, validate=False,
+                                                       verify=verify))
         except OSError as e:
             raise _refused_unreadable(path, e) from e
-        _check_head(path, chain.chain, _read_head(path))
-        writer = LogWriter(path, chain)
+        data, verified = seen[-1]
+        writer = LogWriter(path, chain, verified)
         before = chain.last_hash
         try:
             yield writer
         finally:
             if chain.last_hash != before and chain.last_hash is not None:
                 write_bytes_atomic(head_path(path), chain.last_hash.encode() + b"\n")
+                now = data[:verified.end] + b"".join(line + b"\n" for line in chain.appended)
+                _write_record(home, path, hashlib.sha256(now).hexdigest(), len(now), len(writer.rows),
+                              chain.last_hash, writer.moves)
 
 
-def append_event(path: Path, event: E) -> E:
-    with appending(path) as log:
+def append_event(path: Path, event: E, home: Path | None = None) -> E:
+    with appending(path, home) as log:
         return log.append(event)

@@ -38,10 +38,10 @@ class Champion:
     torn_line: int | None
 
 
-def champion(log: Path) -> Champion:
+def champion(log: Path, home: Path | None = None) -> Champion:
     """Read from the fields every line's check covers (store/releases.py): no event is validated,
-    so that `champion` costs little more than the CLI's start-up."""
-    got = read_log(log)
+    so that `champion` costs little more than the CLI's start-up. `home`: see `read_log`."""
+    got = read_log(log, home)
     s = got.serving()
     if s is None:
         return Champion(None, None, None, None, got.torn_line)

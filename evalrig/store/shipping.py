@@ -70,12 +70,12 @@ def ship(decision_path: Path, checkpoint_dir: Path, log: Path, home: Path, now: 
     a broken log is refused (exit 4) whatever the decision; a missing one is created only
     for an approved decision."""
     if Path(log).exists():
-        with appending(log) as w:
+        with appending(log, home) as w:
             return _ship(w, decision_path, checkpoint_dir, log, home, now, None)
     approval = _approval(decision_path, checkpoint_dir, home)
     if not approval[1].approved:
         return ShipResult(False, approval[1].reason, approval[1].hint)
-    with appending(log) as w:
+    with appending(log, home) as w:
         return _ship(w, decision_path, checkpoint_dir, log, home, now, approval)
 
 
