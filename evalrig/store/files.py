@@ -16,15 +16,17 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
-
-from pydantic import BaseModel, ValidationError
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from evalrig.core.digest import loads, pretty_json
 from evalrig.core.errors import EvalrigError, Problem, invalid
-from evalrig.core.tomlerr import TomlDoc, parse_toml
 
-M = TypeVar("M", bound=BaseModel)
+if TYPE_CHECKING:  # pydantic loads with the first model read, not with the file primitives
+    from pydantic import BaseModel, ValidationError
+
+    from evalrig.core.tomlerr import TomlDoc
+
+M = TypeVar("M", bound="BaseModel")
 
 
 def fsync_dir(path: Path) -> None:
@@ -181,6 +183,8 @@ def parse_json(path: Path, data: bytes, model: type[M]) -> M:
 
 
 def _validated(obj: Any, path: Path, model: type[M]) -> M:
+    from pydantic import ValidationError
+
     try:
         return model.model_validate(obj)
     except ValidationError as e:
@@ -219,5 +223,7 @@ def read_toml(path: Path, what: str = "file") -> TomlDoc | Problem:
         return Problem(file, "is a directory, not a TOML file")
     except OSError as e:
         return Problem(file, f"cannot be read ({e.strerror})")
+    from evalrig.core.tomlerr import parse_toml
+
     return parse_toml(file, raw)
 

@@ -169,7 +169,7 @@ class Rows(MutableSequence[dict[str, Any]]):
 
 @dataclass(frozen=True)
 class _Verified:
-    rows: Rows
+    rows: MutableSequence[dict[str, Any]]
     moves: list[Move]
     end: int
     """Bytes up to the last complete line's newline."""
@@ -225,7 +225,7 @@ def _verify(path: Path, data: bytes, head: str | None, home: Path | None) -> _Ve
     except EvalrigError as e:
         raise _with_hint(e) from None
     _check_head(path, chain, head)
-    rows = Rows(data[:chain.end].split(b"\n")[:-1], dict(enumerate(chain.objs)))
+    rows = list(chain.objs)
     moves = _moves(path, rows)
     if chain.objs:
         _write_record(home, path, hashlib.sha256(data[:chain.end]).hexdigest(), chain.end, len(rows),
