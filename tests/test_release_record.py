@@ -83,3 +83,28 @@ def test_a_record_that_is_not_the_rigs_or_not_of_these_bytes_is_not_believed(
     other.write_bytes(data)
     head_path(other).write_bytes(head_path(log).read_bytes())
     assert len(releases.read_log(other, home).events) == 3
+
+
+def test_a_record_with_a_move_that_is_not_one_is_not_believed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from evalrig.store import releases
+
+    home = tmp_path / "home"
+    home.mkdir()
+    log = tmp_path / "releases.jsonl"
+    for e in (ship("b", "a"), ship("c", "b")):
+        releases.append_event(log, e, home=home)
+    releases.read_log(log, home)  # the reader after an append records what it verified
+    (rec,) = (home / "verified-logs").iterdir()
+    obj = json.loads(rec.read_bytes())
+    assert [m[1] for m in obj["moves"]] == ["ship", "ship"] and obj["lines"] == 2
+    calls = []
+    real = releases.verify_chain
+    monkeypatch.setattr(releases, "verify_chain", lambda *a, **k: calls.append(1) or real(*a, **k))
+    releases.read_log(log, home)
+    assert calls == []  # believed as the rig wrote it
+    first, second = obj["moves"]
+    for bad in ([1, "shop", second[2], second[3]], [1, "ship", second[2]], [1, "ship", 7, None]):
+        rec.write_bytes(json.dumps({**obj, "moves": [first, bad]}).encode())
+        assert releases.read_log(log, home).serving() == Serving(cid("c"), 1, 1)
+        assert calls, "every line checked again"
+        calls.clear()

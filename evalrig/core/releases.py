@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # `champion` reads the release log without importing the models (store/releases.py)
     from evalrig.models.releases import Event
@@ -23,10 +23,10 @@ RELEASE_KINDS = ("ship", "rollback")
 """The events that change what serves ("release events")."""
 
 
-@dataclass(frozen=True)
-class Move:
+class Move(NamedTuple):
     """A release event as the serving rules see it: which checkpoint it put in service
-    (`to`), and which one it took out (`out`: a ship's `replaces`, a rollback's `from`)."""
+    (`to`), and which one it took out (`out`: a ship's `replaces`, a rollback's `from`). A
+    tuple: a long log has thousands, made on every read."""
 
     seq: int
     kind: str

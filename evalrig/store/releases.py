@@ -192,10 +192,18 @@ def _read_record(home: Path | None, log: Path) -> dict[str, Any] | None:
     ok = (isinstance(rec, dict) and rec.get("schema_version") == RECORD_VERSION
           and rec.get("log") == str(Path(log).resolve()) and type(rec.get("bytes")) is int
           and type(rec.get("lines")) is int and type(rec.get("sha256")) is str
-          and type(rec.get("last")) in (str, type(None)) and isinstance(rec.get("moves"), list)
-          and all(isinstance(m, list) and len(m) == 4 and type(m[0]) is int and m[1] in RELEASE_KINDS
-                  and type(m[2]) is str and type(m[3]) in (str, type(None)) for m in rec["moves"]))
-    return rec if ok else None
+          and type(rec.get("last")) in (str, type(None)) and isinstance(rec.get("moves"), list))
+    if not ok:
+        return None
+    try:
+        moves = [Move(seq, kind, to, out) for seq, kind, to, out in rec["moves"]]
+    except (TypeError, ValueError):  # not four items each
+        return None
+    if not all(type(m.seq) is int and m.kind in RELEASE_KINDS and type(m.to) is str
+               and type(m.out) in (str, type(None)) for m in moves):
+        return None
+    rec["moves"] = moves
+    return rec
 
 
 def _write_record(home: Path | None, log: Path, digest: str, end: int, lines: int, last: str | None,
@@ -260,7 +268,7 @@ def _verify_after_record(path: Path, data: bytes, head: str | None, home: Path |
     if head is not None and (head not in known or (tail and chain_hash(tail) == head)):
         return None  # the whole log's check says what is wrong, or that an older head is fine
     rows = Rows(lines, parsed)
-    moves = [Move(*m) for m in rec["moves"]]
+    moves: list[Move] = list(rec["moves"])
     try:
         moves += _moves(path, rows, first=rec["lines"])
     except EvalrigError:
@@ -426,7 +434,7 @@ class LogWriter(ReleaseLog):
 def appending(path: Path, home: Path | None = None) -> Iterator[LogWriter]:
     """The release log under its exclusive lock, verified (exit 4 naming the first bad line), a
     torn last line cut; every `append` in the block is a whole synced line. `home`: as for
-    `read_log`; the record is brought up to date with the lines appended."""
+    `read_log`."""
     from evalrig.models.releases import ReleaseLine
     from evalrig.store.files import write_bytes_atomic
     from evalrig.store.jsonl import chained_append
@@ -435,11 +443,11 @@ def appending(path: Path, home: Path | None = None) -> Iterator[LogWriter]:
     path = Path(path)
     _refuse_dir(path)
     ensure_dir(path.parent)
-    seen: list[tuple[bytes, _Verified]] = []
+    seen: list[_Verified] = []
 
     def verify(p: Path, data: bytes) -> Chain:
         v = _verify(p, data, _read_head(p), home)
-        seen.append((data, v))
+        seen.append(v)
         return Chain(v.rows, [], data[v.end:], v.end, v.torn_line, v.last_hash)
 
     with contextlib.ExitStack() as stack:
@@ -448,17 +456,15 @@ def appending(path: Path, home: Path | None = None) -> Iterator[LogWriter]:
                                                        verify=verify))
         except OSError as e:
             raise _refused_unreadable(path, e) from e
-        data, verified = seen[-1]
-        writer = LogWriter(path, chain, verified)
+        writer = LogWriter(path, chain, seen[-1])
         before = chain.last_hash
         try:
             yield writer
         finally:
             if chain.last_hash != before and chain.last_hash is not None:
+                # The record stays at what was verified: the next reader checks the lines
+                # appended here (a few) and records them, off this command's time.
                 write_bytes_atomic(head_path(path), chain.last_hash.encode() + b"\n")
-                now = data[:verified.end] + b"".join(line + b"\n" for line in chain.appended)
-                _write_record(home, path, hashlib.sha256(now).hexdigest(), len(now), len(writer.rows),
-                              chain.last_hash, writer.moves)
 
 
 def append_event(path: Path, event: E, home: Path | None = None) -> E:
