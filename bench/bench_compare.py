@@ -13,8 +13,8 @@ that its wall time includes start-up and its peak RSS is its own:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,10 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-STEP = r"""
-import resource, sys, time
-t = time.perf_counter()
-kind, args = sys.argv[1], sys.argv[2:]
+from _steps import measured, run_step  # noqa: E402
+
+STEP = measured(r"""
 if kind == "baseline":
     import orjson
     n = 0
@@ -44,20 +43,10 @@ else:
         code = e.code
     except Exception as e:
         code = getattr(e, "exit_code", 99)
-wall = time.perf_counter() - t
-# VmHWM, not ru_maxrss: the latter carries over the forking parent's high-water mark.
-hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
-ru = resource.getrusage(resource.RUSAGE_SELF)
-print("BENCH", kind, wall, ru.ru_utime + ru.ru_stime, hwm / 1024, code, file=sys.stderr)
-"""
+""")
 
 
-def step(kind: str, *args: str, env: dict[str, str]) -> tuple[float, float, float, int]:
-    """(wall s, CPU s, peak RSS MB, exit code) of one step in a fresh interpreter."""
-    p = subprocess.run([sys.executable, "-c", STEP, kind, *args], capture_output=True, text=True, env=env)
-    line = next(x for x in p.stderr.splitlines() if x.startswith("BENCH"))
-    _, _, wall, cpu, rss, code = line.split()
-    return float(wall), float(cpu), float(rss), int(code) if code.lstrip("-").isdigit() else -1
+step = functools.partial(run_step, STEP)
 
 
 def build(root: Path, n: int, k: int, home: Path, policy_digest: str) -> tuple[Path, Path]:

@@ -14,9 +14,9 @@ fresh Python process so that its wall time includes start-up:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import random
-import subprocess
 import sys
 import tempfile
 from datetime import UTC, datetime, timedelta
@@ -25,10 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-STEP = r"""
-import resource, sys, time
-t = time.perf_counter()
-kind, args = sys.argv[1], sys.argv[2:]
+from _steps import measured, run_step  # noqa: E402
+
+STEP = measured(r"""
 if kind == "baseline":
     import orjson
     n = 0
@@ -44,20 +43,10 @@ else:
         code = 0
     except SystemExit as e:
         code = e.code
-wall = time.perf_counter() - t
-hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
-ru = resource.getrusage(resource.RUSAGE_SELF)
-print("BENCH", kind, wall, ru.ru_utime + ru.ru_stime, hwm / 1024, code, file=sys.stderr)
-"""
+""")
 
 
-def step(kind: str, *args: str, env: dict[str, str]) -> tuple[float, float, float, int]:
-    p = subprocess.run([sys.executable, "-c", STEP, kind, *args], capture_output=True, text=True, env=env)
-    line = next((x for x in p.stderr.splitlines() if x.startswith("BENCH")), None)
-    if line is None:
-        raise SystemExit(p.stderr)
-    _, _, wall, cpu, rss, code = line.split()
-    return float(wall), float(cpu), float(rss), int(code) if code.lstrip("-").isdigit() else -1
+step = functools.partial(run_step, STEP)
 
 
 def chained(lines: list[dict], strict: bool) -> bytes:
