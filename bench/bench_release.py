@@ -108,6 +108,7 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]
 def main() -> int:
     from release_kit import BETTER, agent, train
 
+    from evalrig.store.layout import VERIFIED_LOGS
     from evalrig.store.signoff import sign
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -142,7 +143,7 @@ def main() -> int:
         }
         walls: dict[str, list[float]] = {k: [] for k in commands}
         cpus: dict[str, list[float]] = {k: [] for k in commands}
-        records = home / "verified-logs"  # what the rig verified before (store/releases.py)
+        records = home / VERIFIED_LOGS  # what the rig verified before (store/releases.py)
         for _ in range(args.repeat):
             for name, argv in commands.items():
                 if "first read" in name or "new to the home" in name:

@@ -108,3 +108,17 @@ def test_a_record_with_a_move_that_is_not_one_is_not_believed(tmp_path: Path, mo
         assert releases.read_log(log, home).serving() == Serving(cid("c"), 1, 1)
         assert calls, "every line checked again"
         calls.clear()
+
+
+def test_a_home_that_cannot_keep_the_record_only_costs_a_full_check(tmp_path: Path) -> None:
+    from evalrig.store import releases
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "verified-logs").write_text("a file where the folder would be\n")
+    log = tmp_path / "releases.jsonl"
+    for e in (ship("b", "a"), ship("c", "b")):
+        releases.append_event(log, e, home=home)
+    got = releases.read_log(log, home)
+    assert got.serving() == Serving(cid("c"), 1, 1) and len(got) == 2
+    assert (home / "verified-logs").read_text() == "a file where the folder would be\n"

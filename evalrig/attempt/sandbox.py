@@ -840,8 +840,8 @@ def _plan(spec: Launch) -> _Plan:
         helper = _drop_helper()
         if helper is not None:  # the same steps in one exec (evalrig.attempt.privdrop)
             given = dict(_rlimits(spec, own_uid=True))
-            limits_argv = [helper, *(str(given[r]) if r in given else "-" for r in _DROP_LIMITS), str(uid), "--"]
-            chain = limits_argv + _process_env(spec.env, _held(spec))
+            drop_argv = [helper, *(str(given[r]) if r in given else "-" for r in _DROP_LIMITS), str(uid), "--"]
+            chain = drop_argv + _process_env(spec.env, _held(spec))
         else:
             chain = limits_argv + _setpriv(uid, pdeathsig=True) + _process_env(spec.env, _held(spec))
         return _Plan(chain + list(spec.argv), spec.cwd, "namespace", uid, env=helpers_env,
