@@ -46,7 +46,7 @@ def test_allow_list_port_or_any_port() -> None:
 
 
 def test_sandbox_binds_the_address_the_agent_is_told() -> None:
-    assert sandbox._PROXY_ADDRESS == egress.PROXY_ADDRESS
+    assert sandbox.sockets._PROXY_ADDRESS == egress.PROXY_ADDRESS
     assert set(egress.proxy_env().values()) == {"http://127.0.0.1:3128"}
 
 
@@ -142,7 +142,7 @@ def test_connections_end_with_the_attempt(upstream: Listener) -> None:
 def test_listener_passed_back_from_a_forked_child() -> None:
     """The path a non-root bwrap takes (setns in a forked child, SCM_RIGHTS), here as root.
     The namespace's `lo` is brought up by its own process, as bwrap's init does."""
-    hold = ("from evalrig.attempt.sandbox import _loopback_up; import time; _loopback_up(); "
+    hold = ("from evalrig.attempt.sandbox.sockets import _loopback_up; import time; _loopback_up(); "
             "print('up', flush=True); time.sleep(30)")
     held = subprocess.Popen(["unshare", "--net", sys.executable, "-c", hold], stdout=subprocess.PIPE,
                             text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -150,7 +150,7 @@ def test_listener_passed_back_from_a_forked_child() -> None:
         assert held.stdout is not None and held.stdout.readline().strip() == "up"
         net = os.open(f"/proc/{held.pid}/ns/net", os.O_RDONLY)
         try:
-            listener = sandbox._listener_by_fork(held.pid, net)
+            listener = sandbox.sockets._listener_by_fork(held.pid, net)
         finally:
             os.close(net)
         session = open_session(listener, ())
@@ -187,7 +187,7 @@ def test_bwrap_sets_up_its_own_loopback_while_the_proxy_binds_there() -> None:
             info += chunk
         os.close(info_r)
         try:
-            sandbox._listener_in(json.loads(info)["child-pid"]).close()
+            sandbox.sockets._listener_in(json.loads(info)["child-pid"]).close()
         finally:
             try:
                 os.write(block_w, b"x")

@@ -352,7 +352,7 @@ def _open_fds() -> int:
 def test_no_walk_leaves_a_descriptor_open(tmp_path: Path) -> None:
     """Every walk closes what it opened, also when its caller stops early (a run makes
     thousands of attempts in one process: one descriptor per attempt adds up)."""
-    from evalrig.attempt.sandbox import _tree_bytes
+    from evalrig.attempt.sandbox.disk import _tree_bytes
 
     root = tmp_path / "root"
     (root / "out" / "deep").mkdir(parents=True)

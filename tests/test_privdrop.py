@@ -39,7 +39,7 @@ print(json.dumps({'uid': os.getuid(), 'gid': os.getgid(), 'groups': os.getgroups
 
 @pytest.fixture(params=["evalrig-drop", "prlimit and setpriv"])
 def way(request: pytest.FixtureRequest) -> Iterator[str]:
-    built = sandbox._drop_helper()
+    built = sandbox.plan._drop_helper()
     assert built is not None, "cc is here, so the helper must build"
     sandbox.HOST.pretend("tool: evalrig-drop", built if request.param == "evalrig-drop" else None)
     try:
@@ -88,9 +88,9 @@ def test_the_helper_is_the_one_exec_before_the_agent(tmp_path: Path, way: str) -
     box = make_box(tmp_path, "process")
     spec = replace(box.spec("sandbox_env.py", unprivileged=True, memory_bytes=1 << 30),
                    argv=[SYSTEM_PY, "-I", "sandbox_env.py"], ro_paths=[])
-    argv = sandbox._plan(spec).argv
+    argv = sandbox.plan._plan(spec).argv
     if way == "evalrig-drop":
-        assert argv[:6] == [sandbox._drop_helper(), str(1 << 30), "-", "-", str(sandbox.BASE_UID), "--"]
+        assert argv[:6] == [sandbox.plan._drop_helper(), str(1 << 30), "-", "-", str(sandbox.BASE_UID), "--"]
         assert argv[6:] == spec.argv
     else:
         assert [Path(a).name for a in argv if a.startswith("/") and Path(a).name in ("prlimit", "setpriv")] == [
@@ -104,7 +104,7 @@ def test_the_agent_dies_with_the_rig(tmp_path: Path, way: str) -> None:
     spec = replace(box.spec("sandbox_env.py", unprivileged=True),
                    argv=[SYSTEM_PY, "-I", "-c", "import time; time.sleep(600)"], ro_paths=[])
     code = ("import pickle, sys\nfrom evalrig.attempt import sandbox\n"
-            f"sandbox.HOST.pretend('tool: evalrig-drop', {sandbox._drop_helper()!r} if {way == 'evalrig-drop'} else None)\n"
+            f"sandbox.HOST.pretend('tool: evalrig-drop', {sandbox.plan._drop_helper()!r} if {way == 'evalrig-drop'} else None)\n"
             "sandbox.launch(pickle.loads(sys.stdin.buffer.read()))\n")
     rig = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
     assert rig.stdin is not None
@@ -156,7 +156,7 @@ def _state(pid: str) -> str:
 ])
 def test_the_helper_refuses_what_it_cannot_do_exactly(args: list[str], says: str) -> None:
     """Nothing runs with a step left out: exit 127, naming the step."""
-    helper = sandbox._drop_helper()
+    helper = sandbox.plan._drop_helper()
     assert helper is not None
     done = subprocess.run([helper, *args], capture_output=True, text=True, timeout=30)
     assert done.returncode == 127 and done.stderr.startswith("evalrig-drop: ") and says in done.stderr

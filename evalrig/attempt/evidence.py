@@ -46,18 +46,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from evalrig.attempt.streams import Forms, Redactor, StreamScanner, needle_forms
-from evalrig.attempt.verifiers import VERIFIER_DIR
 from evalrig.core.digest import canonical_json, sha256_bytes
 from evalrig.models.globs import glob_regex, segment_regex
+from evalrig.store.layout import AGENT_DIR, EVIDENCE_INDEX, EVIDENCE_RESERVED, VERIFIER_DIR
 from evalrig.store.tree import hash_tree
-
-INDEX_NAME = "evidence_index.json"
-RESERVED_TOP = frozenset({
-    "stdout.txt", "stderr.txt", "transcript.jsonl", "driver", "network.jsonl", INDEX_NAME,
-    "verifier",
-})
-"""Names the rig writes at the evidence root: an attempt-root entry so named is never kept."""
-AGENT_DIR = "agent"  # the checkpoint copy: not indexed, walked only when a glob reaches it
 
 INDEX_MAX = 100_000
 """Entries listed in evidence_index.json; beyond, `truncated` is true."""
@@ -692,7 +684,7 @@ def collect(
     if w.stopped:
         rep.note(f"(after {len(w.entries)} entries)", "walk stopped: too many entries")
     for seen in w.entries:
-        if "/" not in seen.rel and seen.rel in RESERVED_TOP:
+        if "/" not in seen.rel and seen.rel in EVIDENCE_RESERVED:
             rep.note(seen.rel, "reserved name")
     kept: set[str] = set()
     try:
@@ -705,7 +697,7 @@ def collect(
             rel = c.rel
             if rel in exclude:
                 continue
-            if rel.split("/", 1)[0] in RESERVED_TOP:
+            if rel.split("/", 1)[0] in EVIDENCE_RESERVED:
                 rep.note(rel, "reserved name")
                 continue
             if not _utf8(rel):
@@ -741,10 +733,10 @@ def collect(
     index = _write_index(evidence_dir, w, kept, rep)
     began = time.perf_counter()
     if forms and StreamScanner(forms).feed_found(index):
-        rep.canary_in.append(INDEX_NAME)
+        rep.canary_in.append(EVIDENCE_INDEX)
     if look is not None:
         look.flush()
-        if look.names.found and INDEX_NAME not in rep.canary_in:
+        if look.names.found and EVIDENCE_INDEX not in rep.canary_in:
             rep.canary_in.append("entry names")
         if look.links.found:
             rep.canary_in.append("link targets")
@@ -781,7 +773,7 @@ def _write_index(evidence_dir: Path, w: Walk, kept: set[str], rep: EvidenceRepor
     doc = {"schema_version": "1.0", "entries": entries, "truncated": rep.index_truncated}
     evidence_dir.mkdir(parents=True, exist_ok=True)
     data = canonical_json(doc) + b"\n"
-    (evidence_dir / INDEX_NAME).write_bytes(data)
+    (evidence_dir / EVIDENCE_INDEX).write_bytes(data)
     return data
 
 

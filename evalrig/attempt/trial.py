@@ -53,16 +53,13 @@ from evalrig.attempt.canary import (
     new_canary,
     plant_file,
 )
-from evalrig.attempt.episode import DRIVER_DIR, TRANSCRIPT
 from evalrig.attempt.evidence import collect, evidence_digest
 from evalrig.attempt.evidence import remove_tree as _remove_tree
 from evalrig.attempt.streams import scan
 from evalrig.attempt.verifiers import (
-    VERIFIER_DIR,
     VERIFIER_OUTPUT_CAP,
     Verdict,
     is_finite_number,
-    read_answer,
     verify_evidence,
 )
 from evalrig.core import environment
@@ -78,6 +75,8 @@ from evalrig.models.run import (
     Spend,
 )
 from evalrig.store.checkpoint import Checkpoint
+from evalrig.store.files import read_answer
+from evalrig.store.layout import DRIVER_DIR, NETWORK_JSONL, TRANSCRIPT, VERIFIER_DIR
 from evalrig.store.tasks import LoadedTask
 
 __all__ = [
@@ -439,20 +438,17 @@ def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, st
     )
 
 
-NETWORK_LOG = "network.jsonl"
-
-
 def write_network_log(evidence_dir: Path, records: Any, needles: list[bytes]) -> bool:
     """network.jsonl at the evidence root: one line per connection to the egress proxy.
 
     Written whenever the proxy ran (an empty file: it had network and used none); the
-    evidence walk refuses an agent's own file of that name (evidence.RESERVED_TOP). The
+    evidence walk refuses an agent's own file of that name (layout EVIDENCE_RESERVED). The
     hosts in it are the agent's choice (a host named after the canary is a leak), so it is
     scanned like every evidence file; True when it holds the canary."""
     if records is None:
         return False
     data = b"".join(canonical_line(r) for r in records)
-    fd = os.open(evidence_dir / NETWORK_LOG,
+    fd = os.open(evidence_dir / NETWORK_JSONL,
                  os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         view = memoryview(data)
@@ -741,7 +737,7 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
     laps.move(rec.fin.streams_s, stages.SPAWN, stages.STREAMS)
     rec.canary_where += tuple(rec.fin.canary_found_in or ())
     if write_network_log(spec.evidence_dir, rec.fin.egress, [needle(canary)]):
-        rec.canary_where += (NETWORK_LOG,)
+        rec.canary_where += (NETWORK_JSONL,)
     laps.lap(stages.CANARY)
     if rec.fin.error:  # nothing ran: no evidence to take
         return
@@ -807,7 +803,7 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
             # (--chdir) as uid 0 with every capability but setuid's dropped, so a folder of
             # the driver's uid must stay searchable by others there.
             root.chmod(0o700)
-        copy_tree(spec.task.dir / episode.DRIVER_DIR, root / "driver")
+        copy_tree(spec.task.dir / DRIVER_DIR, root / "driver")
         for sub in ("out", "home", "tmp"):
             (root / sub).mkdir()
     except OSError as e:
@@ -848,7 +844,7 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
 
     got = episode.Relay(
         episode=ep, max_output_bytes=spec.task.spec.max_output_bytes, deadline_s=spec.deadline_s,
-        transcript=spec.evidence_dir / episode.TRANSCRIPT, task_id=spec.task.id,
+        transcript=spec.evidence_dir / TRANSCRIPT, task_id=spec.task.id,
         attempt_id=spec.attempt_id, seed=spec.seed, start_agent=start_agent,
         start_driver=start_driver, driver_stderr=root / "stderr.txt", secrets=_secret_values(spec),
         cancel=spec.cancel).run()
@@ -858,7 +854,7 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
         rec.driver_hosts = got.driver.egress_hosts if got.driver is not None else ()
     rec.turn_usage = got.usage
     try:
-        left = episode.keep_driver_out(root / "out", spec.evidence_dir / episode.DRIVER_DIR,
+        left = episode.keep_driver_out(root / "out", spec.evidence_dir / DRIVER_DIR,
                                        spec.task.spec.max_evidence_bytes, _secret_values(spec))
     except OSError as e:
         rec.status, rec.error = "infra_error", f"the rig could not keep the driver's files: {e}"

@@ -14,7 +14,6 @@ gets the same verdict later from the same files.
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import tempfile
 import threading
@@ -36,12 +35,11 @@ from evalrig.models.inputs import (
     JsonVerifier,
     RegexVerifier,
 )
+from evalrig.store.files import read_answer
+from evalrig.store.layout import ANSWER_JSON, ANSWER_TXT, VERIFIER_DIR
 
 Outcome = Literal["passed", "failed", "fault"]
 
-ANSWER_TXT = "out/answer.txt"
-ANSWER_JSON = "out/answer.json"
-VERIFIER_DIR = "verifier"  # the rig's verifier output inside an evidence dir
 # A command verifier's stdout/stderr kept per run (a chatty judge must not fill the bundle).
 VERIFIER_OUTPUT_CAP = 1 << 20
 _REWARD_KEYS = frozenset({"reward", "checks", "passed"})
@@ -133,23 +131,6 @@ def check_json(answer: bytes | None, expected: Any) -> Verdict:
 
 
 # -- reading the stored answer -----------------------------------------------------------
-
-
-def read_answer(evidence_dir: Path, rel: str) -> bytes | None:
-    """The stored answer's bytes; None when absent or not a regular file."""
-    try:
-        fd = os.open(evidence_dir / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        import stat as _stat
-
-        if not _stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read()
-    finally:
-        os.close(fd)
 
 
 def _text(data: bytes | None) -> str | None:

@@ -22,7 +22,6 @@ from typing import IO, Any
 
 import orjson
 
-from evalrig.attempt.verifiers import ANSWER_JSON, ANSWER_TXT, read_answer
 from evalrig.core.errors import invalid
 from evalrig.models.inputs import Suite
 from evalrig.models.reading import ExportedBundle, ExportEntry, ExportFormat
@@ -42,6 +41,7 @@ from evalrig.read.text import decode
 from evalrig.store import layout
 from evalrig.store.bundle import bundle_digest
 from evalrig.store.exports import record_export
+from evalrig.store.files import read_answer
 from evalrig.store.tasks import content_digest
 
 FORMATS: tuple[ExportFormat, ...] = ("trajectories", "pairs", "junit", "csv")
@@ -179,9 +179,9 @@ def chat_of(s: Source, d: dict[str, Any]) -> Chat:
     prompt = s.prompts.get(task.id)
     if prompt is None:
         prompt = s.prompts[task.id] = task.prompt_path.read_text(encoding="utf-8", errors="replace")
-    answer = read_answer(evidence, ANSWER_TXT)
+    answer = read_answer(evidence, layout.ANSWER_TXT)
     if answer is None:
-        answer = read_answer(evidence, ANSWER_JSON)
+        answer = read_answer(evidence, layout.ANSWER_JSON)
     return Chat([{"role": "user", "content": prompt},
                  {"role": "assistant", "content": decode(answer) if answer is not None else ""}], [],
                 {f"prompt:{task.digest}": 1})

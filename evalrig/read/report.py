@@ -47,6 +47,7 @@ from evalrig.store.layout import (
     DECISIONS,
     MANIFEST,
     REPORT_HTML,
+    TRANSCRIPT,
 )
 from evalrig.store.runlines import no_gc, read_run_lines
 from evalrig.store.tasks import load_taskset
@@ -58,7 +59,6 @@ MAX_TEXT = 2000
 """Characters of an answer, a message or a tool result shown in the page."""
 MAX_FRAMES = 400
 """Transcript frames shown per attempt."""
-TRANSCRIPT = "transcript.jsonl"
 ANSWERS = ("out/answer.txt", "out/answer.json")
 
 

@@ -30,7 +30,7 @@ from evalrig.read.bundle import (
 )
 from evalrig.read.text import decode, short, tail, untrusted
 from evalrig.store import layout
-from evalrig.store.files import sha256_file
+from evalrig.store.files import read_answer, sha256_file
 
 LONG = 80
 """Expected or got longer than this (or on several lines): a short diff is shown too."""
@@ -195,11 +195,7 @@ def _unknown(b: Opened, id: str) -> Exception:
 
 def show_task(b: Opened, id: str, results: list[dict[str, Any]], actuals: dict[str, dict[str, Any]],
               tasks_dir: Path | None, trial: bool) -> dict[str, Any]:
-    from evalrig.attempt.verifiers import (  # off the summary path
-        ANSWER_JSON,
-        ANSWER_TXT,
-        read_answer,
-    )
+    from evalrig.store.layout import ANSWER_JSON, ANSWER_TXT
 
     m = b.run
     assert m is not None
@@ -251,7 +247,7 @@ def _diff(expected: str, got: str) -> list[str] | None:
 
 
 def _verifier_tail(b: Opened, aid: str) -> dict[str, str] | None:
-    from evalrig.attempt.verifiers import VERIFIER_DIR, read_answer
+    from evalrig.store.layout import VERIFIER_DIR
 
     root = b.dir / layout.ATTEMPTS_DIR / aid / VERIFIER_DIR
     if not root.is_dir() or linked(b, f"{layout.ATTEMPTS_DIR}/{aid}/{VERIFIER_DIR}"):
@@ -273,8 +269,6 @@ def _verifier_tail(b: Opened, aid: str) -> dict[str, str] | None:
 
 
 def show_attempt(b: Opened, d: dict[str, Any], actual: dict[str, Any] | None) -> dict[str, Any]:
-    from evalrig.attempt.verifiers import read_answer
-
     aid = str(d.get("attempt_id"))
     files = check_attempt(b, aid)
     root = b.dir / layout.ATTEMPTS_DIR / aid

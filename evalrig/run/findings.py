@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evalrig.attempt.episode import DRIVER_AT_FAULT
-from evalrig.attempt.verifiers import VERIFIER_DIR
 from evalrig.core.errors import EvalrigError
 from evalrig.core.outcomes import final_of
 from evalrig.core.words import shown
@@ -182,7 +181,7 @@ def verifier_faults(out: Path, results: list[_Row], final: dict[str, _Row]) -> l
 
 
 def _last_verifier_stderr(evidence: Path) -> Path | None:
-    runs = sorted((p for p in (evidence / VERIFIER_DIR).glob("run-*") if p.name[4:].isdigit()),
+    runs = sorted((p for p in (evidence / layout.VERIFIER_DIR).glob("run-*") if p.name[4:].isdigit()),
                   key=lambda p: int(p.name[4:]))
     for run in reversed(runs):
         if (run / STDERR).is_file():

@@ -94,6 +94,22 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
+def read_answer(evidence_dir: Path, rel: str) -> bytes | None:
+    """The bytes of `rel` under a stored folder (an answer, a reward.json); None when absent,
+    a link, or not a regular file. Reads never block on a FIFO the agent left."""
+    try:
+        fd = os.open(evidence_dir / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
 def read_fd(fd: int) -> bytes:
     """Every byte of an open file, from its start."""
     chunks: list[bytes] = []

@@ -24,7 +24,7 @@ def vm_hwm() -> int:
 ask = json.loads(sys.argv[1])
 if ask.pop("force_subreaper", False):
     sandbox.HOST.pretend("unshare", None)
-    sandbox._become_subreaper()
+    sandbox.host._become_subreaper()
 for key in ("cwd", "stdout_path", "stderr_path"):
     ask[key] = Path(ask[key])
 for key in ("rw_paths", "ro_paths"):
