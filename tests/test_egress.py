@@ -1,4 +1,4 @@
-"""The egress proxy on its own (evalrig/attempt/egress.py), and the namespace helpers of evalrig/attempt/sandbox.py."""
+"""The egress proxy on its own (evalrig/attempt/egress.py), and the namespace helpers of evalrig/attempt/sandbox/sockets.py."""
 
 from __future__ import annotations
 
