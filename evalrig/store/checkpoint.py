@@ -165,7 +165,9 @@ def identify(dir: Path, records: Sequence[SealEntry]) -> Identity:
     version 2) holds that id. Hashes once, both versions from one read when needed."""
     v1_ids = _open_v1(records)
     trees = _hashes(dir, (2, 1) if v1_ids else (2,))
-    line = _first(records, trees[2].digest, 2)
+    # Any line holding the version-2 hash names this content, whatever version it says:
+    # the two framings differ, so no version-1 hash of other content is equal to it.
+    line = _first(records, trees[2].digest)
     if line is not None:
         original = _first(records, line.same_as, 1) if line.same_as is not None else None
         return Identity(trees[2], original or line, 2)
@@ -198,7 +200,7 @@ def seal(dir: Path, home: Path, now: datetime) -> SealFile:
     # Two seals at once must not both append the same id: look up and append under the
     # registry's lock (the chained store holds it from verification to the sync).
     with chained_append(registry_path(home), SealEntry) as registry:
-        entry = _first(registry.records, tree.digest, 2)
+        entry = _first(registry.records, tree.digest)
         if entry is None:
             # Content a version-1 line holds keeps that id and its sealed_at: a serving
             # champion sealed by an older rig keeps serving under the id its records name.
