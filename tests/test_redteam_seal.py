@@ -167,6 +167,9 @@ def test_a_v1_sealed_champion_keeps_serving_and_resealing_records_its_v2_id(tmp_
     shipped = eval_sh(home, "ship", decision, "--checkpoint", candidate)
     assert shipped.code == 0, shipped
 
+    v = eval_sh(home, "validate", "--checkpoint", candidate)
+    assert v.code == 0 and f"sealed as {cand_v1} under hash version 1" in v.stderr + v.stdout, v
+
     # sealing the content again records its version-2 id, same as the version-1 id, sealed then
     registry = home / "seals.jsonl"
     before = registry.read_bytes().splitlines()
@@ -184,6 +187,9 @@ def test_a_v1_sealed_champion_keeps_serving_and_resealing_records_its_v2_id(tmp_
         added["checkpoint_id"], 2, cand_v1)
     again = eval_sh(home, "seal", candidate)
     assert again.code == 0 and registry.read_bytes().splitlines() == lines, again  # the first sealing counts
+    assert f"same as    {cand_v1}" in again.stdout, again
+    v = eval_sh(home, "validate", "--checkpoint", candidate)
+    assert v.code == 0 and "hash version 1" not in v.stderr + v.stdout, v
 
     # the serving champion keeps serving under the id its records name
     champ = eval_sh(home, "champion", "--json")

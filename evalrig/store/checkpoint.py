@@ -254,6 +254,8 @@ class SealStatus:
     """The id SEAL.json claims, if readable (not the authority)."""
     changed: bool
     """SEAL.json names a registered seal that the content no longer matches."""
+    matched: HashVersion | None = None
+    """Which hash version found the entry (1: a seal from before version 2, not yet re-sealed)."""
 
 
 def seal_status(dir: Path, home: Path) -> SealStatus:
@@ -265,7 +267,7 @@ def seal_status(dir: Path, home: Path) -> SealStatus:
     claimed = _claimed_id(dir)
     changed = (found.entry is None and claimed is not None and claimed != current
                and _first(records, claimed) is not None)
-    return SealStatus(current, found.entry, claimed, changed)
+    return SealStatus(current, found.entry, claimed, changed, found.matched)
 
 
 def check_sealed(dir: Path, home: Path) -> SealEntry:
