@@ -4,7 +4,8 @@
     10 runs; goal ≤ 0.3 s), and whether scipy is imported on those paths (it must not be);
 (b) `validate` on 2,000 generated tasks (goal ≤ 1.5 s);
 (c) sealing a generated 200 MB checkpoint of 10,000 files against `sha256sum` over the same
-    files in the same run (goal ≥ 80 % of its throughput).
+    files in the same run (goal ≥ 80 % of its throughput), and the content hash's CPU in
+    process per hash version.
 
 Generated data goes under a temporary directory, never into the repository. `--quick`
 shrinks (b) and (c) tenfold for a smoke run.
@@ -131,6 +132,23 @@ def bench_seal(tmp: Path, env: dict[str, str], files: int, total: int) -> None:
     print(f"    sha256sum                           {t_sha:6.3f} s  {mb / t_sha:7.1f} MB/s  {c_sha}")
     print(f"    eval.sh seal                        {t_seal:6.3f} s  {mb / t_seal:7.1f} MB/s  {c_seal}")
     print(f"    seal throughput / sha256sum's       {ratio:6.2f}     {verdict}")
+    bench_hash_versions(ckpt)
+
+
+def bench_hash_versions(ckpt: Path) -> None:
+    """CPU of the content hash in process, per hash version (docs/checkpoint.md): version 2
+    (what `seal` and every run's start compute), version 1, and both from one read (a home
+    that still holds version-1 seals not sealed again). Median of 5, warm cache."""
+    from evalrig.store.tree import hash_trees
+
+    for versions in ((1,), (2,), (2, 1)):
+        times = []
+        for _ in range(5):
+            t = time.process_time()
+            hash_trees(ckpt, versions, exclude=frozenset({"SEAL.json"}), exclude_dirs=False)  # type: ignore[arg-type]
+            times.append(time.process_time() - t)
+        label = " + ".join(f"v{v}" for v in versions)
+        print(f"    hash_trees {label:<24} {statistics.median(times):6.3f} s cpu")
 
 
 def main() -> int:

@@ -19,6 +19,7 @@ from evalrig.store.checkpoint import (
     registered_seal,
     seal,
 )
+from evalrig.store.tree import hash_tree
 
 T0 = datetime(2026, 12, 2, 10, 15, 3, 123456, tzinfo=UTC)
 T1 = datetime(2026, 12, 3, 9, 0, 0, tzinfo=UTC)
@@ -137,15 +138,60 @@ def _reference_hash(root: Path, exclude: set[str]) -> str:
     return "sha256:" + h.hexdigest()
 
 
+def _reference_hash_v2(root: Path, exclude: set[str]) -> str:
+    """Hash version 2 (docs/checkpoint.md), written out independently of evalrig.store.tree:
+    folders are entries, and every entry's permission bits are hashed."""
+    entries = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames + dirnames:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root).replace(os.sep, "/")
+            if rel not in exclude:
+                entries.append((rel.encode(), full))
+    h = hashlib.sha256()
+    for rel, full in sorted(entries):
+        st = os.lstat(full)
+        if os.path.islink(full):
+            kind, mode, content = b"l", "0777", os.readlink(full).encode()
+        elif os.path.isdir(full):
+            kind, mode, content = b"d", f"{st.st_mode & 0o7777:04o}", b""
+        else:
+            kind, mode, content = b"f", f"{st.st_mode & 0o7777:04o}", Path(full).read_bytes()
+        h.update(kind + rel + b"\0" + mode.encode() + b"\0" + str(len(content)).encode() + b"\0" + content)
+    return "sha256:" + h.hexdigest()
+
+
 def test_checkpoint_id_matches_the_documented_framing(tmp_path: Path) -> None:
     d = make_checkpoint(tmp_path / "c")
     (d / "run.sh").write_text("#!/bin/sh\n")
     (d / "run.sh").chmod(0o755)
     os.symlink("state/notes.txt", d / "link")
     (d / "SEAL.json").write_text("{}")
+    (d / "state" / "empty").mkdir()
+    (d / "state" / "sub-dir").mkdir()  # '-' sorts before '/': state/sub-dir, then state/sub-dir/x
+    (d / "state" / "sub-dir" / "x").write_text("x")
+    (d / "state" / "sub-dir" / "x").chmod(0o4640)
     got = checkpoint_id(d)
-    assert got.digest == _reference_hash(d, {"SEAL.json"})
-    assert got.files == 5
+    assert got.digest == _reference_hash_v2(d, {"SEAL.json"}) and got.version == 2
+    assert got.files == 6
+    # version 1, which seals registered before version 2 still verify by
+    v1 = hash_tree(d, exclude=frozenset({"SEAL.json"}), exclude_dirs=False, version=1)
+    assert v1.digest == _reference_hash(d, {"SEAL.json"})
+    assert v1.files == 6
+
+
+def test_checkpoint_id_changes_with_an_empty_folder_and_with_any_mode_bit(tmp_path: Path) -> None:
+    d = make_checkpoint(tmp_path / "c")
+    seen = {checkpoint_id(d).digest}
+    (d / "empty").mkdir()
+    seen.add(checkpoint_id(d).digest)
+    (d / "agent.py").chmod(0o200)
+    seen.add(checkpoint_id(d).digest)
+    (d / "agent.py").chmod(0o204)
+    seen.add(checkpoint_id(d).digest)
+    (d / "state").chmod(0o700)
+    seen.add(checkpoint_id(d).digest)
+    assert len(seen) == 5
 
 
 def test_checkpoint_id_changes_with_the_execute_bit(tmp_path: Path) -> None:
@@ -190,10 +236,11 @@ def test_seal_registers_and_writes_seal_json(tmp_path: Path, evalrig_home: Path)
         "sealed_at": "2026-12-02T10:15:03.123456Z",
         "files": 3,
         "bytes": s.bytes,
+        "hash_version": 2,
     }
     assert (d / "SEAL.json").read_bytes().endswith(b"}\n")
     entry = registered_seal(evalrig_home, s.checkpoint_id)
-    assert entry is not None and entry.sealed_at == T0
+    assert entry is not None and entry.sealed_at == T0 and entry.hash_version == 2 and entry.same_as is None
     # SEAL.json is excluded: the id is unchanged by writing it.
     assert checkpoint_id(d).digest == s.checkpoint_id
 

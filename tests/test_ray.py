@@ -325,6 +325,23 @@ def test_a_packed_tree_unpacks_to_the_same_digest(tmp_path: Path) -> None:
     assert (tmp_path / "dst" / "empty").is_dir()
 
 
+def test_a_packed_checkpoint_unpacks_with_its_folder_modes_and_seal_digest(tmp_path: Path) -> None:
+    """A worker's copy of a checkpoint holds what its seal (hash version 2) covers: folder
+    bits as they are, a read-only folder included (docs/checkpoint.md)."""
+    src = tmp_path / "src"
+    (src / "ro" / "deep").mkdir(parents=True)
+    (src / "ro" / "deep" / "f.txt").write_text("f\n")
+    (src / "ro" / "deep").chmod(0o550)
+    (src / "ro").chmod(0o555)
+    (src / "agent.py").write_text("print()\n")
+    (src / "agent.py").chmod(0o640)
+    unpack_tree(pack_tree(src), tmp_path / "dst")
+    assert hash_tree(tmp_path / "dst", version=2).digest == hash_tree(src, version=2).digest
+    assert (tmp_path / "dst" / "ro").stat().st_mode & 0o7777 == 0o555
+    assert (tmp_path / "dst" / "ro" / "deep").stat().st_mode & 0o7777 == 0o550
+    assert (tmp_path / "dst" / "ro" / "deep" / "f.txt").read_text() == "f\n"
+
+
 def test_a_packed_tree_reaching_outside_its_directory_is_refused(tmp_path: Path) -> None:
     link = ("l", "link", 0, str(tmp_path))
     for n, name in enumerate(("../evil", "/abs/evil", "link/evil", "./evil", "a//evil")):

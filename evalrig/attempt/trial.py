@@ -74,7 +74,7 @@ from evalrig.models.run import (
     RoleSpend,
     Spend,
 )
-from evalrig.store.checkpoint import Checkpoint
+from evalrig.store.checkpoint import SEAL_JSON, Checkpoint
 from evalrig.store.files import read_answer
 from evalrig.store.layout import DRIVER_DIR, NETWORK_JSONL, TRANSCRIPT, VERIFIER_DIR
 from evalrig.store.tasks import LoadedTask
@@ -145,8 +145,9 @@ class AttemptOutcome:
 def _copy_file(src: str, dst: str, mode: int) -> int:
     fin = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, stat.S_IMODE(mode))
+        fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
+            os.fchmod(fout, stat.S_IMODE(mode))  # the source's bits, whatever the umask
             total = 0
             try:
                 while n := os.copy_file_range(fin, fout, 1 << 30):
@@ -162,25 +163,34 @@ def _copy_file(src: str, dst: str, mode: int) -> int:
         os.close(fin)
 
 
-def copy_tree(src: Path | str, dst: Path | str) -> tuple[int, int]:
-    """Copy a directory tree (links as links, modes kept); returns its disk use as the
-    disk allowance counts it (sandbox.entry_bytes of every entry, folders included) and
-    its number of entries.
+def copy_tree(src: Path | str, dst: Path | str, sealed: bool = False) -> tuple[int, int]:
+    """Copy a directory tree (links as links, modes kept, no extended attributes); returns
+    its disk use as the disk allowance counts it (sandbox.entry_bytes of every entry,
+    folders included) and its number of entries.
 
     Never hard links: the agent may write to its copy, and the sealed source must not
-    change. Iterative: no depth of the source makes it recurse.
+    change; files linked to each other in the source are separate files in the copy.
+    Iterative: no depth of the source makes it recurse. A folder's owner may write it
+    (the agent works in its copy), except with `sealed`: the copy of a checkpoint holds
+    exactly what its seal hashes (docs/checkpoint.md, "Sealing and what it covers"), so
+    every folder below the top keeps its bits as hashed, and a top-level `SEAL.json` file,
+    which the hash leaves out, is not copied.
     """
     total, count = sandbox.entry_bytes(0), 1
-    todo = [(os.fspath(src), os.fspath(dst))]
+    top = os.fspath(src)
+    todo = [(top, os.fspath(dst))]
     modes: list[tuple[str, int]] = []
     while todo:
         src_s, dst_s = todo.pop()
-        os.mkdir(dst_s)
-        modes.append((dst_s, stat.S_IMODE(os.stat(src_s).st_mode) | stat.S_IWUSR))
+        os.mkdir(dst_s, 0o700)
+        writable = stat.S_IWUSR if src_s == top or not sealed else 0
+        modes.append((dst_s, stat.S_IMODE(os.stat(src_s).st_mode) | writable))
         with os.scandir(src_s) as it:
             for e in it:
                 d = os.path.join(dst_s, e.name)
                 st = e.stat(follow_symlinks=False)
+                if sealed and src_s == top and e.name == SEAL_JSON and not stat.S_ISDIR(st.st_mode):
+                    continue
                 total += sandbox.entry_bytes(st.st_size)
                 count += 1
                 if stat.S_ISDIR(st.st_mode):
@@ -211,7 +221,7 @@ class Workspace:
 
 def make_workspace(root: Path, task: LoadedTask, checkpoint_dir: Path, level: str) -> Workspace:
     root.mkdir(parents=True)
-    size, entries = copy_tree(checkpoint_dir, root / "agent")
+    size, entries = copy_tree(checkpoint_dir, root / "agent", sealed=True)
     if task.files_dir.is_dir():
         more, n = copy_tree(task.files_dir, root / "work")
         size, entries = size + more, entries + n

@@ -19,10 +19,12 @@ def seal_cmd(
 ) -> int:
     """Compute a checkpoint's content hash and register it in the seal registry.
 
-    The first sealing of an id is the one that counts: sealing again changes nothing. The
-    registry ($EVALRIG_HOME/seals.jsonl) is the authority; SEAL.json, written into the
-    checkpoint, is a convenience copy. Exit 4 for a missing directory, a missing or
-    malformed checkpoint.toml, or a socket, FIFO or device inside.
+    The hash (version 2) covers every file, folder and link and every permission bit. The
+    first sealing of an id is the one that counts: sealing again changes nothing. Content
+    an older rig sealed under hash version 1 keeps that id: its version-2 id is recorded
+    with same_as. The registry ($EVALRIG_HOME/seals.jsonl) is the authority; SEAL.json,
+    written into the checkpoint, is a convenience copy. Exit 4 for a missing directory, a
+    missing or malformed checkpoint.toml, or a socket, FIFO or device inside.
     """
     from evalrig.models.base import format_ts
     from evalrig.store.checkpoint import evalrig_home, seal
@@ -34,9 +36,14 @@ def seal_cmd(
         emit_json(sealed)
         return 0
     first = sealed.sealed_at == now
+    if sealed.same_as is not None:
+        said = f"sealed under hash version 2, same as {sealed.same_as} (sealed by an older rig; it keeps that id)"
+    else:
+        said = "sealed" if first else "already sealed (the first sealing counts)"
     say([
-        f"{'sealed' if first else 'already sealed (the first sealing counts)'}: {checkpoint_dir}",
+        f"{said}: {checkpoint_dir}",
         f"  id         {sealed.checkpoint_id}",
+        *([f"  same as    {sealed.same_as}"] if sealed.same_as is not None else []),
         f"  name       {sealed.name}",
         f"  sealed_at  {format_ts(sealed.sealed_at)}",
         f"  files      {sealed.files}",

@@ -9,7 +9,7 @@ fail, so writers only add optional keys within a major).
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     AfterValidator,
@@ -114,9 +114,15 @@ class ChainedRecord(Record):
         "first chained line, of every byte before it. Absent on legacy lines and outside the home.",
     )
 
+    _optional_keys: ClassVar[tuple[str, ...]] = ()
+    """Keys a format added later: left out when null, so older lines keep their bytes."""
+
     @model_serializer(mode="wrap")
     def _no_null_prev(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return without_null(handler(self), "prev")
+        out = without_null(handler(self), "prev")
+        for key in self._optional_keys:
+            out = without_null(out, key)
+        return out
 
 
 def without_null(out: Any, key: str) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -21,6 +21,8 @@ from evalrig.models.inputs import Suite
 Status = Literal["passed", "failed", "agent_error", "timeout", "infra_error", "interrupted"]
 SCORED: frozenset[str] = frozenset({"passed", "failed", "agent_error", "timeout"})
 SandboxLevel = Literal["bwrap", "process"]
+HashVersion = Literal[1, 2]
+"""A seal's hash version (docs/checkpoint.md): the registry line and SEAL.json say which."""
 
 
 # -- seals -------------------------------------------------------------------------------
@@ -36,9 +38,24 @@ Termination = Literal[
 class SealEntry(ChainedRecord):
     """One line of `$EVALRIG_HOME/seals.jsonl`; the first line of an id is the one that counts."""
 
+    _optional_keys: ClassVar[tuple[str, ...]] = ("hash_version", "same_as")
+
     checkpoint_id: Digest
     name: str
     sealed_at: Timestamp
+    hash_version: HashVersion | None = Field(
+        default=None,
+        description="How checkpoint_id was computed (docs/checkpoint.md, \"Sealing and what it covers\"): "
+        "2 hashes folders and permission bits; absent on lines an older rig wrote, which are version 1.")
+    same_as: Digest | None = Field(
+        default=None,
+        description="On a version-2 line: the version-1 id this content was registered under first. The "
+        "checkpoint keeps that id (runs, decisions and the release log name it); the version-2 hash is "
+        "what verifies it from then on.")
+
+    @property
+    def version(self) -> HashVersion:
+        return self.hash_version or 1
 
 
 class RunEntry(ChainedRecord):
@@ -61,6 +78,14 @@ class SealFile(Record):
     sealed_at: Timestamp
     files: int = Field(ge=0)
     bytes: int = Field(ge=0)
+    hash_version: HashVersion | None = Field(
+        default=None, description="How checkpoint_id was computed; absent in a SEAL.json an older rig wrote (1).")
+    same_as: Digest | None = Field(
+        default=None, description="The version-1 id the registry first held this content under, if any.")
+
+    @model_serializer(mode="wrap")
+    def _no_null(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(without_null(handler(self), "hash_version"), "same_as")
 
 
 # -- run manifest ------------------------------------------------------------------------

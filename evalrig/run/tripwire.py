@@ -30,7 +30,7 @@ from evalrig.run.loop import Hooks
 from evalrig.run.progress import Reporter
 from evalrig.run.settings import RunRequest
 from evalrig.store.bundle import bundle_digest
-from evalrig.store.checkpoint import checkpoint_id
+from evalrig.store.checkpoint import identify, seal_records
 from evalrig.store.compare import load_side
 from evalrig.store.files import read_json
 from evalrig.store.invocation import command_name
@@ -124,7 +124,7 @@ def run_tripwire(req: RunRequest, log: Path, home: Path, environ: Mapping[str, s
     if req.checkpoint is None or req.tasks is None:
         raise invalid("tripwire needs --checkpoint (the serving champion) and --tasks", file=out)
     got = read_log(log)
-    cid = checkpoint_id(Path(req.checkpoint)).digest
+    cid = identify(Path(req.checkpoint), seal_records(home)).id  # a version-1 champion goes by its first id
     recorded = _recorded(got, _finished_digest(out))
     if recorded is not None:  # a run of the command that ended after its event: finish, never repeat
         with appending(log) as w:

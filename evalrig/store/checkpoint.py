@@ -1,10 +1,18 @@
 """Checkpoints: `checkpoint.toml`, sealing, and the seal registry (docs/checkpoint.md).
 
-A checkpoint's id is the content hash of its directory (evalrig.store.tree, `SEAL.json` left
-out). Sealing registers `{checkpoint_id, name, sealed_at}` in `$EVALRIG_HOME/seals.jsonl`;
-the first line of an id is the one that counts, so sealing again changes nothing. The
-registry is the authority: `SEAL.json` inside the checkpoint is a convenience copy that the
-checkpoint itself could have written.
+A checkpoint's id is the content hash of its directory (evalrig.store.tree, hash version 2,
+`SEAL.json` left out). Sealing registers `{checkpoint_id, name, sealed_at, hash_version}` in
+`$EVALRIG_HOME/seals.jsonl`; the first line of an id is the one that counts, so sealing
+again changes nothing. The registry is the authority: `SEAL.json` inside the checkpoint is a
+convenience copy that the checkpoint itself could have written.
+
+Version-1 seals (lines without `hash_version`, written before folders and mode bits were
+hashed) still verify: a directory is identified by its version-2 hash first, then by its
+version-1 hash where a version-1 line holds that id. Sealing such content again appends its
+version-2 id with `same_as` the version-1 id and the original `sealed_at`; from then on the
+checkpoint keeps its version-1 id (a serving champion keeps serving) but only content with
+the version-2 hash is it: the version-1 hash no longer identifies anything
+(docs/checkpoint.md, "Sealing and what it covers").
 """
 
 from __future__ import annotations
@@ -19,12 +27,12 @@ from pathlib import Path
 from evalrig.core.errors import EvalrigError, Problem, invalid
 from evalrig.core.tomlerr import raise_problems, validate_doc
 from evalrig.models.inputs import CheckpointFile
-from evalrig.models.run import SealEntry, SealFile
+from evalrig.models.run import HashVersion, SealEntry, SealFile
 from evalrig.store.files import read_toml
 from evalrig.store.layout import SEALS as REGISTRY
 from evalrig.store.layout import home_path
 from evalrig.store.ledger import refuse_unusable_home
-from evalrig.store.tree import TreeDigest, hash_tree
+from evalrig.store.tree import TreeDigest, hash_trees
 
 CHECKPOINT_TOML = "checkpoint.toml"
 SEAL_JSON = "SEAL.json"
@@ -93,16 +101,22 @@ def history_log(ckpt: Checkpoint) -> Path | None:
     return src
 
 
+def _hashes(dir: Path, versions: tuple[HashVersion, ...]) -> dict[HashVersion, TreeDigest]:
+    return hash_trees(Path(dir), versions, exclude=_EXCLUDE, exclude_dirs=False)
+
+
 def checkpoint_id(dir: Path) -> TreeDigest:
-    """The content hash of the directory, `SEAL.json` excluded (docs/checkpoint.md, "Sealing and what it covers")."""
-    return hash_tree(Path(dir), exclude=_EXCLUDE, exclude_dirs=False)
+    """The content hash of the directory (hash version 2), `SEAL.json` excluded
+    (docs/checkpoint.md, "Sealing and what it covers"). What a directory is registered as
+    is `identify`'s answer: version-1 seals are found there too."""
+    return _hashes(dir, (2,))[2]
 
 
 def registry_path(home: Path) -> Path:
     return Path(home) / REGISTRY
 
 
-def _read_registry(home: Path) -> list[SealEntry]:
+def seal_records(home: Path) -> list[SealEntry]:
     """The registry's records, its hash chain verified first (exit 4 naming a broken line)."""
     from evalrig.store.jsonl import read_chained
 
@@ -111,10 +125,55 @@ def _read_registry(home: Path) -> list[SealEntry]:
 
 def registered_seal(home: Path, checkpoint_id: str) -> SealEntry | None:
     """The first registry entry of `checkpoint_id` (the one that counts), if any."""
-    for entry in _read_registry(home):
-        if entry.checkpoint_id == checkpoint_id:
-            return entry
-    return None
+    return _first(seal_records(home), checkpoint_id)
+
+
+def _first(records: Sequence[SealEntry], checkpoint_id: str, version: HashVersion | None = None) -> SealEntry | None:
+    return next((e for e in records if e.checkpoint_id == checkpoint_id
+                 and (version is None or e.version == version)), None)
+
+
+def _open_v1(records: Sequence[SealEntry]) -> set[str]:
+    """The version-1 ids a version-1 hash may still match: those not sealed again under
+    version 2 (after that, only the version-2 hash identifies the content)."""
+    resealed = {e.same_as for e in records if e.version == 2 and e.same_as is not None}
+    return {e.checkpoint_id for e in records if e.version == 1} - resealed
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a directory's content is in the registry now."""
+
+    content: TreeDigest
+    """Its content hash now, version 2."""
+    entry: SealEntry | None
+    """The registry line that counts for it: its version-2 line, or the version-1 line
+    that line is `same_as`, or a version-1 line its version-1 hash matched; None when
+    no seal matches."""
+    matched: HashVersion | None
+    """Which hash version found the entry."""
+
+    @property
+    def id(self) -> str:
+        """The checkpoint id it goes by: the registered id, else its content hash."""
+        return self.entry.checkpoint_id if self.entry is not None else self.content.digest
+
+
+def identify(dir: Path, records: Sequence[SealEntry]) -> Identity:
+    """The directory's identity in the registry `records` (seal_records): its version-2
+    hash first, then its version-1 hash where a version-1 line (not sealed again under
+    version 2) holds that id. Hashes once, both versions from one read when needed."""
+    v1_ids = _open_v1(records)
+    trees = _hashes(dir, (2, 1) if v1_ids else (2,))
+    # Any line holding the version-2 hash names this content, whatever version it says:
+    # the two framings differ, so no version-1 hash of other content is equal to it.
+    line = _first(records, trees[2].digest)
+    if line is not None:
+        original = _first(records, line.same_as, 1) if line.same_as is not None else None
+        return Identity(trees[2], original or line, 2)
+    if 1 in trees and trees[1].digest in v1_ids:
+        return Identity(trees[2], _first(records, trees[1].digest, 1), 1)
+    return Identity(trees[2], None, None)
 
 
 def _make_home(home: Path) -> None:
@@ -141,15 +200,25 @@ def seal(dir: Path, home: Path, now: datetime) -> SealFile:
     # Two seals at once must not both append the same id: look up and append under the
     # registry's lock (the chained store holds it from verification to the sync).
     with chained_append(registry_path(home), SealEntry) as registry:
-        entry = next((e for e in registry.records if e.checkpoint_id == tree.digest), None)
+        entry = _first(registry.records, tree.digest)
         if entry is None:
-            entry = registry.append(SealEntry(checkpoint_id=tree.digest, name=ckpt.spec.name, sealed_at=now))
+            # Content a version-1 line holds keeps that id and its sealed_at: a serving
+            # champion sealed by an older rig keeps serving under the id its records name.
+            v1_ids = _open_v1(registry.records)
+            v1 = _hashes(dir, (1,))[1].digest if v1_ids else None
+            old = _first(registry.records, v1, 1) if v1 in v1_ids else None
+            entry = registry.append(SealEntry(
+                checkpoint_id=tree.digest, name=old.name if old else ckpt.spec.name,
+                sealed_at=old.sealed_at if old else now, hash_version=2,
+                same_as=old.checkpoint_id if old else None))
     sealed = SealFile(
         checkpoint_id=entry.checkpoint_id,
         name=entry.name,
         sealed_at=entry.sealed_at,
         files=tree.files,
         bytes=tree.bytes,
+        hash_version=2,
+        same_as=entry.same_as,
     )
     try:
         write_json_atomic(dir / SEAL_JSON, sealed)
@@ -185,17 +254,20 @@ class SealStatus:
     """The id SEAL.json claims, if readable (not the authority)."""
     changed: bool
     """SEAL.json names a registered seal that the content no longer matches."""
+    matched: HashVersion | None = None
+    """Which hash version found the entry (1: a seal from before version 2, not yet re-sealed)."""
 
 
 def seal_status(dir: Path, home: Path) -> SealStatus:
     dir = Path(dir)
     _require_dir(dir)
-    current = checkpoint_id(dir).digest
-    entry = registered_seal(home, current)
+    records = seal_records(home)
+    found = identify(dir, records)
+    current = found.content.digest
     claimed = _claimed_id(dir)
-    changed = (entry is None and claimed is not None and claimed != current
-               and registered_seal(home, claimed) is not None)
-    return SealStatus(current, entry, claimed, changed)
+    changed = (found.entry is None and claimed is not None and claimed != current
+               and _first(records, claimed) is not None)
+    return SealStatus(current, found.entry, claimed, changed, found.matched)
 
 
 def check_sealed(dir: Path, home: Path) -> SealEntry:

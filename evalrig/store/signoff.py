@@ -18,7 +18,7 @@ from evalrig.core.digest import loads, sha256_bytes
 from evalrig.core.errors import EvalrigError, UsageError, invalid
 from evalrig.models.comparison import Decision, SignOff
 from evalrig.store import ledger
-from evalrig.store.checkpoint import checkpoint_id, registered_seal
+from evalrig.store.checkpoint import identify, seal_records
 from evalrig.store.comparison_file import RECOMPARE_HINT, comparison_digest
 from evalrig.store.files import parse_json
 from evalrig.store.invocation import command_name, quoted
@@ -195,8 +195,12 @@ def check_release(decision_path: Path, checkpoint_dir: Path, home: Path) -> Rele
         return ReleaseCheck(False, f"not approved: the last sign-off ({last.by}) rejects it",
                             hint=f"only a new approving sign-off changes this: `{sign_it} --approve --by NAME`")
     want = d.decision.candidate.checkpoint_id
+    seals = seal_records(home)  # a broken registry is exit 4, not a "cannot be hashed"
     try:
-        got = checkpoint_id(Path(checkpoint_dir)).digest
+        # what the registry knows this content as: its version-2 id, or the version-1 id it
+        # was first sealed under (docs/checkpoint.md, "Sealing and what it covers")
+        found = identify(Path(checkpoint_dir), seals)
+        got = found.id
     except EvalrigError as e:
         return ReleaseCheck(False, f"not approved: the checkpoint cannot be hashed ({e.message}: {e.file})",
                             hint="give --checkpoint the directory of the candidate the decision names")
@@ -206,7 +210,7 @@ def check_release(decision_path: Path, checkpoint_dir: Path, home: Path) -> Rele
     if got != want:
         return ReleaseCheck(False, f"not approved: {checkpoint_dir} is {got}, the decision names {want}", got,
                             hint="ship the checkpoint the decision names, or gate this one in a train of its own")
-    if registered_seal(home, got) is None:
+    if found.entry is None:
         return ReleaseCheck(False, f"not approved: {got} is not registered in the seal registry", got,
                             hint="run check-release with the EVALRIG_HOME the train used")
     return ReleaseCheck(True, f"approved by {last.by}: {checkpoint_dir} is the sealed candidate {got}", got)

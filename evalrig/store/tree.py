@@ -1,10 +1,18 @@
 """Content hash of a directory tree, with the byte framing `seal` uses (docs/checkpoint.md, "Sealing and what it covers").
 
 Every entry except the excluded names, in order of its `/`-separated relative path
-compared as bytes; for each: a type byte (`f` file, `x` owner-executable file, `l`
-symbolic link, never followed), the path, NUL, the content length in decimal, NUL, the
-content (a link's content is its target). sha256 over the stream, `sha256:<hex>`.
-Directories contribute only through their entries. Sockets, FIFOs and devices are refused.
+compared as bytes, then sha256 over the stream, `sha256:<hex>`. Symbolic links are never
+followed; sockets, FIFOs and devices are refused. Two framings (the hash version):
+
+- version 1 (task files, evidence, and checkpoints sealed before version 2): files and
+  links only, each a type byte (`f` file, `x` owner-executable file, `l` link), the path,
+  NUL, the content length in decimal, NUL, the content (a link's content is its target).
+  Directories contribute only through their entries.
+- version 2 (checkpoints): directories are entries too, and every entry's permission bits
+  are hashed: type (`d`, `f` or `l`), the path, NUL, `st_mode & 0o7777` as four octal
+  digits (links `0777`), NUL, the length in decimal, NUL, the content (a directory's is
+  empty). The root itself is not an entry. An added empty folder or a changed mode bit
+  changes the id.
 """
 
 from __future__ import annotations
@@ -12,10 +20,12 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from evalrig.core.errors import invalid
+from evalrig.models.run import HashVersion
 
 _CHUNK = 1 << 20
 
@@ -25,11 +35,13 @@ class TreeDigest:
     digest: str
     files: int
     bytes: int
+    version: HashVersion = 1
 
 
-def _entries(root: Path, exclude: frozenset[str],
-             exclude_dirs: bool = True) -> list[tuple[bytes, bytes, os.stat_result]]:
-    """(relative path, absolute path, lstat) of every non-directory entry.
+def _entries(root: Path, exclude: frozenset[str], exclude_dirs: bool = True,
+             dirs: bool = False) -> list[tuple[bytes, bytes, os.stat_result]]:
+    """(relative path, absolute path, lstat) of every non-directory entry, and of every
+    directory too when `dirs`, sorted by relative path as bytes.
 
     The lstat is the walk's own, kept so that hashing does not stat every file again.
     """
@@ -46,6 +58,8 @@ def _entries(root: Path, exclude: frozenset[str],
                         and (exclude_dirs or not stat.S_ISDIR(st.st_mode))):
                     continue
                 if stat.S_ISDIR(st.st_mode):
+                    if dirs:
+                        out.append((r, e.path, st))
                     walk(e.path, r)
                 elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
                     out.append((r, e.path, st))
@@ -55,7 +69,7 @@ def _entries(root: Path, exclude: frozenset[str],
                     raise invalid(
                         f"{kind} at {os.fsdecode(r)} cannot be part of a sealed tree",
                         file=root,
-                        hint="remove it (only regular files and symbolic links are hashed)",
+                        hint="remove it (only regular files, folders and symbolic links are hashed)",
                     )
 
     walk(root_s, b"")
@@ -63,33 +77,54 @@ def _entries(root: Path, exclude: frozenset[str],
     return out
 
 
-def hash_tree(root: Path, exclude: frozenset[str] = frozenset(),
-              exclude_dirs: bool = True) -> TreeDigest:
-    """The tree's content hash; `exclude` names top-level entries to leave out (SEAL.json).
+def _head(version: HashVersion, rel: bytes, st: os.stat_result, length: int) -> bytes:
+    """An entry's framing up to its content, in the given hash version."""
+    if stat.S_ISLNK(st.st_mode):
+        kind, mode = b"l", 0o777
+    elif stat.S_ISDIR(st.st_mode):
+        kind, mode = b"d", stat.S_IMODE(st.st_mode)
+    else:
+        kind, mode = b"f", stat.S_IMODE(st.st_mode)
+        if version == 1 and st.st_mode & stat.S_IXUSR:
+            kind = b"x"
+    if version == 1:
+        return kind + rel + b"\0" + str(length).encode() + b"\0"
+    return kind + rel + b"\0" + b"%04o" % mode + b"\0" + str(length).encode() + b"\0"
 
-    With `exclude_dirs=False` only a file or link of such a name is left out: a directory
-    of that name is hashed like any other (a checkpoint's SEAL.json/ must not hide content).
+
+def hash_trees(root: Path, versions: Sequence[HashVersion], exclude: frozenset[str] = frozenset(),
+               exclude_dirs: bool = True) -> dict[HashVersion, TreeDigest]:
+    """The tree's content hash in each of `versions`, from one walk and one read of every file.
+
+    `exclude` names top-level entries to leave out (SEAL.json). With `exclude_dirs=False`
+    only a file or link of such a name is left out: a directory of that name is hashed like
+    any other (a checkpoint's SEAL.json/ must not hide content).
     """
     root = Path(root)
     if not root.is_dir():
         raise invalid("not a directory", file=root, hint="give the path of an existing directory")
-    h = hashlib.sha256()
+    hashers = {v: hashlib.sha256() for v in dict.fromkeys(versions)}
     files = 0
     total = 0
-    for rel, path, st in _entries(root, exclude, exclude_dirs):
+    for rel, path, st in _entries(root, exclude, exclude_dirs, dirs=2 in hashers):
+        if stat.S_ISDIR(st.st_mode):  # version 2 only: an entry with empty content
+            hashers[2].update(_head(2, rel, st, 0))
+            continue
         if stat.S_ISLNK(st.st_mode):
             target = os.fsencode(os.readlink(path))
-            h.update(b"l" + rel + b"\0" + str(len(target)).encode() + b"\0" + target)
+            for v, h in hashers.items():
+                h.update(_head(v, rel, st, len(target)) + target)
             total += len(target)
         else:
-            kind = b"x" if st.st_mode & stat.S_IXUSR else b"f"
-            h.update(kind + rel + b"\0" + str(st.st_size).encode() + b"\0")
+            for v, h in hashers.items():
+                h.update(_head(v, rel, st, st.st_size))
             # O_NOFOLLOW: an entry swapped for a link since the walk is refused, not followed.
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
             try:
                 n = 0
                 while block := os.read(fd, _CHUNK):
-                    h.update(block)
+                    for h in hashers.values():
+                        h.update(block)
                     n += len(block)
             finally:
                 os.close(fd)
@@ -98,4 +133,10 @@ def hash_tree(root: Path, exclude: frozenset[str] = frozenset(),
                               hint="stop whatever writes to it and seal again")
             total += n
         files += 1
-    return TreeDigest("sha256:" + h.hexdigest(), files, total)
+    return {v: TreeDigest("sha256:" + h.hexdigest(), files, total, v) for v, h in hashers.items()}
+
+
+def hash_tree(root: Path, exclude: frozenset[str] = frozenset(),
+              exclude_dirs: bool = True, version: HashVersion = 1) -> TreeDigest:
+    """The tree's content hash in one hash version (see hash_trees)."""
+    return hash_trees(root, (version,), exclude, exclude_dirs)[version]

@@ -147,6 +147,11 @@ def check_checkpoint(dir: Path, home: Path, report: Report, prefixes: Sequence[P
         return
     report.count("checkpoints")
     if status.entry is not None:
+        if status.matched == 1:
+            report.warnings.append(Problem(
+                str(dir), f"sealed as {status.entry.checkpoint_id} under hash version 1, which does not "
+                f"cover folders or mode bits; run `evalrig seal {dir}` to record its version-2 id (it keeps "
+                "its id: docs/checkpoint.md, \"Sealing and what it covers\")"))
         return
     if status.changed:
         report.problems.append(Problem(

@@ -193,7 +193,7 @@ directory (content b""), "f" a regular file (its bytes), "l" a symbolic link (it
 
 
 def pack_tree(root: Path) -> list[Entry]:
-    """`root`'s directories, regular files (mode kept) and links, parents first, in path
+    """`root`'s directories and regular files (modes kept) and links, parents first, in path
     order: a plain list, which Ray and the standard pickler carry at C speed (a tar is
     twice the work for the few small files of most evidence).
 
@@ -240,6 +240,7 @@ def unpack_tree(entries: list[Entry], dest: Path) -> None:
     escape it: absolute paths, `.` or `..`, entries under a link, other kinds."""
     dest.mkdir(parents=True, exist_ok=True)
     links: set[str] = set()
+    dirs: list[tuple[str, int]] = []
     for kind, rel, mode, content in entries:
         parts = rel.split("/")
         if rel.startswith("/") or {"", ".", ".."} & set(parts):
@@ -248,9 +249,8 @@ def unpack_tree(entries: list[Entry], dest: Path) -> None:
             raise OSError(f"tree entry {rel!r}: lies under a symbolic link")
         target = os.path.join(dest, rel)
         if kind == "d" and content == b"":
-            os.mkdir(target, mode & 0o7777 | stat.S_IRWXU)
-            if mode & 0o7777 != 0o755:  # mkdir's mode is cut by the umask
-                os.chmod(target, mode & 0o7777 | stat.S_IRWXU)
+            os.mkdir(target, stat.S_IRWXU)  # its own bits once its entries are in
+            dirs.append((target, mode & 0o7777))
         elif kind == "l" and isinstance(content, str):
             os.symlink(content, target)
             links.add(rel)
@@ -263,6 +263,8 @@ def unpack_tree(entries: list[Entry], dest: Path) -> None:
                     os.fchmod(f.fileno(), mode & 0o7777)
         else:
             raise OSError(f"tree entry {rel!r}: not a file, directory or link")
+    for target, mode in reversed(dirs):  # a folder after the folders in it: it may be read-only
+        os.chmod(target, mode)
 
 
 # -- the worker's side -------------------------------------------------------------------
@@ -298,7 +300,7 @@ def cached_tree(tree: TreeRef[Loaded]) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=root))
     try:
         unpack_tree(ray.get(tree.box[0]), tmp / "t")
-        got = hash_tree(tmp / "t").digest
+        got = hash_tree(tmp / "t", version=2).digest
         if got != tree.digest:
             raise OSError(f"tree unpacked with digest {got}, expected {tree.digest}")
         try:
@@ -561,7 +563,9 @@ class RayExecutor:
         dir = Path(obj.dir)
         ref = self._trees.get(dir)
         if ref is None:
-            ref = TreeRef(hash_tree(dir).digest, [self._ray.put(pack_tree(dir))], pickled(obj))
+            # version 2: the cache holds each tree's folders and modes exactly (a checkpoint's
+            # copy holds what its seal hashes, docs/checkpoint.md), keyed by a digest of them
+            ref = TreeRef(hash_tree(dir, version=2).digest, [self._ray.put(pack_tree(dir))], pickled(obj))
             self._trees[dir] = ref
         return ref
 
