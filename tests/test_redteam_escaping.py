@@ -26,7 +26,7 @@ from redteam import (
     write_policy,
 )
 
-from evalrig.core.untrusted import escaped, md_code, md_line
+from evalrig.core.untrusted import escaped, json_escaped, md_code, md_line
 
 # What the attacker names its build: a terminal escape that clears the screen, a bell, an
 # OSC title, a right-to-left override, a zero-width joiner, a line separator, a newline
@@ -92,6 +92,10 @@ def test_a_hostile_checkpoint_name_reaches_no_reader_raw(tmp_path: Path, evalrig
         assert raw_in(step.stdout + step.stderr) == [], step
     assert "approved by eve\\x1b[2J\\u202e" in terminal[4].stdout, terminal[4]
     assert "build\\x1b[2J\\x07" in terminal[6].stdout + terminal[7].stdout, terminal[6]
+    # --json on a terminal: the same values (JSON escapes), no raw override or joiner
+    history = eval_sh(evalrig_home, "history", "--json")
+    assert history.code == 0 and raw_in(history.stdout) == [], history
+    assert history.json["events"][0]["candidate"]["name"] == NAME  # type: ignore[index]
 
 
 @pytest.mark.parametrize(("text", "span"), [
@@ -128,3 +132,10 @@ def test_escaped_shows_each_category_and_keeps_newlines_where_asked() -> None:
     assert escaped("a\x1b\nb", newlines=True) == "a\\x1b\nb"
     assert escaped("\u202e\u2028\u2029\u200d\U000e0001") == r"\u202e\u2028\u2029\u200d\U000e0001"
     assert escaped("caf\u00e9 \u00a0 [b] <i>") == "caf\u00e9 \u00a0 [b] <i>"
+
+
+def test_json_escaped_is_the_same_json_without_raw_format_characters() -> None:
+    text = json.dumps({"name": "x\u202e\u200d\u2028\x85\x7f\U000e0001 caf\u00e9\n"}, ensure_ascii=False, indent=2)
+    out = json_escaped(text)
+    assert json.loads(out) == json.loads(text)
+    assert out == '{\n  "name": "x\\u202e\\u200d\\u2028\\u0085\\u007f\\udb40\\udc01 caf\u00e9\\n"\n}'

@@ -342,8 +342,10 @@ def error_object(e: EvalrigError) -> dict[str, Any]:
 
 def emit_json(obj: Any) -> None:
     from evalrig.core.digest import pretty_json
+    from evalrig.core.untrusted import json_escaped
 
-    sys.stdout.buffer.write(pretty_json(obj))
+    # the same JSON; no raw bidi override or zero-width character from a value reaches a terminal
+    sys.stdout.buffer.write(json_escaped(pretty_json(obj).decode("utf-8")).encode("utf-8"))
     sys.stdout.flush()
 
 

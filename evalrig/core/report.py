@@ -309,7 +309,7 @@ def _sign_lines(d: Decision, signoffs: Sequence[SignOff], decision_file: str, pr
         return ["**ADVISORY**: this decision applies a policy the runs did not pin; it cannot be signed."]
     command = f"{prog} sign {shlex.quote(decision_file)}"
     agree, override = ("--approve", "--reject") if d.verdict in _PROMOTIONS else ("--reject", "--approve")
-    how = (f"`{command} {agree} --by NAME` agrees with the gate; `{override}` overrides it and needs "
+    how = (f"{md_code(f'{command} {agree} --by NAME')} agrees with the gate; `{override}` overrides it and needs "
            "`--reason TEXT`")
     if not signoffs:
         return [f"**Not signed yet.** A person signs it: {how}."]
@@ -342,7 +342,7 @@ def _report_line(link: ReportLink, prog: str) -> str:
     """A pointer to the HTML report, or how to make one (docs/report.md). The verdict file is
     never digested (gate and sign rewrite it), so this line can change without touching a
     decision's digest."""
-    make = f"`{prog} report {shlex.quote(link.comparison_dir)}`"
+    make = md_code(f"{prog} report {shlex.quote(link.comparison_dir)}")  # a path: a person's, still text
     if link.href is None:
         return (f"**Plots and every task:** no HTML report yet; {make} makes one "
                 "(report.html in the comparison bundle).")

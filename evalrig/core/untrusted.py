@@ -19,11 +19,28 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 
 ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
 """The Unicode categories shown as escapes wherever untrusted text is shown."""
 
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+# Runs of the characters that might be escaped: ASCII controls and everything beyond ASCII.
+# A run that is printable (str.isprintable: no character of ESCAPED_CATEGORIES) is kept
+# whole; only the others are looked up one by one. So text is scanned at C speed.
+_MAYBE = re.compile("[\x00-\x1f\x7f-\U0010ffff]+")
+_MAYBE_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\U0010ffff]+")
+_MAYBE_IN_JSON = re.compile("[\x7f-\U0010ffff]+")  # JSON escapes the C0 controls itself
+
+
+def _runs(pattern: re.Pattern[str], text: str, escape: Callable[[str], str]) -> str:
+    def run(m: re.Match[str]) -> str:
+        r = m.group(0)
+        return r if r.isprintable() else "".join(escape(c) if is_escaped(c) else c for c in r)
+
+    return pattern.sub(run, text)
 
 
 def escape_char(c: str) -> str:
@@ -45,7 +62,7 @@ def is_escaped(c: str) -> bool:
 def escaped(text: str, newlines: bool = False) -> str:
     """`text` with every character of ESCAPED_CATEGORIES shown as its escape; newlines are
     kept as they are where `newlines` asks (a multi-line answer, a transcript)."""
-    return "".join(c if (c == "\n" and newlines) or not is_escaped(c) else escape_char(c) for c in text)
+    return _runs(_MAYBE_BUT_NEWLINE if newlines else _MAYBE, text, escape_char)
 
 
 def md_code(text: str) -> str:
@@ -62,6 +79,22 @@ def md_code(text: str) -> str:
     fence = "`" * (run + 1)
     pad = " " if body[:1] in ("`", " ") or body[-1:] in ("`", " ") else ""
     return f"{fence}{pad}{body}{pad}{fence}"
+
+
+def json_escaped(text: str) -> str:
+    """JSON text with every character of ESCAPED_CATEGORIES written as its `\\uNNNN` escape
+    (a surrogate pair beyond the basic plane): the same JSON, read by any parser as the same
+    values, but a terminal that shows it meets no bidirectional override or zero-width
+    character (JSON already escapes the C0 controls; such characters occur only inside
+    strings, where an escape means the character itself)."""
+    def one(c: str) -> str:
+        code = ord(c)
+        if code <= 0xFFFF:
+            return f"\\u{code:04x}"
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+    return _runs(_MAYBE_IN_JSON, text, one)
 
 
 # What opens markup in a sentence: a backslash escape, a code span, a link or image (`[`),

@@ -32,7 +32,7 @@ from evalrig.core.digest import canonical_json, loads, sha256_bytes, short_diges
 from evalrig.core.errors import EvalrigError, Problem, invalid
 from evalrig.core.outcomes import final_of
 from evalrig.core.stats import side_summary
-from evalrig.core.untrusted import escaped
+from evalrig.core.untrusted import escaped, json_escaped
 from evalrig.core.words import count
 from evalrig.models.comparison import Comparison, ComparisonManifest, Decision, SuiteStats
 from evalrig.models.run import RunManifest
@@ -856,8 +856,9 @@ render();
 
 def _json_for_script(obj: Any) -> str:
     """JSON inside <script type="application/json">, in the rig's one encoding (times as
-    `watch --json` writes them): no character can close the element."""
-    text = canonical_json(obj).decode()
+    `watch --json` writes them): no character can close the element, and none of the
+    characters core/untrusted.py escapes is in the page raw (the same JSON)."""
+    text = json_escaped(canonical_json(obj).decode())
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
