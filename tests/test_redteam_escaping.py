@@ -19,9 +19,11 @@ import pytest
 from redteam import (
     HONEST_AGENT,
     SMALL_POLICY,
+    add_task,
     bwrap_works,
     eval_sh,
     make_checkpoint,
+    results,
     run_train,
     write_policy,
 )
@@ -139,3 +141,45 @@ def test_json_escaped_is_the_same_json_without_raw_format_characters() -> None:
     out = json_escaped(text)
     assert json.loads(out) == json.loads(text)
     assert out == '{\n  "name": "x\\u202e\\u200d\\u2028\\u0085\\u007f\\udb40\\udc01 caf\u00e9\\n"\n}'
+
+
+# A command verifier that names a check after every file the agent left (a verifier's words
+# quoting the agent: reward.json's check names are untrusted text).
+LISTING_VERIFIER = """\
+import json, os
+root = os.environ["EVALRIG_EVIDENCE"]
+names = sorted(os.listdir(os.path.join(root, "out")))
+with open(os.path.join(os.environ["EVALRIG_VERDICT"], "reward.json"), "w") as f:
+    json.dump({"reward": 1, "checks": {n: True for n in names}}, f)
+"""
+FILE_AGENT = """\
+import os
+out = os.environ["EVALRIG_OUT"]
+with open(os.path.join(out, "answer.txt"), "w") as f:
+    f.write("ok\\n")
+with open(os.path.join(out, "x\\x1b[2J\\u202eevil\\u200d"), "w") as f:
+    f.write("")
+"""
+
+
+def test_check_names_and_tags_reach_no_reader_raw(tmp_path: Path, evalrig_home: Path) -> None:
+    sandbox = "bwrap" if bwrap_works() else "process"
+    checkpoint = make_checkpoint(tmp_path / "agent", FILE_AGENT, name="lister")
+    assert eval_sh(evalrig_home, "seal", checkpoint).code == 0
+    tasks = tmp_path / "tasks"
+    add_task(tasks, "fixed", "fx0", extra=f"tags = [{json.dumps('tag' + chr(0x202E) + 'x')}]",
+             verifier='kind = "command"\ncommand = ["python3", "check.py"]',
+             verifier_files={"check.py": LISTING_VERIFIER})
+    bundle = tmp_path / "run"
+    run = eval_sh(evalrig_home, "run", "--checkpoint", checkpoint, "--tasks", tasks, "--out", bundle,
+                  "--sandbox", sandbox, "--repeat", "1")
+    assert run.code == 0, run
+    checks = results(bundle)[0]["checks"]
+    assert "x\x1b[2J\u202eevil\u200d" in checks  # type: ignore[operator]  # the record keeps the raw name
+    for args in ((bundle,), (bundle, "fx0"), (bundle, "--json"), (bundle, "fx0", "--json"), ("report", bundle)):
+        step = eval_sh(evalrig_home, *(("show",) if args[0] != "report" else ()), *args)
+        assert step.code == 0 and raw_in(step.stdout + step.stderr) == [], step
+    shown = eval_sh(evalrig_home, "show", bundle, "fx0").stdout + eval_sh(evalrig_home, "show", bundle).stdout
+    assert "x\\x1b[2J\\u202eevil\\u200d" in shown and "tag\\u202ex" in shown
+    html = (bundle / "report.html").read_text()
+    assert raw_in(html) == [], raw_in(html)
