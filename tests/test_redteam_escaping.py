@@ -58,6 +58,8 @@ def test_a_hostile_checkpoint_name_reaches_no_reader_raw(tmp_path: Path, evalrig
     train = run_train(evalrig_home, tmp_path / "train", champion, candidate, sandbox=sandbox,
                       policy=write_policy(tmp_path / "policies", policy))
     assert train.steps["gate"].code == 0, train.steps["gate"]  # promoted: the name changes nothing
+    seal = train.steps["seal-candidate"]
+    assert raw_in(seal.stdout + seal.stderr) == [] and "a\\b\\nline2\\rover" in seal.stdout, seal  # one line
     decision = train.decision
     before = decision.read_bytes()
 

@@ -33,11 +33,13 @@ def seal_cmd(
     if json_out:
         emit_json(sealed)
         return 0
+    from evalrig.core.words import shown
+
     first = sealed.sealed_at == now
     say([
         f"{'sealed' if first else 'already sealed (the first sealing counts)'}: {checkpoint_dir}",
         f"  id         {sealed.checkpoint_id}",
-        f"  name       {sealed.name}",
+        f"  name       {shown(sealed.name)}",  # the checkpoint's own words: on one line
         f"  sealed_at  {format_ts(sealed.sealed_at)}",
         f"  files      {sealed.files}",
         f"  bytes      {sealed.bytes}",
