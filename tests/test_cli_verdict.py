@@ -61,8 +61,8 @@ def test_a_promotions_verdict_file_reads_as_an_argument(tmp_path: Path, evalrig_
     # checkpoints by name and short id, never a bare digest
     cand, champ = d["candidate"]["checkpoint_id"], d["champion"]["checkpoint_id"]
     short = cand.removeprefix("sha256:")[:12]
-    assert f"- candidate: candidate-build `{short}`" in md
-    assert f"- champion: champion-build `{champ.removeprefix('sha256:')[:12]}`" in md
+    assert f"- candidate: `candidate-build` `{short}`" in md  # names are untrusted text: code spans
+    assert f"- champion: `champion-build` `{champ.removeprefix('sha256:')[:12]}`" in md
     assert cand not in md and champ not in md
     # the efficiency ratio and its bound
     eff = next(r for r in d["rules"] if r["name"] == "fresh.efficiency")
@@ -85,18 +85,18 @@ def test_sign_rewrites_the_verdict_file_and_never_the_decision(tmp_path: Path, e
     r = cli(evalrig_home, "sign", decision, "--approve", "--by", "alice")
     assert r.exit_code == 0 and "now says who signed" in r.stdout  # type: ignore[attr-defined]
     md = decision.with_suffix(".md").read_text()
-    assert "**Signed: approved by alice** at " in md and "(agrees with the gate)" in md
+    assert "**Signed: approved by `alice`** at " in md and "(agrees with the gate)" in md
     assert "Not signed yet" not in md and "## Sign-offs (1)" in md
     r = cli(evalrig_home, "sign", decision, "--reject", "--by", "bob", "--reason", "flaky on Mondays")
     assert r.exit_code == 0  # type: ignore[attr-defined]
     md = decision.with_suffix(".md").read_text()
-    assert "**Signed: rejected by bob** at " in md and "overrides the gate: flaky on Mondays" in md
+    assert "**Signed: rejected by `bob`** at " in md and "overrides the gate: `flaky on Mondays`" in md
     assert "(2 sign-offs; the last one counts)" in md
     assert decision.read_bytes() == before
     # a later gate of the same comparison rewrites the verdict file: still signed
     assert cli(evalrig_home, "gate", tmp_path / "cmp", "--policy", tmp_path / "policy.toml").exit_code == 0  # type: ignore[attr-defined]
     md = decision.with_suffix(".md").read_text()
-    assert "**Signed: rejected by bob**" in md and "Earlier gates of this candidate (1)" in md
+    assert "**Signed: rejected by `bob`**" in md and "Earlier gates of this candidate (1)" in md
     assert decision.read_bytes() == before
 
 

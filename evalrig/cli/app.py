@@ -311,7 +311,9 @@ def help_text(docstring: str) -> str:
 
 
 def err(message: str) -> None:
-    sys.stderr.write(message.rstrip("\n") + "\n")
+    from evalrig.core.untrusted import escaped
+
+    sys.stderr.write(escaped(message.rstrip("\n"), newlines=True) + "\n")
     sys.stderr.flush()
 
 
@@ -340,8 +342,10 @@ def error_object(e: EvalrigError) -> dict[str, Any]:
 
 def emit_json(obj: Any) -> None:
     from evalrig.core.digest import pretty_json
+    from evalrig.core.untrusted import json_escaped
 
-    sys.stdout.buffer.write(pretty_json(obj))
+    # the same JSON; no raw bidi override or zero-width character from a value reaches a terminal
+    sys.stdout.buffer.write(json_escaped(pretty_json(obj).decode("utf-8")).encode("utf-8"))
     sys.stdout.flush()
 
 
@@ -366,7 +370,11 @@ def say(lines: Iterable[str] | str, style: str | None = None, result: int = 1) -
     The first `result` lines are the result (a verdict, a run's status, `ok: ...`, a
     listing); the lines after them are detail, which --quiet leaves out.
     """
-    lines = [lines] if isinstance(lines, str) else list(lines)
+    from evalrig.core.untrusted import escaped
+
+    # the last guard: no escape sequence or bidi override reaches the terminal, whatever a
+    # command quotes (sites that quote untrusted text escape it on one line, words.shown)
+    lines = [escaped(line, newlines=True) for line in ([lines] if isinstance(lines, str) else lines)]
     if quiet():
         lines = lines[:result]
     if use_color():

@@ -106,7 +106,9 @@ def sign_cmd(
     if json_out:
         emit_json(s)
     else:
-        say([f"{s.action} by {s.by} recorded ({'agrees with' if s.agrees_with_gate else 'overrides'} "
+        from evalrig.core.words import shown
+
+        say([f"{s.action} by {shown(s.by)} recorded ({'agrees with' if s.agrees_with_gate else 'overrides'} "
              f"the gate's {s.verdict})", f"candidate {s.candidate_checkpoint_id}",
              f"verdict file: {Path(decision).with_suffix('.md')} (now says who signed)"])
     return 0

@@ -125,7 +125,9 @@ class BarReporter:
         self._task: Any = None
 
     def warning(self, message: str) -> None:
-        self._console.print(f"warning: {message}", markup=False, style="yellow")
+        from evalrig.core.untrusted import escaped
+
+        self._console.print(escaped(f"warning: {message}", newlines=True), markup=False, style="yellow")
 
     def started(self, total: int, kept: int, interrupted: bool = False) -> None:
         if interrupted:

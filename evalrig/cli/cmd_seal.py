@@ -35,6 +35,8 @@ def seal_cmd(
     if json_out:
         emit_json(sealed)
         return 0
+    from evalrig.core.words import shown
+
     first = sealed.sealed_at == now
     if sealed.same_as is not None:
         said = f"sealed under hash version 2, same as {sealed.same_as} (sealed by an older rig; it keeps that id)"
@@ -44,7 +46,7 @@ def seal_cmd(
         f"{said}: {checkpoint_dir}",
         f"  id         {sealed.checkpoint_id}",
         *([f"  same as    {sealed.same_as}"] if sealed.same_as is not None else []),
-        f"  name       {sealed.name}",
+        f"  name       {shown(sealed.name)}",  # the checkpoint's own words: on one line
         f"  sealed_at  {format_ts(sealed.sealed_at)}",
         f"  files      {sealed.files}",
         f"  bytes      {sealed.bytes}",

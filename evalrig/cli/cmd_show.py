@@ -33,6 +33,8 @@ def show_cmd(
     if use_color():
         to_console(view, console())
     else:
-        sys.stdout.write(plain(view))
+        from evalrig.core.untrusted import escaped
+
+        sys.stdout.write(escaped(plain(view), newlines=True))  # the last guard, as say's
         sys.stdout.flush()
     return 0

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalrig.core.digest import short_digest
+from evalrig.core.untrusted import md_code, md_line
 from evalrig.core.words import count
 from evalrig.models.base import format_ts
 from evalrig.models.comparison import (
@@ -44,8 +45,9 @@ def pct(x: float | None) -> str:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A GFM table; a `|` in a cell (a code span's too) is escaped so that it cannot end the cell."""
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
     return out
 
 
@@ -133,17 +135,21 @@ def _task_table(rows: Sequence[TaskRow]) -> list[str]:
     )
 
 
-def comparison_markdown(c: Comparison) -> str:
+def comparison_markdown(c: Comparison, names: Mapping[str, str] | None = None) -> str:
+    """comparison.md; `names` maps checkpoint ids to their names (checkpoint.toml, as the
+    run manifests recorded them), each shown in a code span."""
     f = c.facts
+    names = names or {}
     lines = [
         "# Comparison",
         "",
-        f"- champion: run `{c.champion.run_id}`, checkpoint `{short_digest(c.champion.checkpoint_id)}`",
-        f"- candidate: run `{c.candidate.run_id}`, checkpoint `{short_digest(c.candidate.checkpoint_id)}`",
+        f"- champion: run {md_code(c.champion.run_id)}, checkpoint {checkpoint_label(c.champion.checkpoint_id, names)}",
+        f"- candidate: run {md_code(c.candidate.run_id)}, checkpoint "
+        f"{checkpoint_label(c.candidate.checkpoint_id, names)}",
         f"- k = {c.repeat}, seed {c.seed}, task set `{short_digest(c.taskset_id)}`",
         f"- both runs complete: {fmt(f.both_complete)}" + (" (compared with --allow-incomplete)"
                                                          if f.allow_incomplete else ""),
-        f"- history: {f.history.message}",
+        f"- history: {md_line(f.history.message)}",
         "",
     ]
     for name in ("fresh", "fixed", "invariant"):
@@ -199,15 +205,8 @@ def _outcome(name: str, held: bool) -> str:
     return f"**{words}**" if bad else words
 
 
-def _text(s: str) -> str:
-    """Text from a checkpoint.toml or a command line, inert in markdown: one line, and no
-    character that makes markup (docs/gate.md)."""
-    s = " ".join(str(s).split())
-    return "".join("\\" + c if c in "\\`*_[]<>|#" else c for c in s)
-
-
 def _numbers(d: dict[str, Any]) -> str:
-    return rule_numbers(d).replace("|", "\\|")
+    return md_line(rule_numbers(d))  # task ids and hosts among the rig's words
 
 
 def rule_numbers(d: dict[str, Any]) -> str:
@@ -234,13 +233,13 @@ def _caveats(d: Decision) -> list[str]:
     rules = {r.name: r.figures() for r in d.rules}
     eff = rules.get("fresh.efficiency", {})
     if eff.get("why"):
-        out += ["", f"**Cost.** {eff['why']} Cost figures below: the champion's "
+        out += ["", f"**Cost.** {md_line(eff['why'])} Cost figures below: the champion's "
                 f"{cost_label(eff.get('champion_source'))}, the candidate's {cost_label(eff.get('candidate_source'))}."]
     iso = rules.get("invariant.isolated", {})
     if iso.get("note"):
         hosts = sorted(set(iso.get("champion_hosts_reached", []) + iso.get("candidate_hosts_reached", [])))
         out += ["", f"**Network.** The policy allows network, and attempts of these runs had it "
-                f"(hosts reached: {', '.join(hosts) or 'none'}); {iso['note']}."]
+                f"(hosts reached: {', '.join(md_code(h) for h in hosts) or 'none'}); {md_line(iso['note'])}."]
     return out
 
 
@@ -266,10 +265,10 @@ def _spend_section(d: Decision) -> list[str]:
 
 
 def checkpoint_label(checkpoint_id: str, names: Mapping[str, str]) -> str:
-    """A checkpoint as people know it: its name (checkpoint.toml, from the seal registry)
-    and a short id."""
+    """A checkpoint as people know it: its name (checkpoint.toml, from the seal registry), in
+    a code span as all untrusted text is, and a short id."""
     name = names.get(checkpoint_id)
-    return (f"{_text(name)} `{short_digest(checkpoint_id)}`" if name
+    return (f"{md_code(name)} `{short_digest(checkpoint_id)}`" if name
             else f"`{short_digest(checkpoint_id)}` (no name: not in this home's seal registry)")
 
 
@@ -283,10 +282,10 @@ def _figures(d: Decision, names: Mapping[str, str], decision_file: str) -> list[
     q, loss, eff = rules.get("fresh.quality", {}), rules.get("fresh.loss", {}), rules.get("fresh.efficiency", {})
     det = d.detectable
     lines = [
-        f"- candidate: {checkpoint_label(d.candidate.checkpoint_id, names)}, run `{d.candidate.run_id}`",
-        f"- champion: {checkpoint_label(d.champion.checkpoint_id, names)}, run `{d.champion.run_id}`",
-        f"- policy: {_text(d.policy.name)} v{d.policy.version} `{short_digest(d.policy.digest)}`"
-        + (f", exception `{_text(d.exception)}`" if d.exception else ""),
+        f"- candidate: {checkpoint_label(d.candidate.checkpoint_id, names)}, run {md_code(d.candidate.run_id)}",
+        f"- champion: {checkpoint_label(d.champion.checkpoint_id, names)}, run {md_code(d.champion.run_id)}",
+        f"- policy: {md_code(d.policy.name)} v{d.policy.version} `{short_digest(d.policy.digest)}`"
+        + (f", exception {md_code(d.exception)}" if d.exception else ""),
         f"- fresh suite: {count(det.tasks, 'task')}; mean_d {_pts(q.get('mean_d'))}, p better {fmt(q.get('p_one_sided'))}, "
         f"p worse {fmt(loss.get('p_worse'))}, {fmt(q.get('discordant'))} discordant tasks",
     ]
@@ -299,7 +298,7 @@ def _figures(d: Decision, names: Mapping[str, str], decision_file: str) -> list[
               if det.tasks_needed is not None else "")
     lines.append(f"- smallest difference this fresh suite could detect (α {det.alpha}, 80 % power): "
                  f"{_pts(det.mde)} with {count(det.tasks, 'task')}{needed}")
-    lines += [f"- comparison `{short_digest(d.comparison_digest)}`; decision file `{_text(decision_file)}`"]
+    lines += [f"- comparison `{short_digest(d.comparison_digest)}`; decision file {md_code(decision_file)}"]
     return lines
 
 
@@ -310,15 +309,15 @@ def _sign_lines(d: Decision, signoffs: Sequence[SignOff], decision_file: str, pr
         return ["**ADVISORY**: this decision applies a policy the runs did not pin; it cannot be signed."]
     command = f"{prog} sign {shlex.quote(decision_file)}"
     agree, override = ("--approve", "--reject") if d.verdict in _PROMOTIONS else ("--reject", "--approve")
-    how = (f"`{command} {agree} --by NAME` agrees with the gate; `{override}` overrides it and needs "
+    how = (f"{md_code(f'{command} {agree} --by NAME')} agrees with the gate; `{override}` overrides it and needs "
            "`--reason TEXT`")
     if not signoffs:
         return [f"**Not signed yet.** A person signs it: {how}."]
     last = signoffs[-1]
     word = "approved" if last.action == "approve" else "rejected"
-    stance = "agrees with the gate" if last.agrees_with_gate else f"overrides the gate: {_text(last.reason or '')}"
+    stance = "agrees with the gate" if last.agrees_with_gate else f"overrides the gate: {md_code(last.reason or '')}"
     counts = "" if len(signoffs) == 1 else f" ({len(signoffs)} sign-offs; the last one counts)"
-    return [f"**Signed: {word} by {_text(last.by)}** at {format_ts(last.at)} ({stance}){counts}. "
+    return [f"**Signed: {word} by {md_code(last.by)}** at {format_ts(last.at)} ({stance}){counts}. "
             f"To change it, sign again: {how}."]
 
 
@@ -343,7 +342,7 @@ def _report_line(link: ReportLink, prog: str) -> str:
     """A pointer to the HTML report, or how to make one (docs/report.md). The verdict file is
     never digested (gate and sign rewrite it), so this line can change without touching a
     decision's digest."""
-    make = f"`{prog} report {shlex.quote(link.comparison_dir)}`"
+    make = md_code(f"{prog} report {shlex.quote(link.comparison_dir)}")  # a path: a person's, still text
     if link.href is None:
         return (f"**Plots and every task:** no HTML report yet; {make} makes one "
                 "(report.html in the comparison bundle).")
@@ -361,9 +360,9 @@ def verdict_markdown(d: Decision, earlier: Sequence[GateLedgerEntry], decision_f
     command the person runs the rig by; `report` where the HTML report is (or is made)."""
     names = names or {}
     lines = [
-        f"# {verdict_headline(d)}",
+        f"# {md_line(verdict_headline(d))}",
         "",
-        f"**Verdict: `{d.verdict}`** (reason: `{d.reason}`). {d.summary}",
+        f"**Verdict: `{d.verdict}`** (reason: `{d.reason}`). {md_line(d.summary)}",
         "",
         *_sign_lines(d, signoffs, decision_file, prog),
         "",
@@ -377,22 +376,23 @@ def verdict_markdown(d: Decision, earlier: Sequence[GateLedgerEntry], decision_f
                   f"(champion), {pct(public.candidate)} (candidate)."]
     lines += _spend_section(d)
     lines += ["", "## What would change the answer", ""]
-    lines += [f"- {w}" for w in d.what_would_change] or ["- nothing short of new evidence"]
+    lines += [f"- {md_line(w)}" for w in d.what_would_change] or ["- nothing short of new evidence"]
     lines += ["", "## Rules", ""]
     lines += _table(["rule", "outcome", "what it checks", "numbers"],
-                    [[f"`{r.name}`", _outcome(r.name, r.held), r.says, _numbers(r.model_dump())]
+                    [[md_code(r.name), _outcome(r.name, r.held), md_line(r.says), _numbers(r.model_dump())]
                      for r in d.rules])
     if signoffs:
         lines += ["", f"## Sign-offs ({len(signoffs)})", ""]
         lines += _table(["at", "by", "action", "agrees with the gate", "reason"],
-                        [[format_ts(s.at), _text(s.by), s.action, fmt(s.agrees_with_gate), _text(s.reason or "–")]
+                        [[format_ts(s.at), md_code(s.by), s.action, fmt(s.agrees_with_gate),
+                          md_code(s.reason) if s.reason else "–"]
                          for s in signoffs])
     lines += ["", f"## Earlier gates of this candidate ({len(earlier)})", ""]
     if earlier:
         lines += _table(
             ["at", "verdict", "reason", "champion", "policy", "exception", "comparison", "advisory"],
             [[format_ts(e.at), e.verdict, e.reason, checkpoint_label(e.champion_id, names),
-              f"{_text(e.policy.name)} v{e.policy.version}", _text(e.exception or "–"),
+              f"{md_code(e.policy.name)} v{e.policy.version}", md_code(e.exception) if e.exception else "–",
               f"`{short_digest(e.comparison_digest)}`", fmt(e.advisory)] for e in earlier],
         )
     else:

@@ -3,6 +3,8 @@ others wrote made safe to print."""
 
 from __future__ import annotations
 
+from evalrig.core.untrusted import escaped
+
 
 def count(n: int | None, noun: str, plural: str | None = None) -> str:
     """`n` and `noun`, the noun plural unless n is 1 (`plural` where adding "s" is wrong)."""
@@ -13,7 +15,8 @@ LINE_MAX = 240
 
 
 def shown(text: str) -> str:
-    """Text an agent, a verifier or a person wrote, safe on a terminal: control characters
-    escaped (no escape sequence reaches the screen), cut at LINE_MAX characters."""
-    safe = "".join(c if c.isprintable() or c == "\t" else f"\\x{ord(c):02x}" for c in text.rstrip())
+    """Text an agent, a verifier or a person wrote, safe on a terminal: on one line, control,
+    format and separator characters escaped (core/untrusted.py: no escape sequence reaches the
+    screen), cut at LINE_MAX characters."""
+    safe = escaped(text.rstrip())
     return safe if len(safe) <= LINE_MAX else safe[:LINE_MAX] + "…"

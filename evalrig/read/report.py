@@ -32,6 +32,7 @@ from evalrig.core.digest import canonical_json, loads, sha256_bytes, short_diges
 from evalrig.core.errors import EvalrigError, Problem, invalid
 from evalrig.core.outcomes import final_of
 from evalrig.core.stats import side_summary
+from evalrig.core.untrusted import escaped, json_escaped
 from evalrig.core.words import count
 from evalrig.models.comparison import Comparison, ComparisonManifest, Decision, SuiteStats
 from evalrig.models.run import RunManifest
@@ -86,16 +87,16 @@ class Written:
 
 
 def esc(x: Any) -> str:
-    return html.escape("" if x is None else str(x), quote=True)
-
-
-_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0D, 0x20), 0x7F]}
+    """Text for the page: HTML-escaped, and control, format and separator characters shown
+    as escapes (core/untrusted.py), so that no text on the page, the rig's or an agent's,
+    carries a bidirectional override or a zero-width character; newlines are kept."""
+    return html.escape(escaped("" if x is None else str(x), newlines=True), quote=True)
 
 
 def _clip(text: str, n: int = MAX_TEXT) -> str:
     """Untrusted text for the page: at most n characters, control characters shown escaped
     (a terminal escape or a carriage return in an answer is seen, not obeyed)."""
-    text = text.translate(_CONTROLS)
+    text = escaped(text, newlines=True)
     return text if len(text) <= n else text[:n] + f"… ({len(text) - n} more characters)"
 
 
@@ -855,8 +856,9 @@ render();
 
 def _json_for_script(obj: Any) -> str:
     """JSON inside <script type="application/json">, in the rig's one encoding (times as
-    `watch --json` writes them): no character can close the element."""
-    text = canonical_json(obj).decode()
+    `watch --json` writes them): no character can close the element, and none of the
+    characters core/untrusted.py escapes is in the page raw (the same JSON)."""
+    text = json_escaped(canonical_json(obj).decode())
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 

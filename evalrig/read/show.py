@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from evalrig.core.errors import EvalrigError, invalid
+from evalrig.core.untrusted import escaped
 from evalrig.models.run import SCORED
 from evalrig.read.bundle import (
     ACTUAL_KEYS,
@@ -145,7 +146,7 @@ def run_summary(b: Opened, tasks_dir: Path | None) -> dict[str, Any]:
         "counts": {"trials": len(final), "scored": scored_n, "passed": passed_n,
                    "attempts": n, "by_status": dict(sorted(statuses.items()))},
         "by_suite": {s: _rate(*v) for s, v in sorted(by_suite.items())},
-        "by_tag": {s: _rate(*v) for s, v in sorted(by_tag.items())},
+        "by_tag": {escaped(s): _rate(*v) for s, v in sorted(by_tag.items())},
         "tags_note": tags_note,
         "errors": errors,
         "cost_usd": round(cost, 6), "cost_missing": costs_missing,
@@ -213,7 +214,7 @@ def show_task(b: Opened, id: str, results: list[dict[str, Any]], actuals: dict[s
         a = actuals.get(aid, {})
         row = {"trial_id": d.get("trial_id"), "attempt_id": aid, "attempt": d.get("attempt"),
                "rep": d.get("rep"), "status": d.get("status"), "reward": d.get("reward"),
-               "checks": d.get("checks") or {}, "wall_s": a.get("wall_s"), "cost_usd": a.get("cost_usd"),
+               "checks": _checks(d), "wall_s": a.get("wall_s"), "cost_usd": a.get("cost_usd"),
                "termination": d.get("termination"),
                "error": untrusted(d.get("error"))}
         evidence = b.dir / layout.ATTEMPTS_DIR / str(aid)
@@ -233,6 +234,12 @@ def show_task(b: Opened, id: str, results: list[dict[str, Any]], actuals: dict[s
             "expected": _as_text(expected) if expected is not None else None,
             "expected_kind": spec.kind if spec is not None else None,
             "expected_note": note, "attempts": rows}
+
+
+def _checks(d: dict[str, Any]) -> dict[str, Any]:
+    """A result's checks, their names escaped (reward.json's keys: a verifier's words, which
+    may quote the agent)."""
+    return {escaped(str(k)): v for k, v in (d.get("checks") or {}).items()}
 
 
 def _as_text(v: Any) -> str:
@@ -284,7 +291,7 @@ def show_attempt(b: Opened, d: dict[str, Any], actual: dict[str, Any] | None) ->
     a = actual or {}
     return {"kind": "attempt", "bundle": str(b.dir), "attempt_id": aid, "trial_id": d.get("trial_id"),
             "task_id": d.get("task_id"), "suite": d.get("suite"), "attempt": d.get("attempt"),
-            "status": d.get("status"), "reward": d.get("reward"), "checks": d.get("checks") or {},
+            "status": d.get("status"), "reward": d.get("reward"), "checks": _checks(d),
             "termination": d.get("termination"), "error": untrusted(d.get("error")),
             "wall_s": a.get("wall_s"), "cost_usd": a.get("cost_usd"), "exit_code": a.get("exit_code"),
             "integrity": b.integrity(), "files": sizes,

@@ -1,40 +1,20 @@
 """Untrusted text made safe to show (docs/reading.md, "Untrusted text"): whatever an agent or
 a driver wrote may hold terminal escapes, carriage returns that overwrite a line, or
-bidirectional controls; each such character is shown as its escape (`\\x1b`, `\\r`). The
-text is never read as rich markup: renderers print it as plain text."""
+bidirectional controls; each such character is shown as its escape (`\\x1b`, `\\r`), as
+core/untrusted.py says for every reader. The text is never read as rich markup: renderers
+print it as plain text."""
 
 from __future__ import annotations
 
-import unicodedata
+from evalrig.core.untrusted import escaped
 
 TAIL_BYTES = 4096
 TAIL_LINES = 12
 
 
-def _escape(c: str) -> str:
-    if c == "\r":
-        return "\\r"
-    if c == "\n":
-        return "\\n"
-    if c == "\t":
-        return "\\t"
-    code = ord(c)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
 def untrusted(s: str | None, newlines: bool = True) -> str | None:
     """`s` with every control or format character escaped; newlines kept where asked."""
-    if s is None:
-        return None
-    out = []
-    for c in s:
-        if c == "\n" and newlines:
-            out.append(c)
-        elif unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co") or c in ("\u2028", "\u2029"):
-            out.append(_escape(c))
-        else:
-            out.append(c)
-    return "".join(out)
+    return None if s is None else escaped(s, newlines)
 
 
 def decode(data: bytes) -> str:

@@ -227,7 +227,8 @@ def _compare_bundles(champ_dir: Path, cand_dir: Path, out_dir: Path, home: Path,
     comparison = build_comparison(champion.view, candidate.view, history, allow_incomplete)
     runs: dict[Literal["champion", "candidate"], str] = {"champion": str(champ_dir.resolve()),
                                                          "candidate": str(cand_dir.resolve())}
-    write_comparison(out_dir, comparison, report.comparison_markdown(comparison), allow_incomplete, runs)
+    names = {side.manifest.checkpoint.id: side.manifest.checkpoint.name for side in (champion, candidate)}
+    write_comparison(out_dir, comparison, report.comparison_markdown(comparison, names), allow_incomplete, runs)
     return comparison
 
 

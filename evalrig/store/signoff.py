@@ -16,6 +16,7 @@ from pathlib import Path
 
 from evalrig.core.digest import loads, sha256_bytes
 from evalrig.core.errors import EvalrigError, UsageError, invalid
+from evalrig.core.words import shown
 from evalrig.models.comparison import Decision, SignOff
 from evalrig.store import ledger
 from evalrig.store.checkpoint import identify, seal_records
@@ -192,7 +193,7 @@ def check_release(decision_path: Path, checkpoint_dir: Path, home: Path) -> Rele
                             hint=f"a person signs it: `{sign_it} --approve --by NAME`")
     last = signoffs[-1]
     if last.action != "approve":
-        return ReleaseCheck(False, f"not approved: the last sign-off ({last.by}) rejects it",
+        return ReleaseCheck(False, f"not approved: the last sign-off ({shown(last.by)}) rejects it",
                             hint=f"only a new approving sign-off changes this: `{sign_it} --approve --by NAME`")
     want = d.decision.candidate.checkpoint_id
     seals = seal_records(home)  # a broken registry is exit 4, not a "cannot be hashed"
@@ -213,4 +214,4 @@ def check_release(decision_path: Path, checkpoint_dir: Path, home: Path) -> Rele
     if found.entry is None:
         return ReleaseCheck(False, f"not approved: {got} is not registered in the seal registry", got,
                             hint="run check-release with the EVALRIG_HOME the train used")
-    return ReleaseCheck(True, f"approved by {last.by}: {checkpoint_dir} is the sealed candidate {got}", got)
+    return ReleaseCheck(True, f"approved by {shown(last.by)}: {checkpoint_dir} is the sealed candidate {got}", got)
