@@ -112,8 +112,10 @@ Where each part lives:
 from evalrig.attempt.sandbox.disk import entry_bytes
 from evalrig.attempt.sandbox.host import HOST
 from evalrig.attempt.sandbox.levels import containment_for, egress_enforced, resolve_level
+from evalrig.attempt.sandbox.plan import private_view_why
 from evalrig.attempt.sandbox.running import launch
 from evalrig.attempt.sandbox.spec import BASE_UID, Channel, Finished, Launch, Level, LevelChoice
+from evalrig.attempt.sandbox.uids import POOLS, Lease, Pool, lease_uid
 from evalrig.attempt.sandbox.view import ETC_FILES, interpreter_binds
 
 __all__ = [
@@ -130,5 +132,10 @@ __all__ = [
     "entry_bytes",
     "interpreter_binds",
     "launch",
+    "lease_uid",
+    "Lease",
+    "Pool",
+    "POOLS",
+    "private_view_why",
     "resolve_level",
 ]
