@@ -48,6 +48,10 @@ for folder in ("/tmp", "/var/tmp", "/dev/shm"):
         print("wrote", folder, flush=True)
     except OSError as e:
         print("could not write", folder, e, flush=True)
+root = os.statvfs("/")
+print("umask", oct(os.umask(0)), "root_ro", bool(root.f_flag & os.ST_RDONLY),
+      "root_nosuid", bool(root.f_flag & os.ST_NOSUID),
+      "procs", len([p for p in os.listdir("/proc") if p.isdigit()]), flush=True)
 with open(os.path.join(os.environ["EVALRIG_OUT"], "answer.txt"), "w") as f:
     f.write("ok\\n")
 """
@@ -80,6 +84,9 @@ def test_process_as_root_leaves_no_file_or_ipc_object_on_the_host(tmp_path: Path
         assert r["status"] == "passed", r
         stdout = (out / "attempts" / str(r["attempt_id"]) / "stdout.txt").read_text()
         assert "wrote /tmp" in stdout and "wrote /dev/shm" in stdout  # the agent did write them
+        # and saw: umask 077, the host's mounts read-only and nosuid, a /proc of its own
+        # PID namespace (itself alone)
+        assert "umask 0o77 root_ro True root_nosuid True procs 1" in stdout, stdout
         left = [f"{d}/{n}" for d in SCRATCH if os.path.isdir(d) for n in os.listdir(d) if n.startswith(mark)]
         assert left == [], f"left on the host: {left}"
         assert not {key, key + 1, key + 2} & (_sysv_keys() - before), "a System V object was left"

@@ -71,9 +71,15 @@ def _sweep_folder(top: str, uid: int, kept: set[str], removed: list[str]) -> Non
                 stack.append(path)
 
 
+def _libc() -> ctypes.CDLL:
+    from evalrig.attempt.sandbox.host import HOST
+
+    return HOST.get("libc", lambda: ctypes.CDLL(None, use_errno=True))
+
+
 def _sweep_ipc(uid: int) -> list[str]:
     """System V objects whose owner or creator is `uid`, from /proc/sysvipc."""
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = _libc()
     removed = []
     # (file, what, column of the owner's uid, column of the creator's uid, remover)
     kinds = (("shm", "shared memory segment", 7, 9, lambda i: libc.shmctl(i, _IPC_RMID, None)),
