@@ -104,8 +104,13 @@ def test_the_agent_cannot_read_or_write_the_drivers_copy_or_its_out(tmp_path: Pa
     seen = json.loads((evidence / "out" / "seen.json").read_text())
     assert seen["where"].endswith(f"{res['attempt_id']}.driver")
     assert seen["got"] == dict.fromkeys(seen["got"]), seen  # every way failed
-    # under process the driver's process is in sight (the host's /proc), and still out of reach
-    assert seen["drivers"] >= 1 if level == "process" else seen["drivers"] == 0, seen
+    # under process without a private view the driver's process is in sight (the host's
+    # /proc), and still out of reach; with one (as root, where the host allows), its /proc
+    # is its own PID namespace's (docs/security.md)
+    from evalrig.attempt.sandbox import private_view_why
+
+    in_sight = level == "process" and private_view_why() is not None
+    assert seen["drivers"] >= 1 if in_sight else seen["drivers"] == 0, seen
     # what the verifier grades is the driver's own world, not a forged one
     world = json.loads((evidence / "driver" / "world.json").read_text())
     assert world == {"balance": 0, "calls": 0, "termination": "driver_end"}

@@ -65,7 +65,8 @@ def setuid_root_id() -> Iterator[str]:
 
 def looked(box: Box, setuid_id: str, **changes: object) -> dict:
     spec = box.spec("sandbox_env.py", unprivileged=True, slot=3, **changes)
-    spec = replace(spec, argv=[SYSTEM_PY, "-I", "-c", LOOK, setuid_id], ro_paths=[])
+    # its folder is bound in read-only: the agent's own /var/tmp is a fresh tmpfs
+    spec = replace(spec, argv=[SYSTEM_PY, "-I", "-c", LOOK, setuid_id], ro_paths=[Path(setuid_id).parent])
     return agent_json(box, launch(spec))
 
 
@@ -90,8 +91,10 @@ def test_the_helper_is_the_one_exec_before_the_agent(tmp_path: Path, way: str) -
                    argv=[SYSTEM_PY, "-I", "sandbox_env.py"], ro_paths=[])
     argv = sandbox.plan._plan(spec).argv
     if way == "evalrig-drop":
-        assert argv[:6] == [sandbox.plan._drop_helper(), str(1 << 30), "-", "-", str(sandbox.BASE_UID), "--"]
-        assert argv[6:] == spec.argv
+        assert argv[:5] == [sandbox.plan._drop_helper(), str(1 << 30), "-", "-", str(sandbox.BASE_UID)]
+        end = argv.index("--")  # between: the private view it makes first (docs/security.md)
+        assert argv[5:end] == (sandbox.plan._private_args(spec) if sandbox.private_view_why() is None else [])
+        assert argv[end + 1:] == spec.argv
     else:
         assert [Path(a).name for a in argv if a.startswith("/") and Path(a).name in ("prlimit", "setpriv")] == [
             "prlimit", "setpriv"]

@@ -190,7 +190,9 @@ def test_partial_reward_with_checks(tmp_path: Path) -> None:
 
 def _shared(tmp_path: Path) -> Path:
     """A folder outside the workspace that the agent may write to: as root, under process,
-    the agent runs as an unprivileged uid of the pool, so only where others may write."""
+    the agent runs as an unprivileged uid of the pool, so only where others may write; and
+    only without the private view (its /tmp is a fresh tmpfs), so the test plays a host
+    where none can be made (`_host_view`)."""
     d = tmp_path / "shared"
     d.mkdir()
     d.chmod(0o777)
@@ -200,6 +202,14 @@ def _shared(tmp_path: Path) -> Path:
     return d
 
 
+@pytest.fixture
+def _host_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent under process sees the host's /tmp: a host where evalrig-drop --private
+    cannot make its namespaces (the rig's fallback; docs/security.md)."""
+    monkeypatch.setitem(sandbox.HOST._known, "private view", "played by the test")
+
+
+@pytest.mark.usefixtures("_host_view")
 def test_verifier_crashing_once_is_rerun_on_the_same_evidence(tmp_path: Path) -> None:
     counter = _shared(tmp_path) / "agent-runs"
     state = tmp_path / "verifier-crashed"
@@ -214,6 +224,7 @@ def test_verifier_crashing_once_is_rerun_on_the_same_evidence(tmp_path: Path) ->
     assert (verdict["outcome"], verdict["runs"]) == ("passed", 2)
 
 
+@pytest.mark.usefixtures("_host_view")
 def test_verifier_always_crashing_is_infra_error(tmp_path: Path) -> None:
     counter = _shared(tmp_path) / "agent-runs"
     _, got = attempt(tmp_path, {"kind": "command", "command": ["python3", "check.py", "crash"]},
@@ -556,8 +567,12 @@ def test_bwrap_agent_cannot_see_verifier_files(tmp_path: Path) -> None:
     got = run_attempt(spec_for(tmp_path, task, ckpt, level=level))
     assert got.result.sandbox == "bwrap"
     assert (got.result.status, got.result.passed) == ("passed", True), got.result.error
-    # and under process it can (the level hides nothing): the test can fail
-    got2 = run_attempt(spec_for(tmp_path, task, ckpt, level="process", attempt_id="a2"))
+    # and under process without its private view it can (the level hides little): the test can fail
+    sandbox.HOST.pretend("private view", "played by the test")
+    try:
+        got2 = run_attempt(spec_for(tmp_path, task, ckpt, level="process", attempt_id="a2"))
+    finally:
+        del sandbox.HOST._known["private view"]
     assert got2.result.status == "failed"
 
 

@@ -1,7 +1,7 @@
 /* evalrig-drop: the last step before an agent runs under `process` as root (docs/security.md,
  * "The two sandboxes"; evalrig/attempt/privdrop.py builds it and says when it is used).
  *
- *     evalrig-drop AS FSIZE NPROC UID -- ARGV...
+ *     evalrig-drop AS FSIZE NPROC UID [--private SIZE INODES rw:PATH|ro:PATH...] -- ARGV...
  *
  * In one exec, what util-linux `prlimit --as --fsize --nproc -- setpriv --pdeathsig KILL
  * --reuid=UID --regid=UID --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs`
@@ -11,6 +11,16 @@
  * file runs as its caller), killed when the thread that started it ends; then ARGV runs,
  * found on PATH as execvp finds it. Any step that fails ends it with exit 127 and a line on
  * stderr naming the step: nothing runs with a step left out.
+ *
+ * With --private (an agent's launch, in the PID and network namespaces the rig made for it),
+ * first, still as root: its own mount and IPC namespaces; every host mount read-only and
+ * nosuid; fresh tmpfs on /tmp, /var/tmp and /dev/shm (mode 1777, nosuid, nodev; SIZE bytes
+ * and INODES inodes each, "-" for the kernel's default); each PATH bound back at its own
+ * path (rw: writable, ro: read-only; nosuid and nodev both), so that the agent's own
+ * directories stay reachable under the fresh /tmp; a fresh /proc of its PID namespace; the
+ * working directory entered again (the bind, not the covered host path); umask 077. The
+ * namespaces die with the last process in them, and with them every file and IPC object the
+ * agent made there (docs/security.md, "What `process` leaves on the host").
  *
  * It is started by the rig, as root, with the agent's environment (the loader's variables
  * held back, as for the helpers it replaces); it reads no file and no variable. Static where
@@ -24,10 +34,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442
+#endif
+#ifndef AT_RECURSIVE
+#define AT_RECURSIVE 0x8000
+#endif
+#define EVALRIG_ATTR_RDONLY 0x00000001ULL
+#define EVALRIG_ATTR_NOSUID 0x00000002ULL
+
+struct evalrig_mount_attr {
+    unsigned long long attr_set, attr_clr, propagation, userns_fd;
+};
 
 static void fail(const char *step) {
     fprintf(stderr, "evalrig-drop: %s: %s\n", step, strerror(errno));
@@ -59,10 +87,108 @@ static void limit(int resource, const char *text, const char *what) {
         fail(what);
 }
 
-int main(int argc, char **argv) {
-    if (argc < 7 || strcmp(argv[5], "--") != 0) {
+/* mkdir -p of PATH's parents and PATH itself (0755, root's), where they are missing. */
+static void make_way(const char *path) {
+    char buf[PATH_MAX];
+    if (strlen(path) >= sizeof buf) {
+        errno = ENAMETOOLONG;
+        fail(path);
+    }
+    strcpy(buf, path);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char was = *p;
+            *p = '\0';
+            struct stat st;
+            if (lstat(buf, &st) != 0 && (errno != ENOENT || mkdir(buf, 0755) != 0))
+                fail(buf);
+            *p = was;
+            if (was == '\0')
+                return;
+        }
+    }
+}
+
+static void scratch(const char *where, const char *options) {
+    struct stat st;
+    if (lstat(where, &st) != 0 || !S_ISDIR(st.st_mode))
+        return; /* no /var/tmp here (or a link): nothing of the host's to cover */
+    if (mount("tmpfs", where, "tmpfs", MS_NOSUID | MS_NODEV, options) != 0)
+        fail(where);
+}
+
+/* argv[from..to): "--private" SIZE INODES PATH... */
+static void private_view(char **argv, int from, int to) {
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof cwd) == NULL)
+        fail("getcwd");
+    int count = to - from - 3;
+    if (count < 0 || count > 64) {
         errno = EINVAL;
-        fail("usage: evalrig-drop AS FSIZE NPROC UID -- ARGV...");
+        fail("--private SIZE INODES PATH...");
+    }
+    if (unshare(CLONE_NEWNS | CLONE_NEWIPC) != 0)
+        fail("unshare(mount, IPC)");
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+        fail("making every mount private");
+    /* Opened in the new namespace (a bind's source must be one of its mounts), before the
+     * fresh tmpfs covers them. */
+    int fds[64];
+    for (int i = 0; i < count; i++) {
+        const char *spec = argv[from + 3 + i];
+        if (strncmp(spec, "rw:/", 4) != 0 && strncmp(spec, "ro:/", 4) != 0) {
+            errno = EINVAL;
+            fail("--private PATH (rw:/... or ro:/...)");
+        }
+        fds[i] = open(spec + 3, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fds[i] < 0)
+            fail(spec + 3);
+    }
+    struct evalrig_mount_attr attr = {EVALRIG_ATTR_RDONLY | EVALRIG_ATTR_NOSUID, 0, 0, 0};
+    if (syscall(SYS_mount_setattr, AT_FDCWD, "/", AT_RECURSIVE, &attr, sizeof attr) != 0)
+        fail("host mounts read-only and nosuid (mount_setattr)");
+    char options[128] = "mode=1777";
+    const char *size = argv[from + 1], *inodes = argv[from + 2];
+    int given;
+    unsigned long long n = number(size, "--private SIZE", &given);
+    if (given)
+        snprintf(options + strlen(options), sizeof options - strlen(options), ",size=%llu", n);
+    n = number(inodes, "--private INODES", &given);
+    if (given)
+        snprintf(options + strlen(options), sizeof options - strlen(options), ",nr_inodes=%llu", n);
+    mode_t old = umask(0);
+    scratch("/tmp", options);
+    scratch("/var/tmp", options);
+    scratch("/dev/shm", options);
+    for (int i = 0; i < count; i++) {
+        const char *spec = argv[from + 3 + i], *path = spec + 3;
+        char source[64];
+        snprintf(source, sizeof source, "/proc/self/fd/%d", fds[i]);
+        make_way(path);
+        if (mount(source, path, NULL, MS_BIND | MS_REC, NULL) != 0)
+            fail(path);
+        unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV;
+        if (spec[1] == 'o')
+            flags |= MS_RDONLY;
+        if (mount(NULL, path, NULL, flags, NULL) != 0)
+            fail(path);
+        close(fds[i]);
+    }
+    umask(old);
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+        fail("a fresh /proc");
+    if (chdir(cwd) != 0)
+        fail(cwd);
+}
+
+int main(int argc, char **argv) {
+    int dashes = 5;
+    if (argc > 5 && strcmp(argv[5], "--private") == 0)
+        while (dashes < argc && strcmp(argv[dashes], "--") != 0)
+            dashes++;
+    if (dashes + 1 >= argc || strcmp(argv[dashes], "--") != 0) {
+        errno = EINVAL;
+        fail("usage: evalrig-drop AS FSIZE NPROC UID [--private SIZE INODES PATH...] -- ARGV...");
     }
     limit(RLIMIT_AS, argv[1], "RLIMIT_AS");
     limit(RLIMIT_FSIZE, argv[2], "RLIMIT_FSIZE");
@@ -73,6 +199,9 @@ int main(int argc, char **argv) {
         errno = EINVAL;
         fail("UID (a uid other than root's)");
     }
+
+    if (dashes > 5)
+        private_view(argv, 5, dashes);
 
     /* While still root (CAP_SETPCAP): no capability can be gained by any later exec. */
     for (int cap = 0; cap <= 63; cap++)
@@ -97,7 +226,8 @@ int main(int argc, char **argv) {
     /* After the uid change, which would clear it. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
         fail("pdeathsig");
-    execvp(argv[6], argv + 6);
-    fail(argv[6]);
+    umask(077);
+    execvp(argv[dashes + 1], argv + dashes + 1);
+    fail(argv[dashes + 1]);
     return 127;
 }

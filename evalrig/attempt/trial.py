@@ -794,7 +794,6 @@ def _driver_root(spec: AttemptSpec) -> Path:
     return spec.scratch_root / f"{spec.attempt_id}.driver"
 
 
-DRIVER_SLOT_OFFSET = 2000  # the driver's uid under bwrap as root: apart from agents' and verifiers'
 
 
 def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec: _Record) -> bool:
@@ -841,7 +840,7 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
             network=False, egress=spec.allow_hosts if networked else None,
             timeout_s=spec.deadline_s + grace,
             max_output_bytes=VERIFIER_OUTPUT_CAP, stdout_path=root / "stdout.txt",
-            stderr_path=root / "stderr.txt", slot=spec.slot + DRIVER_SLOT_OFFSET,
+            stderr_path=root / "stderr.txt", slot=spec.slot, pool="judges",
             attempt_tag=tag, tag_var=environment.DRIVER_TAG_ENV, cancel=spec.cancel,
             channel=channel))
 
@@ -961,6 +960,7 @@ def _records(spec: AttemptSpec, rec: _Record, usage: Usage, canary: Canary, netw
         sandbox=fin.level if fin else spec.level,
         # never launched (the workspace failed): claim no more than best effort
         containment=fin.containment if fin else "subreaper",
+        leftovers_removed=list(fin.removed) if fin else [],
         network=network,
         network_hosts=sorted({*(fin.egress_hosts if fin else ()), *(rec.driver_hosts or ())}),
         canary=canary,

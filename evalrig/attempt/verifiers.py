@@ -43,9 +43,6 @@ Outcome = Literal["passed", "failed", "fault"]
 # A command verifier's stdout/stderr kept per run (a chatty judge must not fill the bundle).
 VERIFIER_OUTPUT_CAP = 1 << 20
 _REWARD_KEYS = frozenset({"reward", "checks", "passed"})
-# The command verifier runs as a uid of its own under bwrap when the rig is root: slots
-# for verifiers start past any plausible --jobs count so they never share the agent's.
-VERIFIER_SLOT_OFFSET = 1000
 
 
 @dataclass(frozen=True)
@@ -277,7 +274,8 @@ def _run_command_once(
             max_output_bytes=VERIFIER_OUTPUT_CAP,
             stdout_path=run_dir / "stdout.txt",
             stderr_path=run_dir / "stderr.txt",
-            slot=slot + VERIFIER_SLOT_OFFSET,
+            slot=slot,
+            pool="judges",  # a uid of the judges' pool under bwrap as root, never an agent's
             attempt_tag=tag,
             cancel=cancel,
             redact=redact,

@@ -407,6 +407,11 @@ class Result(Record):
     diagnostic: Diagnostic | None = None
     sandbox: SandboxLevel
     containment: Literal["namespace", "subreaper"]
+    leftovers_removed: list[str] = Field(
+        default_factory=list,
+        description="Under process as root where private mount and IPC namespaces could not be "
+        "made: every file, folder and System V IPC object the agent's uid left outside its "
+        "attempt root, removed by the rig after the attempt (the first 100).")
     network: bool = Field(description="The attempt could reach the network (a recorded hole).")
     network_hosts: list[str] = Field(default_factory=list, description="host:port of every connection the egress proxy allowed in this attempt, distinct and sorted.")
     canary: Canary

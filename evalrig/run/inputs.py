@@ -19,7 +19,7 @@ from typing import Literal
 
 import evalrig
 from evalrig.attempt.canary import CANARY_ENV
-from evalrig.attempt.sandbox import LevelChoice, egress_enforced, resolve_level
+from evalrig.attempt.sandbox import LevelChoice, egress_enforced, private_view_why, resolve_level
 from evalrig.attempt.trial import scratch_base
 from evalrig.core.environment import DRIVER_RIG_SET, RIG_SET
 from evalrig.core.errors import EvalrigError, Problem, invalid
@@ -207,6 +207,14 @@ def network_warning(level: str, networked: bool) -> str | None:
 def run_warnings(inputs: Inputs) -> list[str]:
     """The sandbox warnings of this run, said on stderr and kept in the provenance."""
     warnings = [w for w in (inputs.level.warning, inputs.network_warning) if w]
+    if inputs.level.level == "process" and os.geteuid() == 0:
+        why = private_view_why()
+        if why is not None:  # docs/security.md, "What `process` leaves on the host"
+            warnings.append(
+                "under --sandbox process the agent gets no private mount and IPC namespaces "
+                f"here ({why}): it sees the host's /tmp, /var/tmp, /dev/shm and System V IPC; "
+                "after each attempt the rig removes what its uid left there and records it "
+                "in the result's leftovers_removed")
     if inputs.level.level == "process" and os.geteuid() != 0:
         # As root the agent gets an unprivileged uid of the pool (docs/attempts.md).
         warnings.append(

@@ -22,7 +22,12 @@ Two levels:
     loopback down) where unshare can make one, or, with ``egress``, the namespace the rig
     made for its proxy (below). Under ``unshare --pid`` the agent
     itself is PID 1 of its namespace, so a signal it sends *itself* without a handler is
-    ignored, as for any init (signals from outside still kill it).
+    ignored, as for any init (signals from outside still kill it). As root the agent's
+    launch also gets, from ``evalrig-drop --private``, its own mount and IPC namespaces,
+    every host mount read-only and nosuid, fresh tmpfs ``/tmp``, ``/var/tmp`` and
+    ``/dev/shm`` (capped at the disk allowance, counted by the disk watch), its own
+    directories bound back at their paths, a fresh ``/proc`` and umask 077; where those
+    cannot be made, what its uid left is removed after it (`leftovers`).
 
 ``bwrap``
     bubblewrap: own mount, PID, IPC, UTS and network namespaces (``network=True``, a
@@ -36,7 +41,7 @@ Two levels:
     attempts, the bundles, ``$EVALRIG_HOME``, ``/root`` and ``/work`` are absent (only the
     empty directories leading down to a bound path exist). ``--die-with-parent``,
     ``--new-session``, all capabilities dropped. When the rig is root the agent runs as the
-    unprivileged host uid/gid ``BASE_UID + slot`` (dropped to by util-linux ``setpriv`` inside
+    unprivileged host uid/gid it leased (``BASE_UID + slot`` when free; `uids`) (dropped to by util-linux ``setpriv`` inside
     the sandbox, so the uid is real: files it writes are owned by it and RLIMIT_NPROC counts
     the attempt's own processes); ``rw_paths`` are chowned to that uid first. When the rig
     is not root, bubblewrap uses a user namespace and the agent keeps the rig's uid. It does
@@ -95,6 +100,9 @@ of the first two, docs/attempts.md) and the names the caller holds for the agent
 (``agent_only``: the checkpoint's env); the final ``env`` hands them to the agent alone.
 Not root, the helpers run as the rig's user, as the agent does, so nothing is held back.
 
+Every launch that drops to a uid (as root) leases it from a host-wide pool for its
+lifetime (`uids`): no two live sandboxes on the host share one.
+
 Where each part lives:
 
 - `spec`: `Launch`, `Channel`, `Finished`, `LevelChoice`, `Level`, `BASE_UID`.
@@ -105,6 +113,8 @@ Where each part lives:
 - `plan`: the argv chain per level: limits, the uid drop, held variables, the attempt root's owner.
 - `running`: `launch` and its supervision (streams, limits, cancel, the leftover sweep).
 - `disk`: `entry_bytes` and the disk watch.
+- `uids`: the host-wide uid lease (`lease_uid`, the agents' and the judges' pools).
+- `leftovers`: removing what a uid left on the host, where no private view could be made.
 - `sockets`: listeners bound inside a sandbox's network namespace (the egress proxy's) and
   bwrap's --info-fd/--block-fd handshake.
 """
@@ -112,8 +122,10 @@ Where each part lives:
 from evalrig.attempt.sandbox.disk import entry_bytes
 from evalrig.attempt.sandbox.host import HOST
 from evalrig.attempt.sandbox.levels import containment_for, egress_enforced, resolve_level
+from evalrig.attempt.sandbox.plan import private_view_why
 from evalrig.attempt.sandbox.running import launch
 from evalrig.attempt.sandbox.spec import BASE_UID, Channel, Finished, Launch, Level, LevelChoice
+from evalrig.attempt.sandbox.uids import POOLS, Lease, Pool, lease_uid
 from evalrig.attempt.sandbox.view import ETC_FILES, interpreter_binds
 
 __all__ = [
@@ -130,5 +142,10 @@ __all__ = [
     "entry_bytes",
     "interpreter_binds",
     "launch",
+    "lease_uid",
+    "Lease",
+    "Pool",
+    "POOLS",
+    "private_view_why",
     "resolve_level",
 ]

@@ -66,16 +66,33 @@ class _DiskWatch:
         # The first look one interval in: at the start the tree is the rig's own.
         self.next_at = time.monotonic() + _WATCH_FIRST_S
         self.mounts: list[str] = []
+        self.private_pid: int | None = None
 
     def see_sandbox(self, init_pid: int) -> None:
         self.mounts = [f"/proc/{init_pid}/root/tmp", f"/proc/{init_pid}/root/dev/shm"]
+
+    def see_private(self, pid: int) -> None:
+        """process as root with private mounts (evalrig-drop --private, in `pid` or, after
+        `unshare --fork`, its child): its fresh /tmp, /var/tmp and /dev/shm, each counted
+        once it is a mount of its own (until the helper has made them, the path is still the
+        host's folder, which is not the agent's)."""
+        self.private_pid = pid
+
+    def _private_mounts(self) -> list[str]:
+        pid = self.private_pid
+        assert pid is not None
+        for p in (pid, *_children(pid)):
+            if not _same_mount(f"/proc/{p}/root/dev/shm", "/dev/shm"):
+                return [m for m in (f"/proc/{p}/root{d}" for d in _PRIVATE)
+                        if not _same_mount(m, m[len(f"/proc/{p}/root"):])]
+        return []
 
     def exceeded(self, now: float) -> bool:
         if now < self.next_at:
             return False
         began = time.monotonic()
         size, entries = 0, 0
-        for m in self.mounts:
+        for m in self.mounts if self.private_pid is None else self._private_mounts():
             used, inodes = _mount_used(m)
             size, entries = size + used, entries + inodes
         tree, count = _tree_bytes(self.root, (self.limit - size, self.max_entries - entries))
@@ -83,6 +100,23 @@ class _DiskWatch:
         cost = time.monotonic() - began
         self.next_at = time.monotonic() + max(0.075, 10 * cost)
         return size > self.limit or entries > self.max_entries
+
+
+_PRIVATE = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _same_mount(a: str, b: str) -> bool:
+    try:
+        return os.stat(a).st_dev == os.stat(b).st_dev
+    except OSError:
+        return True  # gone: nothing to count
 
 
 def _mount_used(path: str) -> tuple[int, int]:

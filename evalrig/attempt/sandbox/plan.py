@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import resource
+import subprocess
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,12 +25,20 @@ from evalrig.attempt.sandbox.levels import (
     resolve_level,
 )
 from evalrig.attempt.sandbox.spec import BASE_UID, Launch
+from evalrig.attempt.sandbox.uids import POOLS
 from evalrig.attempt.sandbox.view import _bwrap_prefix
 
 
-def _slot_uid(slot: int) -> int | None:
-    """The pool's uid for this slot when the rig is root (one per concurrent slot)."""
-    return BASE_UID + slot if _is_root() else None
+def _needs_uid(spec: Launch) -> bool:
+    """Whether this launch runs as a uid of a pool: as root, under bwrap always, under
+    process an agent's launch (`unprivileged`)."""
+    return _is_root() and (spec.level == "bwrap" or spec.unprivileged)
+
+
+def _slot_uid(spec: Launch) -> int:
+    """The uid a lease of the launch's pool starts its search at (its slot's)."""
+    first, size = POOLS[spec.pool]
+    return first + spec.slot % size
 
 
 def _setpriv(uid: int | None, pdeathsig: bool = False) -> list[str]:
@@ -107,6 +116,7 @@ class _Plan:
     netns_at: int | None = None  # process + egress: where `nsenter --net=...` goes in argv
     unshare_flags: int = 0  # process as root: namespaces the launching thread makes (unshare(2))
     status_fd: bool = False  # bwrap: --json-status-fd (did it reach the command?)
+    private: bool = False  # process as root: evalrig-drop --private (own mounts, IPC, tmpfs)
 
 
 # Variables that make the dynamic loader or libc load code or data: the agent may set
@@ -141,11 +151,13 @@ def _final_env(env: Mapping[str, str], loader: Mapping[str, str]) -> list[str]:
     return [_tool("env") or "env", *unset, "--", *assign]
 
 
-def _plan(spec: Launch) -> _Plan:
+def _plan(spec: Launch, leased: int | None = None) -> _Plan:
+    """The argv chain; `leased`: the uid launch() leased (None: the slot's, for a plan
+    looked at without running it)."""
+    uid = (leased if leased is not None else _slot_uid(spec)) if _needs_uid(spec) else None
     if spec.level == "bwrap":
         bwrap = spec.bwrap_path or resolve_level("bwrap").bwrap_path
         assert bwrap is not None
-        uid = _slot_uid(spec.slot)
         binds = [("ro", Path(p)) for p in spec.ro_paths] + [("rw", Path(p)) for p in spec.rw_paths]
         tmp_size = spec.disk_watch[1] if spec.disk_watch and _bwrap_has_size(bwrap) else None
         prefix = _bwrap_prefix(bwrap, spec.cwd, binds, spec.network, tmp_size)
@@ -157,7 +169,6 @@ def _plan(spec: Launch) -> _Plan:
                      {k: v for k, v in spec.env.items() if k not in held},
                      status_fd=_bwrap_has_status(bwrap))
     unshare = _unshare_argv()
-    uid = _slot_uid(spec.slot) if spec.unprivileged else None
     limits_argv = _prlimit(_rlimits(spec, own_uid=uid is not None))
     helpers_env: Mapping[str, str] | None = None
     drop: list[str] = []
@@ -175,14 +186,28 @@ def _plan(spec: Launch) -> _Plan:
         # exec costs about as much as the agent's own start.
         flags = _CLONE_NEWPID | (0 if spec.network else _CLONE_NEWNET)
         helper = _drop_helper()
+        private = helper is not None and private_view_why() is None
         if helper is not None:  # the same steps in one exec (evalrig.attempt.privdrop)
             given = dict(_rlimits(spec, own_uid=True))
-            drop_argv = [helper, *(str(given[r]) if r in given else "-" for r in _DROP_LIMITS), str(uid), "--"]
+            drop_argv = [helper, *(str(given[r]) if r in given else "-" for r in _DROP_LIMITS), str(uid),
+                         *(_private_args(spec) if private else []), "--"]
             chain = drop_argv + _process_env(spec.env, _held(spec))
         else:
             chain = limits_argv + _setpriv(uid, pdeathsig=True) + _process_env(spec.env, _held(spec))
         return _Plan(chain + list(spec.argv), spec.cwd, "namespace", uid, env=helpers_env,
-                     unshare_flags=flags)
+                     unshare_flags=flags, private=private)
+    private = False
+    if uid is not None and unshare is not None:
+        helper = _drop_helper()
+        if helper is not None and private_view_why() is None:
+            # After `unshare --pid --fork`, as PID 1 of the new namespace: evalrig-drop makes
+            # the same private view as above, and sets the limits and the uid as prlimit and
+            # setpriv would.
+            given = dict(_rlimits(spec, own_uid=True))
+            limits_argv = []
+            drop = [helper, *(str(given[r]) if r in given else "-" for r in _DROP_LIMITS), str(uid),
+                    *_private_args(spec), "--", *_process_env(spec.env, _held(spec))]
+            private = True
     top = _pdeathsig()
     # A grant the rig can enforce: the agent joins the namespace the rig made for its proxy
     # (nsenter goes right after the top helper, while it is still root). Unenforced
@@ -194,7 +219,42 @@ def _plan(spec: Launch) -> _Plan:
         return _Plan(top + tail, spec.cwd, "subreaper", uid, env=helpers_env, netns_at=netns_at)
     net = [] if spec.network or spec.egress is not None else _unshare_net()
     argv = top + unshare[:-2] + net + unshare[-2:] + tail
-    return _Plan(argv, spec.cwd, "namespace", uid, env=helpers_env, netns_at=netns_at)
+    return _Plan(argv, spec.cwd, "namespace", uid, env=helpers_env, netns_at=netns_at, private=private)
+
+
+def _private_args(spec: Launch) -> list[str]:
+    """evalrig-drop's --private: the tmpfs size and inodes (the disk allowance: each of the
+    three is capped at the whole of it, and the disk watch counts them with the attempt
+    root), and the launch's directories bound back, parents first."""
+    size = str(spec.disk_watch[1]) if spec.disk_watch else "-"
+    inodes = str(spec.disk_watch_entries) if spec.disk_watch_entries else "-"
+    binds = [("ro", Path(p)) for p in spec.ro_paths] + [("rw", Path(p)) for p in spec.rw_paths]
+    ordered = sorted(binds, key=lambda b: (len(b[1].parts), str(b[1])))
+    return ["--private", size, inodes, *(f"{kind}:{os.path.abspath(path)}" for kind, path in ordered)]
+
+
+def private_view_why() -> str | None:
+    """None where an agent's launch under process as root gets its own mount and IPC
+    namespaces, fresh tmpfs and read-only host mounts (evalrig-drop --private, tried once on
+    this host); else why not (the rig then removes what the agent's uid leaves, after each
+    attempt: evalrig.attempt.sandbox.leftovers)."""
+    def ask() -> str | None:
+        helper = _drop_helper()
+        if helper is None:
+            return "the compiled helper evalrig-drop could not be built (no C compiler?)"
+        try:
+            done = subprocess.run([helper, "-", "-", "-", str(BASE_UID), "--private", "4096", "16",
+                                   "--", "/bin/true"], capture_output=True, text=True, env={},
+                                  cwd="/", timeout=30, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return str(e)
+        if done.returncode != 0:
+            return done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+        return None
+
+    if not _is_root():
+        return "the rig is not root"
+    return HOST.get("private view", ask)
 
 
 def _namespaces_on_thread(unshare: list[str], spec: Launch) -> bool:

@@ -5,6 +5,7 @@ dead (the leftover sweep where no PID namespace could be made).
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import os
 import resource
@@ -19,10 +20,12 @@ from typing import Literal
 
 from evalrig.attempt.sandbox.disk import _DiskWatch
 from evalrig.attempt.sandbox.host import _become_subreaper, _check, _libc, _on_thread
+from evalrig.attempt.sandbox.leftovers import sweep
 from evalrig.attempt.sandbox.levels import containment_for
-from evalrig.attempt.sandbox.plan import _chown_tree, _open_way, _Plan, _plan
+from evalrig.attempt.sandbox.plan import _chown_tree, _needs_uid, _open_way, _Plan, _plan
 from evalrig.attempt.sandbox.sockets import _Egress, _Handshake, _nsenter
 from evalrig.attempt.sandbox.spec import Finished, Launch
+from evalrig.attempt.sandbox.uids import Lease, lease_uid
 from evalrig.attempt.sandbox.view import _visible_in_sandbox
 from evalrig.attempt.streams import CappedSink, StreamScanner
 from evalrig.core.errors import EvalrigError
@@ -131,26 +134,43 @@ def _launch(spec: Launch) -> Finished:
     why = _unstartable(spec)
     if why is not None:
         return _failed(spec, why, "agent")
+    lease: Lease | None = None
     try:
         _become_subreaper()
-        plan = _plan(spec)
+        if _needs_uid(spec):  # held until every process of the launch is dead (returned)
+            lease = lease_uid(spec.pool, spec.slot)
+        plan = _plan(spec, lease.uid if lease is not None else None)
         if plan.uid is not None:
             for root in spec.rw_paths:
                 _chown_tree(Path(root), plan.uid)
             if spec.level == "process":
                 blocked = _open_way(spec, plan.uid)
                 if blocked is not None:
+                    if lease is not None:
+                        lease.release()
                     return _failed(spec, blocked, "infra")
     except OSError as exc:
+        if lease is not None:
+            lease.release()
         return _failed(spec, f"preparing the sandbox: {exc}", "infra")
     except EvalrigError as exc:  # bwrap asked for, and none works here
+        if lease is not None:
+            lease.release()
         return _failed(spec, exc.message, "infra")
     try:
         if plan.unshare_flags:
-            return _on_thread(lambda: _Run(spec, plan).run_unshared())
-        return _Run(spec, plan).run()
+            done = _on_thread(lambda: _Run(spec, plan).run_unshared())
+        else:
+            done = _Run(spec, plan).run()
+        if plan.uid is not None and spec.level == "process" and not plan.private:
+            # No private namespaces: what the uid left on the host goes before the lease does.
+            done = dataclasses.replace(done, removed=tuple(sweep(plan.uid, [*spec.rw_paths, *spec.ro_paths])))
+        return done
     except OSError as exc:
         return _failed(spec, f"starting {spec.argv[0]}: {exc}", "infra")
+    finally:
+        if lease is not None:
+            lease.release()
 
 
 class _Run:
@@ -325,6 +345,8 @@ class _Run:
         view = memoryview(bytearray(_READ_SIZE))
         deadline = start + spec.timeout_s
         watch = _DiskWatch(spec.disk_watch, spec.disk_watch_entries) if spec.disk_watch else None
+        if watch is not None and self.plan.private:
+            watch.see_private(proc.pid)
         with selectors.DefaultSelector() as selector:
             pipes = [(n, p) for n, p in (("stdout", proc.stdout), ("stderr", proc.stderr)) if p is not None]
             for name, pipe in pipes:

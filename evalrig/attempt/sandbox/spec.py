@@ -53,7 +53,10 @@ class Launch:
     max_file_bytes: int | None = None  # RLIMIT_FSIZE (a single file)
     disk_watch: tuple[Path, int] | None = None  # kill when this tree exceeds N bytes
     disk_watch_entries: int | None = None  # ... or holds more than N entries (inodes)
-    slot: int = 0  # 0..jobs-1: the uid BASE_UID + slot under bwrap as root
+    slot: int = 0  # 0..jobs-1: where the uid lease's search starts (the uid BASE_UID + slot when free)
+    # The uid pool a launch as root leases from (evalrig.attempt.sandbox.uids): "agents"
+    # for an agent's code, "judges" for a command verifier's or an episode driver's.
+    pool: Literal["agents", "judges"] = "agents"
     # The subreaper fallback's mark: `tag_var`=attempt_tag in env (the attempt id, for an
     # agent). An episode's driver carries its attempt's id as the agent does, so it has a
     # mark of its own, which the agent's launch names as `spare` ("NAME=value"): a leftover
@@ -161,3 +164,6 @@ class Finished:
     # Of wall_s and the rig's time around it, what reading, scanning, redacting and
     # keeping the two streams cost the rig (evalrig.attempt.stages); never recorded.
     streams_s: float = 0.0
+    # Under process as root without private namespaces (evalrig.attempt.sandbox.leftovers):
+    # what the launch's uid left outside its own directories, removed after it ended.
+    removed: tuple[str, ...] = ()
