@@ -181,9 +181,7 @@ def _needle_forms(needles: tuple[bytes, ...]) -> Forms:
     folded: list[bytes] = []
     for needle in dict.fromkeys(n for n in needles if n):
         plain = needle.translate(_FOLD, _WHITESPACE)
-        texts = list(dict.fromkeys([needle, needle.lower(), needle.upper()]))
-        backwards = list(dict.fromkeys([needle[::-1], needle.lower()[::-1], needle.upper()[::-1]]))
-        sources = texts + backwards
+        sources = list(dict.fromkeys([needle, needle.lower(), needle.upper()]))
         r = raw_bytes_of(needle)
         if r is not None:
             raw.append(r)
@@ -194,12 +192,13 @@ def _needle_forms(needles: tuple[bytes, ...]) -> Forms:
             b64 = _base64_fragments(s)
             exact += b64
             if s is needle or s is r:
+                # ascii85/base85 (too short for a run of _MIN_RUN when of the raw bytes)
+                exact += [base64.a85encode(s), base64.b85encode(s)]
                 folded += [f.hex().encode() for f in b64]
-                exact += _base85_fragments(s)
-            # base32 is pure Python before 3.12 and this runs per attempt: of the text as
-            # written, upper-cased and reversed, and of the raw bytes (its case-folded
-            # search covers both cases of the encoder's output)
-            if s is needle or s is r or s == needle.upper() or s == needle[::-1]:
+                # base32 is pure Python before 3.12 and this runs per attempt: of the
+                # text as written and of the raw bytes (its case-folded search covers
+                # both cases of the encoder's output). Base32 and base64 of the text
+                # upper-cased or reversed are found by decoding the run they make.
                 folded += _base32_fragments(s)
     folded = [f for f in dict.fromkeys(folded) if f]
     hexed = [f for f in folded if len(f) >= _MIN_HEXED and not f.translate(None, _HEX_DIGITS)]
@@ -414,6 +413,7 @@ _A85_CHARS = bytes(range(33, 118)) + b"yz"
 _B85_CHARS = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~"
 _B32_CHARS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567abcdefghijklmnopqrstuvwxyz"
 _RUN = b"A" * _MIN_RUN
+_HEX_DASH = _HEX_DIGITS + b"-"
 
 
 def _class(chars: bytes) -> bytes:
@@ -438,22 +438,30 @@ def _runs(data: bytes, table: bytes) -> list[bytes]:
     return out
 
 
+def _padded(run: bytes, group: int, short: tuple[int, ...]) -> bytes:
+    """A run cut or padded to whole groups: a last group of a length padding completes
+    is padded, any other is dropped."""
+    rest = len(run) % group
+    if not rest:
+        return run
+    return run + b"=" * (group - rest) if rest in short else run[:-rest]
+
+
 def _decode_runs(text: bytes) -> list[bytes]:
     """What each long run of base64, base32, ascii85 or base85 characters decodes to."""
     out: list[bytes] = []
     for run in _runs(text, _B64_CLASS):
         for piece in run.split(b"="):
-            if len(piece) < _MIN_RUN or not piece.translate(None, _HEX_DIGITS):
-                continue  # hex text is looked at as hex; as base64 it would be noise
+            if len(piece) < _MIN_RUN or not piece.translate(None, _HEX_DASH):
+                continue  # hex text (a UUID too) is looked at as hex; as base64 it is noise
             std = piece.translate(_URLSAFE)
             try:
-                out.append(binascii.a2b_base64(std[: len(std) - len(std) % 4]))
+                out.append(binascii.a2b_base64(_padded(std, 4, (2, 3))))
             except binascii.Error:
                 pass
             if not piece.translate(None, _B32_CHARS):
                 try:
-                    upper = piece.upper()
-                    out.append(base64.b32decode(upper[: len(upper) - len(upper) % 8]))
+                    out.append(base64.b32decode(_padded(piece.upper(), 8, (2, 4, 5, 7))))
                 except (binascii.Error, ValueError):
                     pass
     for run in _runs(text, _B85_CLASS):
@@ -516,24 +524,36 @@ def _nfkc(data: bytes) -> bytes:
 
 
 def _normalised(data: bytes) -> bytes | None:
-    """`data` with escapes decoded, NFKC-folded, escape codes and zero-width characters
-    taken out; None when nothing changed.
+    """`data` with escapes decoded, fullwidth forms folded (NFKC), escape codes and
+    zero-width characters taken out; None when nothing changed.
 
-    A binary block (one with a NUL byte) has scattered `%41`-like bytes by chance: its
-    escapes count only where there is one per 256 bytes or more.
+    Each step counts where it changed at least _MIN_ESCAPES places; in a binary block (one
+    with a NUL byte), where `%41`- or ESC-like bytes turn up by chance, only where they are
+    dense too (one per 256 bytes or more), and NFKC is left out.
     """
-    text, escapes = _unescape(data)
     binary = b"\x00" in data
-    if escapes < _MIN_ESCAPES or (binary and escapes * 256 < len(data)):
-        text = data
+
+    def worth(n: int) -> bool:
+        return n >= _MIN_ESCAPES and (not binary or n * 256 >= len(data))
+
+    text = data
+    new, n = _unescape(text)
+    if worth(n):
+        text = new
     if b"\xef" in text:
-        text = _FULLWIDTH.sub(_fullwidth, text)
+        new, n = _FULLWIDTH.subn(_fullwidth, text)
+        if worth(n):
+            text = new
     if not binary and not text.isascii() and any(c in text for c in _COMPAT):
         text = _nfkc(text)
     if b"\x1b" in text:
-        text = _ANSI.sub(b"", text)
-    if not text.isascii():
-        text = _ZERO_WIDTH.sub(b"", text)
+        new, n = _ANSI.subn(b"", text)
+        if worth(n):
+            text = new
+    if not binary and not text.isascii():
+        new, n = _ZERO_WIDTH.subn(b"", text)
+        if worth(n):
+            text = new
     return text if text != data else None
 
 
