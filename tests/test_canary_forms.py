@@ -95,6 +95,10 @@ FORMS: dict[str, Callable[[str], bytes]] = {
     "zero-width-spaces": lambda v: "\u200b".join(v[4:]).encode(),
     "mixed-case": lambda v: "".join(c.upper() if i % 2 else c for i, c in enumerate(v)).encode(),
     "base64-of-base64": lambda v: base64.b64encode(base64.b64encode(v.encode())),
+    "base64-of-gzip-wrapped": lambda v: base64.encodebytes(gzip.compress(os.urandom(200) + v.encode())),
+    "a85-wrapped": lambda v: base64.a85encode(os.urandom(100) + v.encode(), wrapcol=40),
+    "c-array": lambda v: ", ".join(f"0x{b:02x}" for b in bytes.fromhex(v[4:])).encode(),
+    "one-character-a-line": lambda v: "\n".join(v).encode(),
     "gzip-in-gzip-in-gzip": lambda v: gzip.compress(gzip.compress(gzip.compress(b"log line " * 50 + v.encode()))),
 }
 

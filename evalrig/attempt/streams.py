@@ -398,6 +398,7 @@ _ENTITY = re.compile(rb"&(?:#([0-9]{1,7})|#[xX]([0-9A-Fa-f]{1,6})|([A-Za-z][A-Za
 _SIMPLE_ESCAPES = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"0": b"\0", b"'": b"'", b'"': b'"', b"\\": b"\\"}
 _FULLWIDTH = re.compile(rb"\xef(?:\xbc[\x81-\xbf]|\xbd[\x80-\x9e])")
 _ZERO_WIDTH = re.compile(rb"\xe2(?:\x80[\x8b-\x8f]|\x81[\xa0-\xa4])|\xef\xbb\xbf|\xc2\xad")
+_HEX_PREFIX = re.compile(rb"0[xX](?=[0-9a-fA-F])")
 _ANSI = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)|[@-Z\\-_])")
 # The lead bytes of characters NFKC folds into ASCII (math alphanumerics, super- and
 # subscripts, circled and parenthesised digits, letterlike symbols).
@@ -420,8 +421,9 @@ def _class(chars: bytes) -> bytes:
     return bytes(ord("A") if c in chars else ord(" ") for c in range(256))
 
 
-_B64_CLASS = _class(_B64_CHARS)
-_B85_CLASS = _class(_A85_CHARS + _B85_CHARS + b"~<>")
+# Line breaks belong to a run: encoders wrap their output (`base64` at 76 columns).
+_B64_CLASS = _class(_B64_CHARS + b"\r\n")
+_B85_CLASS = _class(_A85_CHARS + _B85_CHARS + b"~<>\r\n")
 _URLSAFE = bytes.maketrans(b"-_", b"+/")
 
 
@@ -447,10 +449,23 @@ def _padded(run: bytes, group: int, short: tuple[int, ...]) -> bytes:
     return run + b"=" * (group - rest) if rest in short else run[:-rest]
 
 
+def _lines_joined(runs: list[bytes]) -> list[bytes]:
+    """Each run with its line breaks taken out, and, for a run over several lines, also
+    without its first line: an encoder's wrapped output starts a line, and the word that
+    ends the line before it would shift every group of the decoding."""
+    out: list[bytes] = []
+    for run in runs:
+        first, sep, rest = run.partition(b"\n")
+        out.append(run.translate(None, b"\r\n"))
+        if sep and first and len(rest) >= _MIN_RUN:
+            out.append(rest.translate(None, b"\r\n"))
+    return out
+
+
 def _decode_runs(text: bytes) -> list[bytes]:
     """What each long run of base64, base32, ascii85 or base85 characters decodes to."""
     out: list[bytes] = []
-    for run in _runs(text, _B64_CLASS):
+    for run in _lines_joined(_runs(text, _B64_CLASS)):
         for piece in run.split(b"="):
             if len(piece) < _MIN_RUN or not piece.translate(None, _HEX_DASH):
                 continue  # hex text (a UUID too) is looked at as hex; as base64 it is noise
@@ -464,7 +479,7 @@ def _decode_runs(text: bytes) -> list[bytes]:
                     out.append(base64.b32decode(_padded(piece.upper(), 8, (2, 4, 5, 7))))
                 except (binascii.Error, ValueError):
                     pass
-    for run in _runs(text, _B85_CLASS):
+    for run in _lines_joined(_runs(text, _B85_CLASS)):
         if not run.translate(None, _B64_CHARS):
             continue  # base64's alphabet: decoded as base64 above
         body = run.removeprefix(b"<~").removesuffix(b"~>")
@@ -546,6 +561,10 @@ def _normalised(data: bytes) -> bytes | None:
             text = new
     if not binary and not text.isascii() and any(c in text for c in _COMPAT):
         text = _nfkc(text)
+    if b"0x" in text or b"0X" in text:
+        new, n = _HEX_PREFIX.subn(b"", text)  # a C or Python list of the bytes: 0x9f, 0x86
+        if worth(n):
+            text = new
     if b"\x1b" in text:
         new, n = _ANSI.subn(b"", text)
         if worth(n):
