@@ -388,7 +388,7 @@ class _Member:
 # next (a form, or an escaped or encoded text, across the boundary).
 BLOCK_BYTES = 1 << 20
 _OVERLAP = 4096
-_RUN_CARRY = 1 << 20  # an encoded run that reaches the block's end is carried whole, up to this
+_RUN_CARRY = 64 << 10  # an encoded run that reaches the block's end is carried whole, up to this
 _MIN_RUN = 24
 _MIN_ESCAPES = 8  # fewer escapes than this hide nothing a form of 32 characters would not show
 
@@ -423,7 +423,7 @@ def _class(chars: bytes) -> bytes:
 
 # Line breaks belong to a run: encoders wrap their output (`base64` at 76 columns).
 _B64_CLASS = _class(_B64_CHARS + b"\r\n")
-_B85_CLASS = _class(_A85_CHARS + _B85_CHARS + b"~<>\r\n")
+_B85_CLASS = _class(_A85_CHARS + _B85_CHARS + b"~<>")  # punctuation too: lines stay apart
 _URLSAFE = bytes.maketrans(b"-_", b"+/")
 
 
@@ -455,9 +455,10 @@ def _lines_joined(runs: list[bytes]) -> list[bytes]:
     ends the line before it would shift every group of the decoding."""
     out: list[bytes] = []
     for run in runs:
-        first, sep, rest = run.partition(b"\n")
         out.append(run.translate(None, b"\r\n"))
-        if sep and first and len(rest) >= _MIN_RUN:
+        first, sep, rest = run.partition(b"\n")
+        second = rest.split(b"\n", 1)[0]
+        if sep and len(rest) >= _MIN_RUN and len(first) != len(second):  # wrapped lines are alike
             out.append(rest.translate(None, b"\r\n"))
     return out
 
@@ -588,12 +589,15 @@ def _wide(data: bytes) -> bytes | None:
 
 def _carry(data: bytes) -> bytes:
     """What of a block is looked at again with the next: the last _OVERLAP bytes, or the
-    whole encoded run that reaches its end (up to _RUN_CARRY)."""
+    encoded run that reaches its end, whole up to _RUN_CARRY, else from its last line
+    break in that reach (an encoder's lines start on a whole group)."""
     keep = _OVERLAP
     for table in (_B64_CLASS, _B85_CLASS):
         tail = data[-_RUN_CARRY:].translate(table)
         if tail.endswith(b"A"):
             start = tail.rfind(b" ") + 1
+            if start == 0 and len(data) > _RUN_CARRY:  # longer than the reach
+                start = data[-_RUN_CARRY:].find(b"\n") + 1
             keep = max(keep, len(tail) - start + 1)
     return data[-keep:]
 
