@@ -5,13 +5,17 @@ rig in bounded memory (docs/attempts.md, "Limits" and "The canary"):
 
 - `StreamScanner` looks for a needle (the canary's random part, hex text) in the
   *complete* stream (before capping), in every form of `needle_forms`: the text itself
-  in any case, reversed, and the base64, base32 and hex forms of the text and of the raw
-  bytes it spells, at every alignment inside longer encoded text, also when wrapped or
-  spaced out; and inside gzip members found in the stream (decompressed within a byte
-  budget). `scan()` does the same for a whole buffer, `seam_found()` for the end of one
-  stream followed directly by the start of another (stdout, then stderr). It is a
-  heuristic against careless leaks, not a proof: an agent that encrypts the value, or
-  spells it out one character a line, is not found.
+  in any case, reversed, and the base64, base32, base85 and hex forms of the text and of
+  the raw bytes it spells, at every alignment inside longer encoded text, also when
+  wrapped or spaced out; in the hex digits of the stream alone (so separators between
+  them hide nothing) and rot13-ed; inside zip, gzip, zlib, bz2 and xz containers found
+  in the stream (3 deep, decompressed within a byte budget); and in the stream
+  normalised (UTF-16/32 runs, escapes and entities decoded, NFKC, escape codes taken
+  out) and in what its long base64/base32/base85 runs decode to. `scan()` does the
+  same for a whole buffer, `scan_body()` for a request body within a CPU bound,
+  `seam_found()` for the end of one stream followed directly by the start of another
+  (stdout, then stderr). It is a heuristic against careless leaks, not a proof: an
+  agent that encrypts the value, or splits it across two files, is not found.
 - `Redactor` replaces secret values by ``[REDACTED:NAME]`` in what is kept, also when a
   value is split across two reads.
 - `CappedSink` keeps at most N bytes of the redacted stream in a file, counts the rest
