@@ -266,6 +266,7 @@ GZIP_MAGIC = b"\x1f\x8b\x08"
 # fails in a few).
 GZIP_BUDGET = 64 << 20
 _GZIP_ACTIVE = 16
+_XZ_MEMORY = 64 << 20  # an xz stream asking for a larger dictionary is not opened
 # Nesting: a container, a decoded run or a normalised text inside another is looked
 # into, up to this many levels below the file or stream itself.
 MAX_DEPTH = 3
@@ -290,6 +291,7 @@ class _Budget:
     def __init__(self, room: int, deadline: float | None = None) -> None:
         self.room = room
         self.deadline = deadline
+        self.open = 0  # members being decompressed, at every level of nesting
         self._expired = False
 
     def expired(self) -> bool:
@@ -312,7 +314,7 @@ class _Inflater:
         elif kind == "bz2" or (kind == "zip" and method == 12):
             self._z = bz2.BZ2Decompressor()
         elif kind == "xz":
-            self._z = lzma.LZMADecompressor(lzma.FORMAT_XZ)
+            self._z = lzma.LZMADecompressor(lzma.FORMAT_XZ, memlimit=_XZ_MEMORY)
         else:  # a zip entry, deflated
             self._z = zlib.decompressobj(-15)
         self._zlib = not isinstance(self._z, (bz2.BZ2Decompressor, lzma.LZMADecompressor))
@@ -344,6 +346,11 @@ class _Member:
     @property
     def found(self) -> bool:
         return self._inner.found
+
+    def close(self) -> None:
+        """Count this member, and every member still open inside it, as closed."""
+        self._budget.open -= 1
+        self._inner.close()
 
     def push(self, data: bytes) -> None:
         if self._z is None:
@@ -708,22 +715,36 @@ class StreamScanner:
             if member.found:
                 self._found = True
                 return
+        for member in self._members:
+            if member.done:
+                member.close()
         self._members = [m for m in self._members if not m.done]
         data = self._magic_tail + chunk if self._magic_tail else chunk
         for magic, kind in _MAGICS:
             at = data.find(magic)
             while at != -1 and self._budget.room > 0:
-                if len(self._members) < _GZIP_ACTIVE:
+                # at most _GZIP_ACTIVE open at once in the whole scan, nested ones included:
+                # each holds a decompressor's window and a nested scanner's carry
+                if self._budget.open < _GZIP_ACTIVE:
                     inner = StreamScanner(self.forms, _depth=self._depth + 1, _shared=self._budget)
                     member = _Member(kind, inner, self._budget)
+                    self._budget.open += 1
                     member.push(data[at:])
                     if member.found:
                         self._found = True
                         return
-                    if not member.done:
+                    if member.done:
+                        member.close()
+                    else:
                         self._members.append(member)
                 at = data.find(magic, at + 1)
         self._magic_tail = data[-_MAGIC_TAIL:]
+
+    def close(self) -> None:
+        """Let go of the members still open (their count is the whole scan's)."""
+        for member in self._members:
+            member.close()
+        self._members = []
 
     def seam_found(self, following: StreamScanner) -> bool:
         """Whether a needle lies across the end of this stream and the start of `following`."""
