@@ -466,6 +466,9 @@ def _lines_joined(runs: list[bytes]) -> list[bytes]:
     ends the line before it would shift every group of the decoding."""
     out: list[bytes] = []
     for run in runs:
+        if b"\n" not in run and b"\r" not in run:
+            out.append(run)
+            continue
         out.append(run.translate(None, b"\r\n"))
         first, sep, rest = run.partition(b"\n")
         second = rest.split(b"\n", 1)[0]
@@ -478,10 +481,10 @@ def _decode_runs(text: bytes) -> list[bytes]:
     """What each long run of base64, base32, ascii85 or base85 characters decodes to."""
     out: list[bytes] = []
     for run in _lines_joined(_runs(text, _B64_CLASS)):
-        for piece in run.split(b"="):
+        for piece in run.split(b"=") if b"=" in run else (run,):
             if len(piece) < _MIN_RUN or not piece.translate(None, _HEX_DASH):
                 continue  # hex text (a UUID too) is looked at as hex; as base64 it is noise
-            std = piece.translate(_URLSAFE)
+            std = piece.translate(_URLSAFE) if b"-" in piece or b"_" in piece else piece
             try:
                 out.append(binascii.a2b_base64(_padded(std, 4, (2, 3))))
             except binascii.Error:
