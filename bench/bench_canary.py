@@ -6,9 +6,8 @@ Builds a tree of mixed evidence (logs with UUIDs and base64 lines, JSON, random 
 a float array, a base64 blob, gzip, zip, bz2 and xz archives of logs) and scans every file
 as an attempt does (evidence.scan_file, 1 MiB reads), three ways, best of `--repeat`:
 - read only: the same reads with no scan (the floor);
-- plain: the stream pass alone (the forms in the bytes as they are and in their hex digits;
-  no normalised text,
-  no containers, no decoded runs) — the scan before the normalised forms, the baseline;
+- plain: the stream pass alone (the forms in the bytes as they are and in their hex
+  digits; no normalised text, no containers, no decoded runs), the baseline;
 - full: the scan the rig runs.
 Prints MB/s of each, the full scan's ratio to the plain one, and the extra seconds a full
 64 MiB of evidence costs an attempt. Also times the scan of a no-op attempt's evidence
