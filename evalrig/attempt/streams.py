@@ -684,12 +684,16 @@ class StreamScanner:
             self._block()
 
     def _nested(self, data: bytes) -> bool:
+        """Whether `data` (a normalised or decoded text) holds a needle, one level down."""
         inner = StreamScanner(self.forms, _depth=self._depth + 1, _shared=self._budget)
-        for at in range(0, len(data), BLOCK_BYTES):
-            inner.feed(data[at : at + BLOCK_BYTES])
-            if inner._found:
-                return True
-        return inner.found
+        try:
+            for at in range(0, len(data), BLOCK_BYTES):
+                inner.feed(data[at : at + BLOCK_BYTES])
+                if inner._found:
+                    return True
+            return inner.found
+        finally:
+            inner.close()
 
     def _block(self) -> None:
         """The normalised pass over the pending block (after the carried end of the last)."""
