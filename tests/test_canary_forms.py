@@ -99,6 +99,8 @@ FORMS: dict[str, Callable[[str], bytes]] = {
     "a85-wrapped": lambda v: base64.a85encode(os.urandom(100) + v.encode(), wrapcol=40),
     "c-array": lambda v: ", ".join(f"0x{b:02x}" for b in bytes.fromhex(v[4:])).encode(),
     "one-character-a-line": lambda v: "\n".join(v).encode(),
+    "octal-escapes": lambda v: "".join(f"\\{b:03o}" for b in bytes.fromhex(v[4:])).encode(),
+    "hex-of-gzip-wrapped": lambda v: b"\n".join(gzip.compress(v.encode()).hex().encode()[i : i + 60] for i in range(0, 200, 60)),
     "gzip-in-gzip-in-gzip": lambda v: gzip.compress(gzip.compress(gzip.compress(b"log line " * 50 + v.encode()))),
 }
 

@@ -281,6 +281,8 @@ _MAGICS: tuple[tuple[bytes, str], ...] = (
     (b"PK\x03\x04", "zip"),
 )
 _MAGIC_TAIL = max(len(m) for m, _ in _MAGICS) - 1
+_CONTAINER_HEX = frozenset(m[:2].hex().encode() for m, _ in _MAGICS)
+_HEX_RUN = re.compile(rb"[0-9a-fA-F]*")
 _BODY_STEP = 64 << 10
 
 
@@ -404,7 +406,7 @@ _MIN_RUN = 24
 _MIN_ESCAPES = 8  # fewer escapes than this hide nothing a form of 32 characters would not show
 
 _PERCENT = re.compile(rb"%([0-9A-Fa-f]{2})")
-_BACKSLASH = re.compile(rb"\\(?:x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([nrt0'\"\\]))")
+_BACKSLASH = re.compile(rb"\\(?:x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([0-3][0-7]{2})|([nrt0'\"\\]))")
 _ENTITY = re.compile(rb"&(?:#([0-9]{1,7})|#[xX]([0-9A-Fa-f]{1,6})|([A-Za-z][A-Za-z0-9]{1,31}));")
 _SIMPLE_ESCAPES = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"0": b"\0", b"'": b"'", b'"': b'"', b"\\": b"\\"}
 _FULLWIDTH = re.compile(rb"\xef(?:\xbc[\x81-\xbf]|\xbd[\x80-\x9e])")
@@ -482,8 +484,13 @@ def _decode_runs(text: bytes) -> list[bytes]:
     out: list[bytes] = []
     for run in _lines_joined(_runs(text, _B64_CLASS)):
         for piece in run.split(b"=") if b"=" in run else (run,):
-            if len(piece) < _MIN_RUN or not piece.translate(None, _HEX_DASH):
-                continue  # hex text (a UUID too) is looked at as hex; as base64 it is noise
+            if len(piece) < _MIN_RUN:
+                continue
+            if piece[:4].lower() in _CONTAINER_HEX:  # the hex of a container (`xxd -p` of a gzip)
+                digits = _HEX_RUN.match(piece).group()  # type: ignore[union-attr]
+                out.append(bytes.fromhex(digits[: len(digits) // 2 * 2].decode()))
+            if not piece.translate(None, _HEX_DASH):
+                continue  # hex text (a UUID too) is looked at as hex digits; as base64 it is noise
             std = piece.translate(_URLSAFE) if b"-" in piece or b"_" in piece else piece
             try:
                 out.append(binascii.a2b_base64(_padded(std, 4, (2, 3))))
@@ -517,9 +524,11 @@ def _unescape(data: bytes) -> tuple[bytes, int]:
         return bytes([int(m.group(1), 16)])
 
     def backslash(m: re.Match[bytes]) -> bytes:
-        x, u, big, simple = m.groups()
+        x, u, big, octal, simple = m.groups()
         if x is not None:
             return bytes([int(x, 16)])
+        if octal is not None:
+            return bytes([int(octal, 8)])
         if simple is not None:
             return _SIMPLE_ESCAPES[simple]
         return _char(int(u if u is not None else big, 16))
