@@ -219,7 +219,7 @@ def scan(data: bytes, needles: Sequence[bytes]) -> bool:
     return scanner.found
 
 
-def scan_body(body: bytes, needles: Sequence[bytes], *, cpu_s: float = 2.0) -> bool:
+def scan_body(body: bytes, needles: Sequence[bytes], *, cpu_s: float = 5.0) -> bool:
     """Whether a request body is *not clean*: it holds a needle in any form `scan()`
     finds, or its scan did not finish within `cpu_s` seconds of this thread's CPU time
     (for the model gateway, docs/attempts.md "The canary": a body the scan cannot finish
