@@ -5,13 +5,17 @@ rig in bounded memory (docs/attempts.md, "Limits" and "The canary"):
 
 - `StreamScanner` looks for a needle (the canary's random part, hex text) in the
   *complete* stream (before capping), in every form of `needle_forms`: the text itself
-  in any case, reversed, and the base64, base32 and hex forms of the text and of the raw
-  bytes it spells, at every alignment inside longer encoded text, also when wrapped or
-  spaced out; and inside gzip members found in the stream (decompressed within a byte
-  budget). `scan()` does the same for a whole buffer, `seam_found()` for the end of one
-  stream followed directly by the start of another (stdout, then stderr). It is a
-  heuristic against careless leaks, not a proof: an agent that encrypts the value, or
-  spells it out one character a line, is not found.
+  in any case, reversed, and the base64, base32, base85 and hex forms of the text and of
+  the raw bytes it spells, at every alignment inside longer encoded text, also when
+  wrapped or spaced out; in the hex digits of the stream alone (so separators between
+  them hide nothing) and rot13-ed; inside zip, gzip, zlib, bz2 and xz containers found
+  in the stream (3 deep, decompressed within a byte budget); and in the stream
+  normalised (UTF-16/32 runs, escapes and entities decoded, NFKC, escape codes taken
+  out) and in what its long base64/base32/base85 runs decode to. `scan()` does the
+  same for a whole buffer, `scan_body()` for a request body within a CPU bound,
+  `seam_found()` for the end of one stream followed directly by the start of another
+  (stdout, then stderr). It is a heuristic against careless leaks, not a proof: an
+  agent that encrypts the value, or splits it across two files, is not found.
 - `Redactor` replaces secret values by ``[REDACTED:NAME]`` in what is kept, also when a
   value is split across two reads.
 - `CappedSink` keeps at most N bytes of the redacted stream in a file, counts the rest
@@ -21,19 +25,30 @@ rig in bounded memory (docs/attempts.md, "Limits" and "The canary"):
 from __future__ import annotations
 
 import base64
+import binascii
+import bz2
 import functools
+import html.entities
+import lzma
 import re
+import struct
+import time
+import unicodedata
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 # An encoded fragment shorter than this would match ordinary text by chance.
 _MIN_FRAGMENT = 4
 # The raw bytes a hex needle spells are looked for as they are only from this length on
 # (shorter binary strings turn up in any large file).
 _MIN_RAW = 8
+# A form made of hex digits only is looked for in the text with every other character
+# taken out (the `hexed` forms) from this length on: 32 hex digits of a random value are
+# specific enough, whatever was between them.
+_MIN_HEXED = 32
 
 
 def _fragments(needle: bytes, group: int, encode: object) -> list[bytes]:
@@ -71,6 +86,20 @@ def _base32_fragments(needle: bytes) -> list[bytes]:
     return [f.translate(_FOLD) for f in _fragments(needle, 5, base64.b32encode)]
 
 
+def _base85_fragments(needle: bytes) -> list[bytes]:
+    """Ascii85 and base85 of `needle` at its four alignments: the whole 5-character
+    groups made of needle bytes only (a base-85 group mixes all four of its bytes)."""
+    out: list[bytes] = []
+    for encode in (base64.a85encode, base64.b85encode):
+        for offset in range(4):
+            encoded = encode(b"\1" * offset + needle)
+            first = 1 if offset else 0
+            fragment = encoded[5 * first : 5 * ((offset + len(needle)) // 4)]
+            if len(fragment) >= 10 and fragment not in out:
+                out.append(fragment)
+    return out
+
+
 def encoded_forms(needle: bytes) -> list[bytes]:
     """The byte strings found case-sensitively: the needle, its hex (both cases), base64."""
     if not needle:
@@ -94,6 +123,19 @@ def raw_bytes_of(needle: bytes) -> bytes | None:
 # (`65 76 61`): every form but the raw bytes is looked for with whitespace taken out.
 _WHITESPACE = b" \t\r\n"
 _FOLD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"abcdefghijklmnopqrstuvwxyz")
+_ROT13 = bytes.maketrans(
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
+    b"NOPQRSTUVWXYZABCDEFGHIJKLMnopqrstuvwxyzabcdefghijklm")
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+_ALL = bytes(range(256))
+# The hex digits of a text, lower-cased, every other byte dropped (dashes, colons, a
+# UUID's layout, zero-width characters, escape codes' letters).
+_NOT_HEX = _ALL.translate(None, _HEX_DIGITS)
+_HEX_LOWER = bytes.maketrans(b"ABCDEF", b"abcdef")
+# The same of the text rot13-ed: rot13 turns a-f into n-s, so n-s (either case) and the
+# digits are kept and n-s mapped back to a-f.
+_NOT_ROT_HEX = _ALL.translate(None, b"0123456789nopqrsNOPQRS")
+_ROT_HEX_LOWER = bytes.maketrans(b"nopqrsNOPQRS", b"abcdefabcdef")
 
 
 @dataclass(frozen=True)
@@ -101,23 +143,27 @@ class Forms:
     """What a scan looks for, by how the data is prepared before the search.
 
     `raw`: in the data as it is (binary: the raw bytes of a hex needle).
-    `exact`: in the data with whitespace taken out, case kept (base64).
-    `folded`: in the data with whitespace taken out and lower-cased (the text in any
-    case, reversed, hex and base32, whose alphabets have one case).
+    `exact`: in the data with whitespace taken out, case kept (base64, base85).
+    `folded`: in the data with whitespace taken out and lower-cased (base32, a needle
+    that is not hex text in any case and reversed).
+    `hexed`: in the hex digits of the data, lower-cased, every other byte dropped, and in
+    those of the data rot13-ed (every form made of 32 or more hex digits: the needle,
+    reversed, the hex forms, the hex of the base64 forms).
     """
 
     raw: tuple[bytes, ...] = ()
     exact: tuple[bytes, ...] = ()
     folded: tuple[bytes, ...] = ()
+    hexed: tuple[bytes, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.raw or self.exact or self.folded)
+        return bool(self.raw or self.exact or self.folded or self.hexed)
 
     @functools.cached_property
-    def longest(self) -> tuple[int, int, int]:
-        """The longest form of each kind (raw, exact, folded): what a window keeps."""
+    def longest(self) -> tuple[int, int, int, int]:
+        """The longest form of each kind (raw, exact, folded, hexed): what a window keeps."""
         return tuple(max((len(f) for f in forms), default=1)  # type: ignore[return-value]
-                     for forms in (self.raw, self.exact, self.folded))
+                     for forms in (self.raw, self.exact, self.folded, self.hexed))
 
 
 def needle_forms(needles: Sequence[bytes]) -> Forms:
@@ -125,8 +171,9 @@ def needle_forms(needles: Sequence[bytes]) -> Forms:
 
     For a needle T (text) that spells raw bytes R (hex text, as the canary's random part
     does): T in any case, T reversed, and the base64, base32 and hex forms of T (as
-    written, lower- and upper-cased) and of R, and R itself. Cached: an attempt's
-    scanners (two streams, each evidence file, the names) share one computation.
+    written, lower- and upper-cased, reversed) and of R, the hex of those base64 forms,
+    ascii85 and base85 of T and R, and R itself. Cached: an attempt's scanners (two
+    streams, each evidence file, the names) share one computation.
     """
     return _needle_forms(tuple(needles))
 
@@ -137,31 +184,53 @@ def _needle_forms(needles: tuple[bytes, ...]) -> Forms:
     exact: list[bytes] = []
     folded: list[bytes] = []
     for needle in dict.fromkeys(n for n in needles if n):
-        texts = list(dict.fromkeys([needle, needle.lower(), needle.upper()]))
-        sources = list(texts)
+        plain = needle.translate(_FOLD, _WHITESPACE)
+        sources = list(dict.fromkeys([needle, needle.lower(), needle.upper()]))
         r = raw_bytes_of(needle)
         if r is not None:
             raw.append(r)
             sources.append(r)
-        folded += [needle.translate(_FOLD, _WHITESPACE), needle.translate(_FOLD, _WHITESPACE)[::-1]]
+        folded += [plain, plain[::-1], plain.translate(_ROT13), plain[::-1].translate(_ROT13)]
         for s in sources:
             folded.append(s.hex().encode())
-            exact += _base64_fragments(s)
-            # base32 is pure Python before 3.12 and this runs per attempt: of the text as
-            # written and of the raw bytes (its case-folded search covers both cases of
-            # the encoder's output; an upper-cased text then encoded is not looked for)
+            b64 = _base64_fragments(s)
+            exact += b64
             if s is needle or s is r:
+                # ascii85/base85 (too short for a run of _MIN_RUN when of the raw bytes)
+                exact += [base64.a85encode(s), base64.b85encode(s)]
+                folded += [f.hex().encode() for f in b64]
+                # base32 is pure Python before 3.12 and this runs per attempt: of the
+                # text as written and of the raw bytes (its case-folded search covers
+                # both cases of the encoder's output). Base32 and base64 of the text
+                # upper-cased or reversed are found by decoding the run they make.
                 folded += _base32_fragments(s)
     folded = [f for f in dict.fromkeys(folded) if f]
+    hexed = [f for f in folded if len(f) >= _MIN_HEXED and not f.translate(None, _HEX_DIGITS)]
+    folded = [f for f in folded if f not in hexed]
     exact = list(dict.fromkeys(exact))
-    return Forms(tuple(dict.fromkeys(raw)), tuple(exact), tuple(folded))
+    return Forms(tuple(dict.fromkeys(raw)), tuple(exact), tuple(folded), tuple(hexed))
 
 
 def scan(data: bytes, needles: Sequence[bytes]) -> bool:
-    """Whether any needle occurs in `data` in any form, gzip members included."""
+    """Whether any needle occurs in `data` in any form, normalised forms and containers
+    included."""
     scanner = StreamScanner(needles)
     scanner.feed(data)
     return scanner.found
+
+
+def scan_body(body: bytes, needles: Sequence[bytes], *, cpu_s: float = 5.0) -> bool:
+    """Whether a request body is *not clean*: it holds a needle in any form `scan()`
+    finds, or its scan did not finish within `cpu_s` seconds of this thread's CPU time
+    (for the model gateway, docs/attempts.md "The canary": a body the scan cannot finish
+    is not forwarded)."""
+    budget = _Budget(GZIP_BUDGET, deadline=time.thread_time() + cpu_s)
+    scanner = StreamScanner(needles, _shared=budget)
+    for at in range(0, len(body), _BODY_STEP):
+        scanner.feed(body[at : at + _BODY_STEP])
+        if scanner._found or budget.expired():
+            break
+    return scanner.found or budget.expired()
 
 
 class _Window:
@@ -189,26 +258,89 @@ class _Window:
         return False
 
 
+# -- containers: zip, gzip, zlib, bz2, xz -------------------------------------------------
+
 GZIP_MAGIC = b"\x1f\x8b\x08"
-# Decompressed bytes looked at per scan (a gzip bomb must not cost more than this), and
-# members decompressed at once (each false start on stray magic bytes fails in a few).
+# Decompressed bytes looked at per scan (per file or stream: a bomb must not cost more
+# than this), and members decompressed at once (each false start on stray magic bytes
+# fails in a few).
 GZIP_BUDGET = 64 << 20
 _GZIP_ACTIVE = 16
-_GZIP_DEPTH = 2  # a gzip member inside a gzip member is found; deeper nesting is not
+_XZ_MEMORY = 64 << 20  # an xz stream asking for a larger dictionary is not opened
+# Nesting: a container, a decoded run or a normalised text inside another is looked
+# into, up to this many levels below the file or stream itself.
+MAX_DEPTH = 3
 # What seam_found() joins: the end of one stream and the start of the next.
 SEAM_BYTES = 4096
+_ZIP_HEADER = 30
+_MAGICS: tuple[tuple[bytes, str], ...] = (
+    (GZIP_MAGIC, "gzip"),
+    (b"\x78\x01", "zlib"), (b"\x78\x5e", "zlib"), (b"\x78\x9c", "zlib"), (b"\x78\xda", "zlib"),
+    (b"BZh", "bz2"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"PK\x03\x04", "zip"),
+)
+_MAGIC_TAIL = max(len(m) for m, _ in _MAGICS) - 1
+_CONTAINER_HEX = frozenset(m[:2].hex().encode() for m, _ in _MAGICS)
+_HEX_RUN = re.compile(rb"[0-9a-fA-F]*")
+_BODY_STEP = 64 << 10
 
 
 class _Budget:
-    def __init__(self, room: int) -> None:
+    """What one top-level scan may still spend: decompressed bytes, and (for a request
+    body) this thread's CPU time."""
+
+    def __init__(self, room: int, deadline: float | None = None) -> None:
         self.room = room
+        self.deadline = deadline
+        self.open = 0  # members being decompressed, at every level of nesting
+        self._expired = False
+
+    def expired(self) -> bool:
+        if self.deadline is not None and not self._expired:
+            self._expired = time.thread_time() > self.deadline
+        return self._expired
+
+
+class _Inflater:
+    """One decompressor behind one interface: `zlib` (gzip, zlib, a zip entry's raw
+    deflate) keeps the input it did not use in `unconsumed_tail`; bz2 and xz keep it
+    inside and say `needs_input`."""
+
+    def __init__(self, kind: str, method: int = 8) -> None:
+        self._z: Any
+        if kind == "gzip":
+            self._z = zlib.decompressobj(31)
+        elif kind == "zlib":
+            self._z = zlib.decompressobj(15)
+        elif kind == "bz2" or (kind == "zip" and method == 12):
+            self._z = bz2.BZ2Decompressor()
+        elif kind == "xz":
+            self._z = lzma.LZMADecompressor(lzma.FORMAT_XZ, memlimit=_XZ_MEMORY)
+        else:  # a zip entry, deflated
+            self._z = zlib.decompressobj(-15)
+        self._zlib = not isinstance(self._z, (bz2.BZ2Decompressor, lzma.LZMADecompressor))
+
+    @property
+    def eof(self) -> bool:
+        return bool(self._z.eof)
+
+    def step(self, data: bytes, most: int) -> tuple[bytes, bytes, bool]:
+        """At most `most` bytes out: returns them, the input still to give, and whether
+        output is left inside the decompressor (bz2 and xz keep unused input there)."""
+        out = self._z.decompress(data, most)
+        if self._zlib:
+            return out, self._z.unconsumed_tail, False
+        return out, b"", not self._z.eof and not self._z.needs_input
 
 
 class _Member:
-    """One gzip member being decompressed; its output goes to a nested scanner."""
+    """One container member being decompressed; its output goes to a nested scanner."""
 
-    def __init__(self, inner: StreamScanner, budget: _Budget) -> None:
-        self._z = zlib.decompressobj(31)
+    def __init__(self, kind: str, inner: StreamScanner, budget: _Budget) -> None:
+        self._kind = kind
+        self._header = b"" if kind == "zip" else None  # a zip entry's local header, gathered
+        self._z: _Inflater | None = None if kind == "zip" else _Inflater(kind)
         self._inner = inner
         self._budget = budget
         self.done = False
@@ -217,24 +349,295 @@ class _Member:
     def found(self) -> bool:
         return self._inner.found
 
+    def close(self) -> None:
+        """Count this member, and every member still open inside it, as closed."""
+        self._budget.open -= 1
+        self._inner.close()
+
     def push(self, data: bytes) -> None:
+        if self._z is None:
+            data = self._zip_header(data)
+            if self._z is None:
+                return
+        more = True
         try:
-            while data and not self.done:
-                if self._budget.room <= 0:
+            while (data or more) and not self.done:
+                if self._budget.room <= 0 or self._budget.expired():
                     self.done = True
                     return
-                out = self._z.decompress(data, min(self._budget.room, 1 << 20))
+                out, data, more = self._z.step(data, min(self._budget.room, 1 << 20))
                 self._budget.room -= len(out)
                 self._inner.feed(out)
-                data = self._z.unconsumed_tail
                 if self._z.eof or self._inner.found:
                     self.done = True
-        except zlib.error:
+                elif not out and not data and not more:
+                    return
+        except (zlib.error, OSError, EOFError, lzma.LZMAError, ValueError):
             self.done = True  # stray magic bytes, or a damaged member: nothing more here
+
+    def _zip_header(self, data: bytes) -> bytes:
+        """Gather a zip entry's local header; start its decompressor past it."""
+        assert self._header is not None
+        self._header += data
+        if len(self._header) < _ZIP_HEADER:
+            return b""
+        method, = struct.unpack_from("<H", self._header, 8)
+        name, extra = struct.unpack_from("<HH", self._header, 26)
+        start = _ZIP_HEADER + name + extra
+        if method not in (8, 12):  # stored: its bytes are in the stream already
+            self.done = True
+            return b""
+        if len(self._header) < start:
+            return b""
+        rest = self._header[start:]
+        self._header = b""
+        self._z = _Inflater("zip", method)
+        return rest
+
+
+# -- normalised text ------------------------------------------------------------------------
+
+# Blocks the normalised passes look at, and what of one block is looked at again with the
+# next (a form, or an escaped or encoded text, across the boundary).
+BLOCK_BYTES = 1 << 20
+_OVERLAP = 4096
+_RUN_CARRY = 64 << 10  # an encoded run that reaches the block's end is carried whole, up to this
+_MIN_RUN = 24
+_MIN_ESCAPES = 8  # fewer escapes than this hide nothing a form of 32 characters would not show
+
+_PERCENT = re.compile(rb"%([0-9A-Fa-f]{2})")
+_BACKSLASH = re.compile(rb"\\(?:x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([0-3][0-7]{2})|([nrt0'\"\\]))")
+_ENTITY = re.compile(rb"&(?:#([0-9]{1,7})|#[xX]([0-9A-Fa-f]{1,6})|([A-Za-z][A-Za-z0-9]{1,31}));")
+_SIMPLE_ESCAPES = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"0": b"\0", b"'": b"'", b'"': b'"', b"\\": b"\\"}
+_FULLWIDTH = re.compile(rb"\xef(?:\xbc[\x81-\xbf]|\xbd[\x80-\x9e])")
+_ZERO_WIDTH = re.compile(rb"\xe2(?:\x80[\x8b-\x8f]|\x81[\xa0-\xa4])|\xef\xbb\xbf|\xc2\xad")
+_HEX_PREFIX = re.compile(rb"0[xX](?=[0-9a-fA-F])")
+_ANSI = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)|[@-Z\\-_])")
+# The lead bytes of characters NFKC folds into ASCII (math alphanumerics, super- and
+# subscripts, circled and parenthesised digits, letterlike symbols).
+_COMPAT = (b"\xf0\x9d", b"\xe2\x81", b"\xe2\x82", b"\xe2\x84", b"\xe2\x91", b"\xe2\x92", b"\xe2\x93", b"\xc2\xb2",
+           b"\xc2\xb3", b"\xc2\xb9")
+# Runs of UTF-16 or UTF-32 text (a NUL byte between characters) once runs of NULs are one.
+_NULS = re.compile(rb"\x00+")
+_WIDE = re.compile(rb"\x00(?:[^\x00]\x00){12,}")
+# base64 (standard and URL-safe) and base32 share one alphabet here; ascii85 and base85
+# another. Each run of at least _MIN_RUN of such characters is decoded.
+_B64_CHARS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_="
+_A85_CHARS = bytes(range(33, 118)) + b"yz"
+_B85_CHARS = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~"
+_B32_CHARS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567abcdefghijklmnopqrstuvwxyz"
+_RUN = b"A" * _MIN_RUN
+_HEX_DASH = _HEX_DIGITS + b"-"
+
+
+def _class(chars: bytes) -> bytes:
+    return bytes(ord("A") if c in chars else ord(" ") for c in range(256))
+
+
+# Line breaks belong to a run: encoders wrap their output (`base64` at 76 columns).
+_B64_CLASS = _class(_B64_CHARS + b"\r\n")
+_B85_CLASS = _class(_A85_CHARS + _B85_CHARS + b"~<>")  # punctuation too: lines stay apart
+_URLSAFE = bytes.maketrans(b"-_", b"+/")
+
+
+def _runs(data: bytes, table: bytes) -> list[bytes]:
+    """Every run of at least _MIN_RUN bytes of one alphabet (a translation to 'A'/' ')."""
+    marks = data.translate(table)
+    out: list[bytes] = []
+    at = marks.find(_RUN)
+    while at != -1:
+        end = marks.find(b" ", at + _MIN_RUN)
+        end = len(data) if end == -1 else end
+        out.append(data[at:end])
+        at = marks.find(_RUN, end)
+    return out
+
+
+def _padded(run: bytes, group: int, short: tuple[int, ...]) -> bytes:
+    """A run cut or padded to whole groups: a last group of a length padding completes
+    is padded, any other is dropped."""
+    rest = len(run) % group
+    if not rest:
+        return run
+    return run + b"=" * (group - rest) if rest in short else run[:-rest]
+
+
+def _lines_joined(runs: list[bytes]) -> list[bytes]:
+    """Each run with its line breaks taken out, and, for a run over several lines, also
+    without its first line: an encoder's wrapped output starts a line, and the word that
+    ends the line before it would shift every group of the decoding."""
+    out: list[bytes] = []
+    for run in runs:
+        if b"\n" not in run and b"\r" not in run:
+            out.append(run)
+            continue
+        out.append(run.translate(None, b"\r\n"))
+        first, sep, rest = run.partition(b"\n")
+        second = rest.split(b"\n", 1)[0]
+        if sep and len(rest) >= _MIN_RUN and len(first) != len(second):  # wrapped lines are alike
+            out.append(rest.translate(None, b"\r\n"))
+    return out
+
+
+def _decode_runs(text: bytes) -> list[bytes]:
+    """What each long run of base64, base32, ascii85 or base85 characters decodes to."""
+    out: list[bytes] = []
+    for run in _lines_joined(_runs(text, _B64_CLASS)):
+        for piece in run.split(b"=") if b"=" in run else (run,):
+            if len(piece) < _MIN_RUN:
+                continue
+            if piece[:4].lower() in _CONTAINER_HEX:  # the hex of a container (`xxd -p` of a gzip)
+                digits = _HEX_RUN.match(piece).group()  # type: ignore[union-attr]
+                out.append(bytes.fromhex(digits[: len(digits) // 2 * 2].decode()))
+            if not piece.translate(None, _HEX_DASH):
+                continue  # hex text (a UUID too) is looked at as hex digits; as base64 it is noise
+            std = piece.translate(_URLSAFE) if b"-" in piece or b"_" in piece else piece
+            try:
+                out.append(binascii.a2b_base64(_padded(std, 4, (2, 3))))
+            except binascii.Error:
+                pass
+            if not piece.translate(None, _B32_CHARS):
+                try:
+                    out.append(base64.b32decode(_padded(piece.upper(), 8, (2, 4, 5, 7))))
+                except (binascii.Error, ValueError):
+                    pass
+    for run in _lines_joined(_runs(text, _B85_CLASS)):
+        if not run.translate(None, _B64_CHARS):
+            continue  # base64's alphabet: decoded as base64 above
+        body = run.removeprefix(b"<~").removesuffix(b"~>")
+        for alphabet, decode in ((_A85_CHARS, base64.a85decode), (_B85_CHARS, base64.b85decode)):
+            if body.translate(None, alphabet):
+                continue
+            try:
+                out.append(decode(body))
+            except ValueError:
+                pass
+    return [o for o in out if o]
+
+
+def _unescape(data: bytes) -> tuple[bytes, int]:
+    """Percent-encoding, `\\x`/`\\u` escapes (JSON, a Python bytes repr) and HTML
+    entities decoded; returns the text and how many escapes there were."""
+    count = 0
+
+    def percent(m: re.Match[bytes]) -> bytes:
+        return bytes([int(m.group(1), 16)])
+
+    def backslash(m: re.Match[bytes]) -> bytes:
+        x, u, big, octal, simple = m.groups()
+        if x is not None:
+            return bytes([int(x, 16)])
+        if octal is not None:
+            return bytes([int(octal, 8)])
+        if simple is not None:
+            return _SIMPLE_ESCAPES[simple]
+        return _char(int(u if u is not None else big, 16))
+
+    def entity(m: re.Match[bytes]) -> bytes:
+        dec, hx, name = m.groups()
+        if name is not None:
+            got = html.entities.html5.get(name.decode() + ";")
+            return got.encode() if got is not None else m.group()
+        return _char(int(dec) if dec is not None else int(hx, 16))
+
+    for pattern, fn in ((_PERCENT, percent), (_BACKSLASH, backslash), (_ENTITY, entity)):
+        if pattern.search(data):
+            data, n = pattern.subn(fn, data)
+            count += n
+    return data, count
+
+
+def _char(code: int) -> bytes:
+    return chr(code).encode("utf-8", "ignore") if code < 0x110000 else b""
+
+
+def _fullwidth(m: re.Match[bytes]) -> bytes:
+    second, third = m.group()[1], m.group()[2]
+    return bytes([(third - 0x80 + 0x20) if second == 0xBC else (third - 0x80 + 0x60)])
+
+
+def _nfkc(data: bytes) -> bytes:
+    """NFKC of the UTF-8 in `data`; other bytes kept as they are."""
+    text = data.decode("utf-8", "surrogateescape")
+    return unicodedata.normalize("NFKC", text).encode("utf-8", "surrogateescape")
+
+
+def _normalised(data: bytes) -> bytes | None:
+    """`data` with escapes decoded, fullwidth forms folded (NFKC), escape codes and
+    zero-width characters taken out; None when nothing changed.
+
+    Each step counts where it changed at least _MIN_ESCAPES places; in a binary block (one
+    with a NUL byte), where `%41`- or ESC-like bytes turn up by chance, only where they are
+    dense too (one per 256 bytes or more), and NFKC is left out.
+    """
+    binary = b"\x00" in data
+
+    def worth(n: int) -> bool:
+        return n >= _MIN_ESCAPES and (not binary or n * 256 >= len(data))
+
+    text = data
+    new, n = _unescape(text)
+    if worth(n):
+        text = new
+    if b"\xef" in text:
+        new, n = _FULLWIDTH.subn(_fullwidth, text)
+        if worth(n):
+            text = new
+    if not binary and not text.isascii() and any(c in text for c in _COMPAT):
+        text = _nfkc(text)
+    if b"0x" in text or b"0X" in text:
+        new, n = _HEX_PREFIX.subn(b"", text)  # a C or Python list of the bytes: 0x9f, 0x86
+        if worth(n):
+            text = new
+    if b"\x1b" in text:
+        new, n = _ANSI.subn(b"", text)
+        if worth(n):
+            text = new
+    if not binary and not text.isascii():
+        new, n = _ZERO_WIDTH.subn(b"", text)
+        if worth(n):
+            text = new
+    return text if text != data else None
+
+
+def _wide(data: bytes) -> bytes | None:
+    """The text of UTF-16 and UTF-32 runs in `data` (LE or BE, at any offset), as bytes."""
+    if b"\x00" not in data:
+        return None
+    squeezed = _NULS.sub(b"\x00", data)
+    runs = [squeezed[max(m.start() - 1, 0) : m.end() + 1].replace(b"\x00", b"")
+            for m in _WIDE.finditer(squeezed)]
+    return b"\n".join(runs) if runs else None
+
+
+def _carry(data: bytes) -> bytes:
+    """What of a block is looked at again with the next: the last _OVERLAP bytes, or the
+    encoded run that reaches its end, whole up to _RUN_CARRY, else from its last line
+    break in that reach (an encoder's lines start on a whole group)."""
+    keep = _OVERLAP
+    for table in (_B64_CLASS, _B85_CLASS):
+        tail = data[-_RUN_CARRY:].translate(table)
+        if tail.endswith(b"A"):
+            start = tail.rfind(b" ") + 1
+            if start == 0 and len(data) > _RUN_CARRY:  # longer than the reach
+                start = data[-_RUN_CARRY:].find(b"\n") + 1
+            keep = max(keep, len(tail) - start + 1)
+    return data[-keep:]
 
 
 class StreamScanner:
     """`scan()` over a stream fed in chunks; a needle split across chunks is still found.
+
+    Two passes over what it is fed (docs/attempts.md, "The canary"):
+    - every chunk, as it comes: the forms in the bytes as they are, without whitespace,
+      folded, and in their hex digits (also rot13-ed), in windows that overlap the last
+      chunk; gzip, zlib, bz2, xz and zip members found in it are decompressed into a
+      nested scanner;
+    - every block of BLOCK_BYTES (and what is left when `found` is read): the block
+      normalised (escapes decoded, NFKC, escape codes out), its UTF-16/32 runs, and what
+      its long base64/base32/base85 runs decode to, each fed to a nested scanner. A
+      block starts with the end of the one before (4 KiB, or the encoded run that
+      reached its end), so memory stays bounded by a few blocks per nesting level.
 
     Keeps the first and last `SEAM_BYTES` of the stream (`head`, `tail`) for
     `seam_found()`.
@@ -243,53 +646,121 @@ class StreamScanner:
     def __init__(self, needles: Sequence[bytes] | Forms, *, budget: int = GZIP_BUDGET,
                  _depth: int = 0, _shared: _Budget | None = None) -> None:
         self.forms = needles if isinstance(needles, Forms) else needle_forms(needles)
-        raw, exact, folded = self.forms.longest
+        raw, exact, folded, hexed = self.forms.longest
         self._raw = _Window(self.forms.raw, raw)
         self._exact = _Window(self.forms.exact, exact)
         self._folded = _Window(self.forms.folded, folded)
+        self._hexed = _Window(self.forms.hexed, hexed)
+        self._rot = _Window(self.forms.hexed, hexed)
         self._active = bool(self.forms)
         self._depth = _depth
         self._budget = _shared or _Budget(budget)
         self._members: list[_Member] = []
         self._magic_tail = b""
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+        self._carry = b""
         self.head = b""
         self.tail = b""
-        self.found = False
+        self._found = False
+
+    @property
+    def found(self) -> bool:
+        """Whether a needle was found; reading it finishes the pending block first."""
+        if not self._found and self._pending_size:
+            self._block()
+        return self._found
 
     def feed(self, chunk: bytes) -> None:
-        if not chunk or self.found or not self._active:
+        if not chunk or self._found or not self._active or self._budget.expired():
             return
         if len(self.head) < SEAM_BYTES:
             self.head += chunk[: SEAM_BYTES - len(self.head)]
         self.tail = chunk[-SEAM_BYTES:] if len(chunk) >= SEAM_BYTES else (self.tail + chunk)[-SEAM_BYTES:]
         squeezed = chunk.translate(None, _WHITESPACE)
-        self.found = (self._raw.found_in(chunk) or self._exact.found_in(squeezed)
-                      or self._folded.found_in(squeezed.translate(_FOLD)))
-        if not self.found and self._depth < _GZIP_DEPTH:
-            self._gzip(chunk)
+        self._found = (self._raw.found_in(chunk) or self._exact.found_in(squeezed)
+                       or self._folded.found_in(squeezed.translate(_FOLD))
+                       or self._hexed.found_in(chunk.translate(_HEX_LOWER, _NOT_HEX))
+                       or self._rot.found_in(chunk.translate(_ROT_HEX_LOWER, _NOT_ROT_HEX)))
+        if self._found or self._depth >= MAX_DEPTH:
+            return
+        self._containers(chunk)
+        if self._found:
+            return
+        self._pending.append(chunk)
+        self._pending_size += len(chunk)
+        if self._pending_size >= BLOCK_BYTES:
+            self._block()
 
-    def _gzip(self, chunk: bytes) -> None:
-        """Feed the members already open, then open one at each new gzip magic."""
+    def _nested(self, data: bytes) -> bool:
+        """Whether `data` (a normalised or decoded text) holds a needle, one level down."""
+        inner = StreamScanner(self.forms, _depth=self._depth + 1, _shared=self._budget)
+        try:
+            for at in range(0, len(data), BLOCK_BYTES):
+                inner.feed(data[at : at + BLOCK_BYTES])
+                if inner._found:
+                    return True
+            return inner.found
+        finally:
+            inner.close()
+
+    def _block(self) -> None:
+        """The normalised pass over the pending block (after the carried end of the last)."""
+        data = self._carry + b"".join(self._pending)
+        self._pending, self._pending_size = [], 0
+        self._carry = _carry(data)
+        if self._budget.expired():
+            return
+        wide = _wide(data)
+        if wide is not None and self._nested(wide):
+            self._found = True
+            return
+        text = _normalised(data)
+        if text is not None:
+            # the nested scan of the normalised text decodes its runs itself
+            self._found = self._nested(text)
+            return
+        decoded = _decode_runs(data)
+        if decoded and self._nested(b"\n".join(decoded)):
+            self._found = True
+
+    def _containers(self, chunk: bytes) -> None:
+        """Feed the members already open, then open one at each new container magic."""
         for member in self._members:
             member.push(chunk)
             if member.found:
-                self.found = True
+                self._found = True
                 return
+        for member in self._members:
+            if member.done:
+                member.close()
         self._members = [m for m in self._members if not m.done]
         data = self._magic_tail + chunk if self._magic_tail else chunk
-        at = data.find(GZIP_MAGIC)
-        while at != -1 and self._budget.room > 0:
-            if len(self._members) < _GZIP_ACTIVE:
-                inner = StreamScanner(self.forms, _depth=self._depth + 1, _shared=self._budget)
-                member = _Member(inner, self._budget)
-                member.push(data[at:])
-                if member.found:
-                    self.found = True
-                    return
-                if not member.done:
-                    self._members.append(member)
-            at = data.find(GZIP_MAGIC, at + 1)
-        self._magic_tail = data[-(len(GZIP_MAGIC) - 1):]
+        for magic, kind in _MAGICS:
+            at = data.find(magic)
+            while at != -1 and self._budget.room > 0:
+                # at most _GZIP_ACTIVE open at once in the whole scan, nested ones included:
+                # each holds a decompressor's window and a nested scanner's carry
+                if self._budget.open < _GZIP_ACTIVE:
+                    inner = StreamScanner(self.forms, _depth=self._depth + 1, _shared=self._budget)
+                    member = _Member(kind, inner, self._budget)
+                    self._budget.open += 1
+                    member.push(data[at:])
+                    if member.found:
+                        self._found = True
+                        return
+                    if member.done:
+                        member.close()
+                    else:
+                        self._members.append(member)
+                at = data.find(magic, at + 1)
+        self._magic_tail = data[-_MAGIC_TAIL:]
+
+    def close(self) -> None:
+        """Let go of the members still open (their count is the whole scan's)."""
+        for member in self._members:
+            member.close()
+        self._members = []
 
     def seam_found(self, following: StreamScanner) -> bool:
         """Whether a needle lies across the end of this stream and the start of `following`."""
