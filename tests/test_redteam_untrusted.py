@@ -20,7 +20,16 @@ from pathlib import Path
 
 import orjson
 import pytest
-from redteam import ROOT, add_task, bwrap_works, eval_sh, make_checkpoint, results, run_train, utc_now
+from redteam import (
+    ROOT,
+    add_task,
+    bwrap_works,
+    eval_sh,
+    make_checkpoint,
+    results,
+    run_train,
+    utc_now,
+)
 
 SANDBOXES = ["bwrap", "process"]
 
