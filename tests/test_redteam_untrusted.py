@@ -176,7 +176,7 @@ def test_a_humaneval_solution_that_defines_nothing_and_forges_the_report_fails(
                    "--sandbox", sandbox, "--repeat", "1")
     assert step.code == 0, step
     got = results(tmp_path / "run")
-    assert [(r["task_id"], r["status"]) for r in got] == [("humaneval-000", "failed"), ("humaneval-001", "failed")]
+    assert sorted((r["task_id"], r["status"]) for r in got) == [("humaneval-000", "failed"), ("humaneval-001", "failed")]
 
 
 # -- process as root: the verifier is a judge's uid, the agent's code the agent's ---------
