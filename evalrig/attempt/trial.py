@@ -764,7 +764,7 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
         spec.task, spec.evidence_dir, rec.fin.level, spec.slot, spec.verifier_retries,
         _verify_scratch(spec),
         output_dir=spec.evidence_dir / VERIFIER_DIR, cancel=spec.cancel,
-        secrets=spec.driver_secrets,
+        secrets=spec.driver_secrets, timeout_scale=spec.timeout_scale,
     )
     laps.lap(stages.VERIFY)
     if spec.cancel is not None and spec.cancel.is_set() and rec.verdict.outcome == "fault":

@@ -35,12 +35,11 @@ from typing import Any
 
 import orjson
 
-from evalrig.attempt import sandbox
 from evalrig.core.digest import canonical_line
 from evalrig.core.environment import MINIMAL_PATH
+from evalrig.store.layout import DRIVER_DIR, VERIFIER_DIR
 
 RUN_UNTRUSTED_ENV = "EVALRIG_RUN_UNTRUSTED"
-UNTRUSTED_LOG = "untrusted.jsonl"  # under attempts/<id>/verifier/
 CLIENT = "evalrig-run-untrusted"
 SOCKET = "run.sock"
 OUTPUT_CAP = 1 << 20  # each of stdout and stderr passed back
@@ -51,7 +50,7 @@ EXIT_TIMEOUT = 124
 EXIT_RIG_ERROR = 125
 # Evidence the agent's code never gets back: the verifier's output and what the
 # counterpart or the gateway wrote (docs/tasks.md).
-NOT_COPIED = frozenset({"verifier", "driver", "model.jsonl", "model"})
+NOT_COPIED = frozenset({VERIFIER_DIR, DRIVER_DIR, "model.jsonl", "model"})
 _CLIENT_SOURCE = Path(__file__).with_name("untrusted_client.py")
 
 
@@ -168,6 +167,8 @@ class Service:
             f.write(line)
 
     def _call(self, argv: list[str], stdin: bytes) -> Call:
+        from evalrig.attempt import sandbox  # a verifier without the service never loads it
+
         self.calls += 1
         n = self.calls
         began = time.monotonic()

@@ -14,6 +14,7 @@ gets the same verdict later from the same files.
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import tempfile
 import threading
@@ -26,7 +27,7 @@ from typing import Any, Literal
 import orjson
 
 from evalrig.attempt.streams import Redactor
-from evalrig.attempt.untrusted import UNTRUSTED_LOG, AgentSide
+from evalrig.attempt.untrusted import AgentSide
 from evalrig.core.digest import pretty_json
 from evalrig.core.environment import granted, verifier_env
 from evalrig.models.agent import RewardFile
@@ -37,7 +38,7 @@ from evalrig.models.inputs import (
     RegexVerifier,
 )
 from evalrig.store.files import read_answer
-from evalrig.store.layout import ANSWER_JSON, ANSWER_TXT, VERIFIER_DIR
+from evalrig.store.layout import ANSWER_JSON, ANSWER_TXT, UNTRUSTED_JSONL, VERIFIER_DIR
 
 Outcome = Literal["passed", "failed", "fault"]
 
@@ -306,7 +307,7 @@ def _run_command_once(
     calls = service.calls if service is not None else 0
     if service is not None and service.rig_errors:
         return Verdict("fault", error="the untrusted-run service could not run a call "
-                       f"(exit 125; {untrusted.UNTRUSTED_LOG} says why)"), calls
+                       f"(exit 125; {UNTRUSTED_JSONL} says why)"), calls
     return _read_verdict(spec, fin, verdict_dir, redact), calls
 
 
@@ -372,7 +373,7 @@ def verify_command(
     runs: list[Path] = []
     verdict = Verdict("fault", error="verifier never ran")
     calls = 0
-    log = scratch / UNTRUSTED_LOG if side is not None else None
+    log = scratch / UNTRUSTED_JSONL if side is not None else None
     for n in range(1, retries + 2):
         run_dir = scratch / f"run-{n}"
         runs.append(run_dir)
@@ -420,7 +421,7 @@ def store_output(verdict: Verdict, runs: list[Path], output_dir: Path,
         "untrusted_calls": verdict.untrusted_calls,
     }
     if log is not None and log.is_file():  # written by the rig's service, redacted there
-        shutil.copyfile(log, output_dir / UNTRUSTED_LOG)
+        shutil.copyfile(log, output_dir / UNTRUSTED_JSONL)
     (output_dir / "verdict.json").write_bytes(_redacted(pretty_json(summary), values))
 
 
@@ -476,7 +477,7 @@ def verify_evidence(
         got = verify_command(spec, task.verifier_dir, view, level, slot, retries, scratch, cancel,
                              secrets, side)
         if output_dir is not None:
-            store_output(got.verdict, got.run_dirs, output_dir, secrets, scratch / UNTRUSTED_LOG)
+            store_output(got.verdict, got.run_dirs, output_dir, secrets, scratch / UNTRUSTED_JSONL)
         return got.verdict
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
