@@ -333,3 +333,75 @@ def test_a_call_the_rig_cannot_start_is_125_and_a_final_verifier_fault(
     assert verdict["runs"] == 1 and verdict["untrusted_calls"] == 1, verdict  # final: never verified again
     (line,) = [orjson.loads(x) for x in (evidence / "untrusted.jsonl").read_bytes().splitlines()]
     assert line["exit"] == 125 and "no-such-program-here" in line["rig_error"], line
+
+
+# -- process without root: nothing separates the sandboxes ---------------------------------
+
+AS_NON_ROOT = ["unshare", "--user", "--map-user=1000", "--map-group=1000"]
+"""The rig as uid 1000 (a user namespace that maps it to the caller), so `run` sees a rig
+that is not root, as an operator's own account would be."""
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
+@pytest.mark.parametrize("what", ["untrusted", "driver", "secret"])
+def test_under_process_without_root_run_refuses_what_would_share_the_rigs_uid(
+        tmp_path: Path, evalrig_home: Path, what: str) -> None:
+    import subprocess
+
+    from redteam import EVAL_SH
+
+    tasks = tmp_path / "tasks"
+    if what == "untrusted":
+        add_task(tasks, "fixed", "t", verifier='kind = "command"\ncommand = ["python3", "check.py"]\n'
+                                               'untrusted = true', verifier_files={"check.py": "print(1)\n"})
+    elif what == "driver":
+        shutil.copytree(ROOT / "tasks" / "fixed" / "shop-order", tasks / "fixed" / "shop-order")
+    else:
+        add_task(tasks, "fixed", "t")
+    ck = make_checkpoint(tmp_path / "cand", name="cand")
+    assert eval_sh(evalrig_home, "seal", ck).code == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALRIG_")}
+    env.update(EVALRIG_HOME=str(evalrig_home), NO_COLOR="1", MY_KEY="k-123")
+    p = subprocess.run([*AS_NON_ROOT, str(EVAL_SH), "run", "--checkpoint", str(ck), "--tasks", str(tasks),
+                        "--out", str(tmp_path / "run"), "--sandbox", "process", "--repeat", "1",
+                        *(["--secret", "MY_KEY"] if what == "secret" else [])],
+                       capture_output=True, text=True, env=env, timeout=300, stdin=subprocess.DEVNULL)
+    assert p.returncode == 4, p.stderr
+    said = {"untrusted": "verifier.untrusted: untrusted = true: the verifier runs the agent's code",
+            "driver": "episode.driver: an episode's driver would run as the same user as the agent",
+            "secret": "--secret MY_KEY: the agent would run as the rig's own user"}[what]
+    assert said in p.stderr, p.stderr
+    assert "use --sandbox bwrap, or run the rig as root" in p.stderr.replace("\n", " "), p.stderr
+    assert not (tmp_path / "run" / "results.jsonl").exists()
+
+
+DRIVER_PROBE = r'''
+import json as _json, os as _os
+_found = False
+for _pid in _os.listdir("/proc"):
+    if _pid.isdigit():
+        try:
+            with open(f"/proc/{_pid}/environ", "rb") as _f:
+                _found = _found or b"EVALRIG_HOME=" in _f.read()
+        except OSError:
+            pass
+with open(_os.path.join(_os.environ["EVALRIG_DRIVER_OUT"], "uid.json"), "w") as _f:
+    _json.dump({"uid": _os.getuid(), "home_in_environ": _found}, _f)
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the judges' pool is for a rig that runs as root")
+def test_under_process_as_root_an_episode_driver_runs_as_a_judges_uid(tmp_path: Path, evalrig_home: Path) -> None:
+    from episodes import DRIVER, add_episode_task, episode_checkpoint
+
+    tasks = tmp_path / "tasks"
+    d = add_episode_task(tasks, "ep")
+    (d / "driver" / "driver.py").write_text(DRIVER_PROBE + DRIVER)
+    ck = episode_checkpoint(tmp_path / "cand", "gold")
+    assert eval_sh(evalrig_home, "seal", ck).code == 0
+    step = eval_sh(evalrig_home, "run", "--checkpoint", ck, "--tasks", tasks, "--out", tmp_path / "run",
+                   "--sandbox", "process", "--repeat", "1")
+    (r,) = results(tmp_path / "run")
+    assert step.code == 0 and r["status"] == "passed", (step, r)
+    seen = orjson.loads((tmp_path / "run" / "attempts" / str(r["attempt_id"]) / "driver" / "uid.json").read_bytes())
+    assert 62000 <= seen["uid"] < 64000 and not seen["home_in_environ"], seen

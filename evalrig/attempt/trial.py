@@ -796,9 +796,10 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
         root.mkdir(parents=True)
         if spec.level == "process":
             # The driver's alone (docs/security.md, "Episode drivers"): its copy holds the
-            # task's private data, out/ its verifier's evidence. The driver keeps the rig's
-            # uid here; the agent, a pool uid as root, may search the scratch folder beside
-            # it. Not under bwrap: the agent's view has no such folder, and bwrap enters it
+            # task's private data, out/ its verifier's evidence. As root the driver runs as a
+            # uid of the judges' pool (the launch chowns this folder to it), never the agent's
+            # nor root; the agent, a pool uid, may search the scratch folder beside it. Not
+            # under bwrap: the agent's view has no such folder, and bwrap enters it
             # (--chdir) as uid 0 with every capability but setuid's dropped, so a folder of
             # the driver's uid must stay searchable by others there.
             root.chmod(0o700)
@@ -832,7 +833,7 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
             max_output_bytes=VERIFIER_OUTPUT_CAP, stdout_path=root / "stdout.txt",
             stderr_path=root / "stderr.txt", slot=spec.slot, pool="judges",
             attempt_tag=tag, tag_var=environment.DRIVER_TAG_ENV, cancel=spec.cancel,
-            channel=channel))
+            channel=channel, unprivileged=True))  # process as root: the judges' pool
 
     def start_agent(channel: sandbox.Channel) -> sandbox.Finished:
         return _launch(spec, ws, argv, agent_env(spec, ws, canary, episode=True), spec.deadline_s,
@@ -961,6 +962,8 @@ def _records(spec: AttemptSpec, rec: _Record, usage: Usage, canary: Canary, netw
         evidence_skipped_count=rec.evidence_skipped_count,
         error=error,
         termination=rec.termination,  # type: ignore[arg-type]
+        verifier_untrusted_calls=(v.untrusted_calls if v and getattr(spec.task.spec.verifier, "untrusted", False)
+                                  else None),
     )
     laps.lap(stages.RECORD)
     return AttemptOutcome(actual, result, laps.seconds)
