@@ -405,3 +405,57 @@ def test_under_process_as_root_an_episode_driver_runs_as_a_judges_uid(tmp_path: 
     assert step.code == 0 and r["status"] == "passed", (step, r)
     seen = orjson.loads((tmp_path / "run" / "attempts" / str(r["attempt_id"]) / "driver" / "uid.json").read_bytes())
     assert 62000 <= seen["uid"] < 64000 and not seen["home_in_environ"], seen
+
+
+FORGED_SOLUTION = r'''
+import glob, json, os, sys
+expected = None
+f = sys._getframe()
+while f is not None and expected is None:
+    if "cases" in f.f_locals:
+        expected = [c["expected"] for c in f.f_locals["cases"]]
+    f = f.f_back
+for pattern in (os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "cases.json"),
+                "/tmp/**/cases.json"):
+    for path in glob.glob(pattern, recursive=True)[:50]:
+        try:
+            expected = expected or [c["expected"] for c in json.load(open(path))]
+        except Exception:
+            pass
+sys.stdout.write(json.dumps([repr(v) for v in (expected or [0, 0])]) + "\n")
+sys.stdout.flush()
+os._exit(0)
+'''
+
+SOLVING_AGENT = """\
+import os
+with open(os.path.join(os.environ["EVALRIG_WORK"], "src", "solution.py"), "w") as f:
+    f.write(SOURCE)
+"""
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_init_task_kind_code_judges_through_the_service_and_a_forgery_fails(
+        tmp_path: Path, evalrig_home: Path, sandbox: str) -> None:
+    skip_without(sandbox)
+    tasks = tmp_path / "tasks"
+    made = eval_sh(evalrig_home, "init", "task", "double", "--tasks", tasks, "--kind", "code")
+    assert made.code == 0, made
+    assert eval_sh(evalrig_home, "validate", "--tasks", tasks).code == 0
+    agents = {
+        "right": "def solve(x):\n    return 2 * x\n",
+        "wrong": "def solve(x):\n    return x + 1\n",  # right on the first case only
+        # looks for the expected values (the stack, the cases file beside argv[0] or up the
+        # tree) and prints them as its results, then leaves before anything runs
+        "forged": FORGED_SOLUTION,
+    }
+    passed = {}
+    for name, source in agents.items():
+        ck = make_checkpoint(tmp_path / name, f"SOURCE = {source!r}\n" + SOLVING_AGENT, name=name)
+        assert eval_sh(evalrig_home, "seal", ck).code == 0
+        step = eval_sh(evalrig_home, "run", "--checkpoint", ck, "--tasks", tasks, "--out", tmp_path / f"run-{name}",
+                       "--sandbox", sandbox, "--repeat", "1")
+        (r,) = results(tmp_path / f"run-{name}")
+        assert step.code == 0, (step, r)
+        passed[name] = (r["passed"], r["reward"])
+    assert passed == {"right": (True, 1.0), "wrong": (False, 0.5), "forged": (False, 0.0)}
