@@ -258,6 +258,8 @@ seen["timeout"] = call("sleep", "30")
 seen["signal"] = call("python3", "-c", "import ctypes; ctypes.string_at(0)")  # SIGSEGV, even as PID 1
 seen["big"] = call("python3", "-c", "import sys; sys.stdout.write('x' * (3 << 20))")
 seen["slow"] = call("sleep", "2")
+seen["disk"] = call("python3", "-c", "import time\nfor i in range(80): open(f'f{i}', 'wb').write(bytes(1 << 20))\n"
+                    "time.sleep(2)")
 checks = {
     "exit_3": seen["exit"][0] == 3 and seen["exit"][1] == b"out\n" and seen["exit"][2] == b"err\n",
     "stdin_in": seen["stdin"][1].startswith(b"hello from the verifier\n"),
@@ -269,6 +271,7 @@ checks = {
     "signal_139": seen["signal"][0] == 139,
     "stdout_capped": len(seen["big"][1]) == 1 << 20 and seen["big"][0] == 0,
     "took_long": time.monotonic() - began > 4,
+    "disk_killed": seen["disk"][0] == 137,
 }
 with open(os.path.join(os.environ["EVALRIG_VERDICT"], "reward.json"), "w") as f:
     json.dump({"reward": 1.0, "checks": checks}, f)
@@ -281,7 +284,7 @@ def test_the_untrusted_run_service_passes_streams_and_exit_codes_and_records_eac
     skip_without(sandbox)
     tasks = tmp_path / "tasks"
     # timeout_s 4: the calls take over 4.5 s, which the verifier's own limit does not count
-    add_task(tasks, "fixed", "service",
+    add_task(tasks, "fixed", "service", extra="max_evidence_bytes = 1048576\n",  # 64 MiB of disk
              verifier='kind = "command"\ncommand = ["python3", "check.py"]\ntimeout_s = 4\n'
                       'untrusted = true\nuntrusted_timeout_s = 2.5',
              verifier_files={"check.py": SERVICE_VERIFIER.replace(
@@ -297,7 +300,9 @@ def test_the_untrusted_run_service_passes_streams_and_exit_codes_and_records_eac
     log = tmp_path / "run" / "attempts" / str(r["attempt_id"]) / "verifier" / "untrusted.jsonl"
     lines = [orjson.loads(x) for x in log.read_bytes().splitlines()]
     assert [(x["call"], x["argv"][0], x["exit"]) for x in lines] == [
-        (1, "sh", 3), (2, "sh", 0), (3, "sleep", 124), (4, "python3", 139), (5, "python3", 0), (6, "sleep", 0)]
+        (1, "sh", 3), (2, "sh", 0), (3, "sleep", 124), (4, "python3", 139), (5, "python3", 0), (6, "sleep", 0),
+        (7, "python3", 137)]
+    assert lines[6]["killed_for"] == "disk"
     assert lines[1]["stdin_bytes"] == len(b"hello from the verifier\n")
     assert lines[0]["stdout_bytes"] == 4 and lines[0]["stderr_bytes"] == 4
     assert lines[4]["stdout_bytes"] == 3 << 20  # counted whole, passed back capped

@@ -92,10 +92,6 @@ __all__ = [
 
 ESTIMATE_LIMIT_S = 30.0
 ESTIMATE_OUTPUT_CAP = 64 * 1024
-MIN_DISK_ALLOWANCE = 64 << 20
-MAX_NEW_ENTRIES = 100_000
-"""Entries (files, folders, links, FIFOs...) an attempt may add to its root; beyond, or
-beyond the disk allowance, the agent is killed (an `agent_error`)."""
 
 
 @dataclass(frozen=True)
@@ -397,7 +393,7 @@ def _secret_bytes(spec: AttemptSpec) -> dict[str, bytes]:
 
 
 def _disk_allowance(spec: AttemptSpec) -> int:
-    return max(4 * spec.task.spec.max_evidence_bytes, MIN_DISK_ALLOWANCE)
+    return sandbox.disk_allowance(spec.task.spec.max_evidence_bytes)
 
 
 def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, str],
@@ -423,7 +419,7 @@ def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, st
             max_processes=spec.task.spec.resources.max_processes,
             max_file_bytes=allowance,
             disk_watch=(ws.root, ws.bytes + allowance),
-            disk_watch_entries=ws.entries + MAX_NEW_ENTRIES,
+            disk_watch_entries=ws.entries + sandbox.MAX_NEW_ENTRIES,
             slot=spec.slot,
             attempt_tag=spec.attempt_id,
             spare=spare,

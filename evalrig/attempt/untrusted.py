@@ -65,6 +65,7 @@ class AgentSide:
     timeout_s: float  # [verifier] untrusted_timeout_s, scaled by --timeout-scale
     memory_bytes: int | None = None
     max_processes: int | None = None
+    disk_bytes: int | None = None  # what the call may add to its copy (the attempt's allowance)
     cancel: threading.Event | None = None
     redact: Mapping[str, bytes] = field(default_factory=dict)
 
@@ -189,6 +190,8 @@ class Service:
             stdin_path = self.scratch / f"call-{self.run}-{n}.stdin"
             stdin_path.write_bytes(stdin)
             stdin_fd = os.open(stdin_path, os.O_RDONLY | os.O_CLOEXEC)
+            stdin_path.unlink()  # no later call finds it
+            size, entries = _tree_size(work)
         except OSError as e:
             return self._rig_error(record, began, f"the rig could not prepare the sandbox: {e}")
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
@@ -204,6 +207,9 @@ class Service:
                 timeout_s=self.side.timeout_s, max_output_bytes=OUTPUT_CAP,
                 stdout_path=root.parent / f"{root.name}.stdout", stderr_path=root.parent / f"{root.name}.stderr",
                 memory_bytes=self.side.memory_bytes, max_processes=self.side.max_processes,
+                max_file_bytes=self.side.disk_bytes,
+                disk_watch=None if self.side.disk_bytes is None else (root, size + self.side.disk_bytes),
+                disk_watch_entries=entries + sandbox.MAX_NEW_ENTRIES,
                 slot=self.side.slot, attempt_tag=env["EVALRIG_ATTEMPT_ID"], cancel=self.side.cancel,
                 unprivileged=True, channel=chan))
         finally:
@@ -217,6 +223,9 @@ class Service:
             return self._rig_error(record, began, fin.error)
         if fin.timed_out:
             code = EXIT_TIMEOUT
+        elif fin.killed_for == "disk":  # the agent's code filled its copy: killed, as by SIGKILL
+            code = 128 + 9
+            record.update(killed_for="disk")
         elif fin.interrupted or fin.killed_for is not None:
             return self._rig_error(record, began, f"stopped ({fin.killed_for})")
         elif fin.signal is not None:
@@ -254,6 +263,18 @@ class _Drain:
     def join(self) -> bytes:
         self.thread.join()
         return bytes(self.kept)
+
+
+def _tree_size(root: Path) -> tuple[int, int]:
+    """(bytes as the disk watch counts them, entries) of a fresh copy, before the call."""
+    from evalrig.attempt.sandbox import entry_bytes
+
+    total, count = entry_bytes(0), 1
+    for folder, dirs, files in os.walk(root):
+        for name in (*dirs, *files):
+            total += entry_bytes(os.lstat(os.path.join(folder, name)).st_size)
+            count += 1
+    return total, count
 
 
 def _read_capped(path: Path) -> bytes:

@@ -468,11 +468,14 @@ def verify_evidence(
         view = _judged_view(evidence_dir, scratch)
         side = None
         if spec.untrusted:  # the agent's code runs only as the agent, in the agent's sandbox
+            from evalrig.attempt.sandbox import disk_allowance
+
             resources = task.spec.resources
             side = AgentSide(level=level, slot=slot, evidence=view.absolute(),
                              timeout_s=spec.untrusted_timeout_s * timeout_scale,
                              memory_bytes=resources.memory_mb << 20,
                              max_processes=resources.max_processes, cancel=cancel,
+                             disk_bytes=disk_allowance(task.spec.max_evidence_bytes),
                              redact={k: v.encode() for k, v in (secrets or {}).items() if v})
         got = verify_command(spec, task.verifier_dir, view, level, slot, retries, scratch, cancel,
                              secrets, side)
