@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env -S python3 -I -S
 """$EVALRIG_RUN_UNTRUSTED -- CMD ARGS...: ask the rig to run CMD on the agent's evidence.
 
 The rig copies this file beside its socket in a folder of the verifier's alone
