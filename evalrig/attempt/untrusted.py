@@ -66,7 +66,6 @@ class AgentSide:
     memory_bytes: int | None = None
     max_processes: int | None = None
     disk_bytes: int | None = None  # what the call may add to its copy (the attempt's allowance)
-    cancel: threading.Event | None = None
     redact: Mapping[str, bytes] = field(default_factory=dict)
 
 
@@ -93,7 +92,7 @@ class Service:
         self._paused = 0.0
         self._busy_since: float | None = None
         self._lock = threading.Lock()  # one call at a time: one agent uid, one sandbox
-        self._stop = False
+        self._closing = threading.Event()  # the verifier's run is over: kill a call still running
         folder.mkdir(mode=0o700)
         shutil.copyfile(_CLIENT_SOURCE, folder / CLIENT)
         os.chmod(folder / CLIENT, 0o755)
@@ -120,18 +119,22 @@ class Service:
         return self._paused + (0.0 if since is None else time.monotonic() - since)
 
     def close(self) -> None:
-        self._stop = True
+        """Stop serving; a call still running (its verifier died) is killed, and its line
+        is written before close returns, so the record is whole when it is kept."""
+        self._closing.set()
         try:
             self.listener.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         self.listener.close()
         self.thread.join(timeout=self.side.timeout_s + 30)
+        with self._lock:
+            pass
 
     # -- serving -----------------------------------------------------------------------
 
     def _serve(self) -> None:
-        while not self._stop:
+        while not self._closing.is_set():
             try:
                 conn, _ = self.listener.accept()
             except OSError:
@@ -147,6 +150,9 @@ class Service:
                 _answer(conn, EXIT_RIG_ERROR, b"", b"", f"bad request: {e}")
                 return
             with self._lock:
+                if self._closing.is_set():
+                    _answer(conn, EXIT_RIG_ERROR, b"", b"", "the verifier's run is over")
+                    return
                 self._busy_since = time.monotonic()
                 try:
                     call = self._call(argv, stdin)
@@ -210,7 +216,7 @@ class Service:
                 max_file_bytes=self.side.disk_bytes,
                 disk_watch=None if self.side.disk_bytes is None else (root, size + self.side.disk_bytes),
                 disk_watch_entries=entries + sandbox.MAX_NEW_ENTRIES,
-                slot=self.side.slot, attempt_tag=env["EVALRIG_ATTEMPT_ID"], cancel=self.side.cancel,
+                slot=self.side.slot, attempt_tag=env["EVALRIG_ATTEMPT_ID"], cancel=self._closing,
                 unprivileged=True, channel=chan))
         finally:
             chan.close()

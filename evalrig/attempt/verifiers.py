@@ -62,11 +62,6 @@ class Verdict:
     untrusted_calls: int = 0
 
     @property
-    def final(self) -> bool:
-        """A fault that must never be verified again (docs/tasks.md)."""
-        return self.outcome == "fault" and self.untrusted_calls > 0
-
-    @property
     def passed(self) -> bool | None:
         return None if self.outcome == "fault" else self.outcome == "passed"
 
@@ -474,7 +469,7 @@ def verify_evidence(
             side = AgentSide(level=level, slot=slot, evidence=view.absolute(),
                              timeout_s=spec.untrusted_timeout_s * timeout_scale,
                              memory_bytes=resources.memory_mb << 20,
-                             max_processes=resources.max_processes, cancel=cancel,
+                             max_processes=resources.max_processes,
                              disk_bytes=disk_allowance(task.spec.max_evidence_bytes),
                              redact={k: v.encode() for k, v in (secrets or {}).items() if v})
         got = verify_command(spec, task.verifier_dir, view, level, slot, retries, scratch, cancel,
