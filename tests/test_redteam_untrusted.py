@@ -464,3 +464,63 @@ def test_init_task_kind_code_judges_through_the_service_and_a_forgery_fails(
         assert step.code == 0, (step, r)
         passed[name] = (r["passed"], r["reward"])
     assert passed == {"right": (True, 1.0), "wrong": (False, 0.5), "forged": (False, 0.0)}
+
+
+# The agent's code, once the verifier runs it, goes looking for what the verifier holds.
+SNOOP = r"""
+import glob, json, os, socket
+found = {"sockets": [], "cases": [], "verdicts": [], "environ": []}
+for pattern in ("/tmp/**/run.sock", "/dev/shm/**/run.sock", "/run/**/run.sock"):
+    for path in glob.glob(pattern, recursive=True)[:20]:
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(path)
+            found["sockets"].append(path)
+        except OSError:
+            pass
+for pattern in ("/tmp/**/cases.json", "/tmp/**/check.py"):
+    found["cases"] += glob.glob(pattern, recursive=True)[:20]
+for path in glob.glob("/tmp/**/verdict", recursive=True)[:20]:
+    try:
+        open(os.path.join(path, "reward.json"), "w").write("{}")
+        found["verdicts"].append(path)
+    except OSError:
+        pass
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            data = open("/proc/%s/environ" % pid, "rb").read()
+        except OSError:
+            continue
+        if b"EVALRIG_VERDICT" in data or b"EVALRIG_HOME" in data:
+            found["environ"].append(pid)
+print(json.dumps(found))
+"""
+
+SNOOPED_VERIFIER = r"""
+import json, os, subprocess
+p = subprocess.run([os.environ["EVALRIG_RUN_UNTRUSTED"], "--", "python3", "-I", "-c", open("snoop.py").read()],
+                   capture_output=True, text=True)
+found = json.loads(p.stdout.strip().splitlines()[-1])
+print(json.dumps(found))
+with open(os.path.join(os.environ["EVALRIG_VERDICT"], "reward.json"), "w") as f:
+    json.dump({"reward": 1.0, "checks": {"nothing_" + k: not v for k, v in found.items()}}, f)
+"""
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_the_agents_code_in_a_call_reaches_no_socket_cases_verdict_or_rig_environment(
+        tmp_path: Path, evalrig_home: Path, sandbox: str) -> None:
+    skip_without(sandbox)
+    tasks = tmp_path / "tasks"
+    add_task(tasks, "fixed", "snoop", verifier='kind = "command"\ncommand = ["python3", "check.py"]\n'
+                                                'untrusted = true\nuntrusted_timeout_s = 60',
+             verifier_files={"check.py": SNOOPED_VERIFIER, "snoop.py": SNOOP, "cases.json": "[]"})
+    ck = make_checkpoint(tmp_path / "cand", name="cand")
+    assert eval_sh(evalrig_home, "seal", ck).code == 0
+    step = eval_sh(evalrig_home, "run", "--checkpoint", ck, "--tasks", tasks, "--out", tmp_path / "run",
+                   "--sandbox", sandbox, "--repeat", "1")
+    (r,) = results(tmp_path / "run")
+    assert step.code == 0, (step, r)
+    out = (tmp_path / "run" / "attempts" / str(r["attempt_id"]) / "verifier" / "run-1" / "stdout.txt").read_text()
+    assert r["status"] == "passed", out
