@@ -451,7 +451,7 @@ def mutants(source: str) -> Iterator[str]:
 
 
 def same(got: object, expected: object) -> bool:
-    """The hidden harness's notion of equality (task_kit/fix_harness.py)."""
+    """The verifier's notion of equality (task_kit/fix_check.py)."""
     if isinstance(expected, bool) or isinstance(got, bool):
         return type(got) is type(expected) and got == expected
     if isinstance(expected, float) or isinstance(got, float):
@@ -527,11 +527,11 @@ def make_fix_code(template: CodeTemplate, bug: str, extra_inputs: list[tuple[obj
                 "ANSWER: out/answer.txt",
             ],
         ),
-        verifier={"kind": "command", "command": ["python3", "check.py"], "timeout_s": 30, "network": False},
+        verifier={"kind": "command", "command": ["python3", "check.py"], "timeout_s": 30, "network": False,
+                  "untrusted": True},
         files={module: buggy},
         verifier_files={
             "check.py": (KIT / "fix_check.py").read_text(),
-            "fix_harness.py": (KIT / "fix_harness.py").read_text(),
             "check.json": json.dumps(check, indent=2) + "\n",
             "cases.json": json.dumps(hidden, indent=1) + "\n",
         },

@@ -50,10 +50,10 @@ def draft(problem: dict) -> g.Draft:
     spec = {"test": problem["test"], "entry_point": problem["entry_point"], "timeout_s": 20}
     return g.Draft(
         family="humaneval", title=problem["task_id"], prompt=prompt,
-        verifier={"kind": "command", "command": ["python3", "check.py"], "timeout_s": 30, "network": False},
+        verifier={"kind": "command", "command": ["python3", "check.py"], "timeout_s": 30, "network": False,
+                  "untrusted": True},
         verifier_files={
             "check.py": (g.KIT / "humaneval_check.py").read_text(),
-            "harness.py": (g.KIT / "humaneval_harness.py").read_text(),
             "problem.json": json.dumps(spec, indent=2, sort_keys=True) + "\n",
         },
         tags=("public",),

@@ -98,3 +98,21 @@ def test_init_commands_have_help_with_an_example() -> None:
         r = cli("init", name, "--help")
         assert r.exit_code == 0 and f"evalrig init {name} " in r.stdout.split("Example", 1)[1]
         assert "--json" in r.stdout and "--quiet" in r.stdout
+
+
+def test_init_task_kind_code_writes_the_verifier_docs_tasks_md_shows(tmp_path: Path) -> None:
+    """The example in docs/tasks.md is the file `init task --kind code` writes, byte for byte."""
+    from evalrig.store.scaffold import CODE_CHECK_PY
+
+    r = cli("init", "task", "double", "--tasks", str(tmp_path / "tasks"), "--kind", "code")
+    assert r.exit_code == 0, r.output
+    task = tmp_path / "tasks" / "fixed" / "double"
+    assert (task / "verifier" / "check.py").read_text() == CODE_CHECK_PY
+    assert tomllib.loads((task / "task.toml").read_text())["verifier"] == {
+        "kind": "command", "command": ["python3", "check.py"], "timeout_s": 60, "untrusted": True,
+        "untrusted_timeout_s": 10, "version": "1"}
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "tasks.md").read_text()
+    section = docs[docs.index("#### A verifier never runs the agent's code itself"):]
+    block = section[section.index("```python\n") + len("```python\n"):]
+    assert block[:block.index("```\n")] == CODE_CHECK_PY
+    assert cli("validate", "--tasks", str(tmp_path / "tasks")).exit_code == 0

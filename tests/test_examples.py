@@ -27,6 +27,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from untrusted_standin import standin
 
 from evalrig.models.inputs import TaskFile
 
@@ -131,6 +132,8 @@ def run_command_verifier(task: Task, evidence: Path, scratch: Path) -> bool:
     env = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": str(scratch),
            "EVALRIG_EVIDENCE": str(evidence), "EVALRIG_VERDICT": str(verdict)}  # fmt: skip
     v = task.spec.verifier
+    if v.untrusted:  # type: ignore[union-attr]
+        env["EVALRIG_RUN_UNTRUSTED"] = str(standin(scratch / "service", evidence))
     proc = subprocess.run(v.command, cwd=task.dir / "verifier", env=env, capture_output=True,
                           timeout=v.timeout_s)  # type: ignore[union-attr]  # fmt: skip
     assert proc.returncode in (0, 1), f"{task.spec.id}: verifier fault: exit {proc.returncode}\n{proc.stderr.decode()}"

@@ -1,6 +1,7 @@
 """The bundled public suite (tasks/public/, a slice of HumanEval): it loads as the suite
 `public`, its builder reproduces it, and its verifier passes the benchmark's own tests only
-for a solution that really passes them, run in a child it cannot fool."""
+for a solution that really passes them, run through the untrusted-run service (a stand-in
+here; the rig's own in tests/test_redteam_untrusted.py), which hands back values only."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from untrusted_standin import standin
 
 from evalrig.store.tasks import load_taskset
 
@@ -31,7 +33,8 @@ def verify(tmp_path: Path, solution: str | None) -> tuple[int, list[str]]:
     verdict.mkdir()
     if solution is not None:
         (evidence / "out" / "solution.py").write_text(solution)
-    env = {"PATH": os.environ["PATH"], "EVALRIG_EVIDENCE": str(evidence), "EVALRIG_VERDICT": str(verdict)}
+    env = {"PATH": os.environ["PATH"], "EVALRIG_EVIDENCE": str(evidence), "EVALRIG_VERDICT": str(verdict),
+           "EVALRIG_RUN_UNTRUSTED": str(standin(tmp_path / "service", evidence))}
     p = subprocess.run([sys.executable, "check.py"], cwd=TASK / "verifier", env=env, capture_output=True,
                        text=True, timeout=120)
     return p.returncode, [x.name for x in verdict.iterdir()]

@@ -92,10 +92,6 @@ __all__ = [
 
 ESTIMATE_LIMIT_S = 30.0
 ESTIMATE_OUTPUT_CAP = 64 * 1024
-MIN_DISK_ALLOWANCE = 64 << 20
-MAX_NEW_ENTRIES = 100_000
-"""Entries (files, folders, links, FIFOs...) an attempt may add to its root; beyond, or
-beyond the disk allowance, the agent is killed (an `agent_error`)."""
 
 
 @dataclass(frozen=True)
@@ -407,7 +403,7 @@ def _secret_bytes(spec: AttemptSpec) -> dict[str, bytes]:
 
 
 def _disk_allowance(spec: AttemptSpec) -> int:
-    return max(4 * spec.task.spec.max_evidence_bytes, MIN_DISK_ALLOWANCE)
+    return sandbox.disk_allowance(spec.task.spec.max_evidence_bytes)
 
 
 def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, str],
@@ -433,7 +429,7 @@ def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, st
             max_processes=spec.task.spec.resources.max_processes,
             max_file_bytes=allowance,
             disk_watch=(ws.root, ws.bytes + allowance),
-            disk_watch_entries=ws.entries + MAX_NEW_ENTRIES,
+            disk_watch_entries=ws.entries + sandbox.MAX_NEW_ENTRIES,
             slot=spec.slot,
             attempt_tag=spec.attempt_id,
             spare=spare,
@@ -774,7 +770,7 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
         spec.task, spec.evidence_dir, rec.fin.level, spec.slot, spec.verifier_retries,
         _verify_scratch(spec),
         output_dir=spec.evidence_dir / VERIFIER_DIR, cancel=spec.cancel,
-        secrets=spec.driver_secrets,
+        secrets=spec.driver_secrets, timeout_scale=spec.timeout_scale,
     )
     laps.lap(stages.VERIFY)
     if spec.cancel is not None and spec.cancel.is_set() and rec.verdict.outcome == "fault":
@@ -806,9 +802,10 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
         root.mkdir(parents=True)
         if spec.level == "process":
             # The driver's alone (docs/security.md, "Episode drivers"): its copy holds the
-            # task's private data, out/ its verifier's evidence. The driver keeps the rig's
-            # uid here; the agent, a pool uid as root, may search the scratch folder beside
-            # it. Not under bwrap: the agent's view has no such folder, and bwrap enters it
+            # task's private data, out/ its verifier's evidence. As root the driver runs as a
+            # uid of the judges' pool (the launch chowns this folder to it), never the agent's
+            # nor root; the agent, a pool uid, may search the scratch folder beside it. Not
+            # under bwrap: the agent's view has no such folder, and bwrap enters it
             # (--chdir) as uid 0 with every capability but setuid's dropped, so a folder of
             # the driver's uid must stay searchable by others there.
             root.chmod(0o700)
@@ -842,7 +839,7 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
             max_output_bytes=VERIFIER_OUTPUT_CAP, stdout_path=root / "stdout.txt",
             stderr_path=root / "stderr.txt", slot=spec.slot, pool="judges",
             attempt_tag=tag, tag_var=environment.DRIVER_TAG_ENV, cancel=spec.cancel,
-            channel=channel))
+            channel=channel, unprivileged=True))  # process as root: the judges' pool
 
     def start_agent(channel: sandbox.Channel) -> sandbox.Finished:
         return _launch(spec, ws, argv, agent_env(spec, ws, canary, episode=True), spec.deadline_s,
@@ -971,6 +968,8 @@ def _records(spec: AttemptSpec, rec: _Record, usage: Usage, canary: Canary, netw
         evidence_skipped_count=rec.evidence_skipped_count,
         error=error,
         termination=rec.termination,  # type: ignore[arg-type]
+        verifier_untrusted_calls=(v.untrusted_calls if v and getattr(spec.task.spec.verifier, "untrusted", False)
+                                  else None),
     )
     laps.lap(stages.RECORD)
     return AttemptOutcome(actual, result, laps.seconds)

@@ -14,6 +14,7 @@ gets the same verdict later from the same files.
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import tempfile
 import threading
@@ -26,6 +27,7 @@ from typing import Any, Literal
 import orjson
 
 from evalrig.attempt.streams import Redactor
+from evalrig.attempt.untrusted import AgentSide
 from evalrig.core.digest import pretty_json
 from evalrig.core.environment import granted, verifier_env
 from evalrig.models.agent import RewardFile
@@ -36,7 +38,7 @@ from evalrig.models.inputs import (
     RegexVerifier,
 )
 from evalrig.store.files import read_answer
-from evalrig.store.layout import ANSWER_JSON, ANSWER_TXT, VERIFIER_DIR
+from evalrig.store.layout import ANSWER_JSON, ANSWER_TXT, UNTRUSTED_JSONL, VERIFIER_DIR
 
 Outcome = Literal["passed", "failed", "fault"]
 
@@ -55,6 +57,9 @@ class Verdict:
     usage: dict[str, Any] | None = None
     runs: int = 0
     error: str | None = None
+    # Calls the verifier made to the untrusted-run service (evalrig.attempt.untrusted). A
+    # fault after any is final: verifying again would give the agent's code a fresh draw.
+    untrusted_calls: int = 0
 
     @property
     def passed(self) -> bool | None:
@@ -234,11 +239,19 @@ def _private_copy(evidence_dir: Path, dst: Path) -> Path:
     return dst
 
 
+def _judge_uid_apart() -> bool:
+    """Under process, whether the verifier runs as a uid of the judges' pool (the rig is
+    root); else it would keep the rig's own uid (docs/security.md)."""
+    return os.geteuid() == 0
+
+
 def _run_command_once(
     spec: CommandVerifier, verifier_dir: Path, evidence_dir: Path, run_dir: Path,
     level: str, slot: int, cancel: threading.Event | None, secrets: Mapping[str, str],
-) -> Verdict:
-    from evalrig.attempt import sandbox
+    side: AgentSide | None = None, log: Path | None = None,
+) -> tuple[Verdict, int]:
+    """One run of the verifier; (its verdict, the untrusted calls it made)."""
+    from evalrig.attempt import sandbox, untrusted
 
     # The verifier starts in verifier/, so a relative --out or --tasks would point nowhere.
     verifier_dir, evidence_dir, run_dir = (p.absolute() for p in (verifier_dir, evidence_dir, run_dir))
@@ -249,19 +262,55 @@ def _run_command_once(
         d.mkdir(parents=True)
     tmp = "/tmp"
     rw = [verdict_dir, home]
+    judge = level != "bwrap" and _judge_uid_apart()
     if level != "bwrap":
         (run_dir / "tmp").mkdir()
         tmp = str(run_dir / "tmp")
         rw.append(run_dir / "tmp")
         evidence_dir = _private_copy(evidence_dir, run_dir / "evidence")
+        if judge:
+            # As a uid of the judges' pool: its own copy of verifier/, in a folder only that
+            # uid can open (the launch chowns it and makes it 0700), and the evidence copy too.
+            shutil.copytree(verifier_dir, run_dir / "files" / "verifier", symlinks=True)
+            verifier_dir = run_dir / "files" / "verifier"
+            rw = [run_dir]
+    service = None
+    if side is not None and log is not None:
+        # the calls' sandboxes beside run_dir: the agent's uid cannot enter the judge's folder
+        try:
+            service = untrusted.start(side, run_dir / "svc", run_dir.parent / f"calls-{run_dir.name}", log,
+                                      int(run_dir.name.split("-")[-1]))
+        except OSError as e:
+            return Verdict("fault", error=f"the untrusted-run service could not start: {e}"), 0
+        if rw != [run_dir]:
+            rw.append(service.folder)
     # the tag: where no PID namespace can be made, the launcher kills every leftover
     # process carrying it (unique per run: scratch is a fresh mkdtemp)
     given = granted(spec.secrets, secrets)
     redact = {name: value.encode() for name, value in given.items() if value}
     env = verifier_env(home=str(home), tmpdir=tmp, evidence=str(evidence_dir),
                        verdict=str(verdict_dir), tag=tag, secrets=given)
+    if service is not None:
+        env[untrusted.RUN_UNTRUSTED_ENV] = str(service.client)
     ro = [verifier_dir, evidence_dir, *sandbox.interpreter_binds(spec.command[0])]
-    fin = sandbox.launch(
+    try:
+        fin = _launch_verifier(sandbox, spec, verifier_dir, env, level, rw, ro, run_dir, slot, tag,
+                               cancel, redact, judge, service)
+    finally:
+        if service is not None:
+            service.close()
+    calls = service.calls if service is not None else 0
+    if service is not None and service.rig_errors:
+        return Verdict("fault", error="the untrusted-run service could not run a call "
+                       f"(exit 125; {UNTRUSTED_JSONL} says why)"), calls
+    return _read_verdict(spec, fin, verdict_dir, redact), calls
+
+
+def _launch_verifier(sandbox: Any, spec: CommandVerifier, verifier_dir: Path, env: dict[str, str],
+                     level: str, rw: list[Path], ro: list[Path], run_dir: Path, slot: int, tag: str,
+                     cancel: threading.Event | None, redact: dict[str, bytes], judge: bool,
+                     service: Any) -> Any:
+    return sandbox.launch(
         sandbox.Launch(
             argv=list(spec.command),
             cwd=verifier_dir,
@@ -279,8 +328,13 @@ def _run_command_once(
             attempt_tag=tag,
             cancel=cancel,
             redact=redact,
+            unprivileged=judge,  # process as root: the judges' pool, never root (docs/security.md)
+            paused=service.paused_s if service is not None else None,
         )
     )
+
+
+def _read_verdict(spec: CommandVerifier, fin: Any, verdict_dir: Path, redact: dict[str, bytes]) -> Verdict:
     if fin.error:
         return Verdict("fault", error=f"verifier could not start: {fin.error}")
     if fin.interrupted:
@@ -303,23 +357,31 @@ def _run_command_once(
 def verify_command(
     spec: CommandVerifier, verifier_dir: Path | None, evidence_dir: Path, level: str, slot: int,
     retries: int, scratch: Path, cancel: threading.Event | None = None,
-    secrets: Mapping[str, str] | None = None,
+    secrets: Mapping[str, str] | None = None, side: AgentSide | None = None,
 ) -> CommandOutcome:
-    """Run the command verifier, re-running it on a fault up to `retries` times."""
+    """Run the command verifier, re-running it on a fault up to `retries` times, but never
+    after a faulted run that made untrusted calls (`side`: the service is offered; its
+    record is scratch/untrusted.jsonl)."""
     if verifier_dir is None or not verifier_dir.is_dir():
         return CommandOutcome(
             Verdict("fault", runs=0, error="the task has no verifier/ folder to run the command in"), [])
     runs: list[Path] = []
     verdict = Verdict("fault", error="verifier never ran")
+    calls = 0
+    log = scratch / UNTRUSTED_JSONL if side is not None else None
     for n in range(1, retries + 2):
         run_dir = scratch / f"run-{n}"
         runs.append(run_dir)
-        verdict = _run_command_once(spec, verifier_dir, evidence_dir, run_dir, level, slot, cancel,
-                                    secrets or {})
-        if verdict.outcome != "fault" or (cancel is not None and cancel.is_set()):
-            break
+        verdict, made = _run_command_once(spec, verifier_dir, evidence_dir, run_dir, level, slot, cancel,
+                                          secrets or {}, side, log)
+        calls += made
+        if verdict.outcome != "fault" or (cancel is not None and cancel.is_set()) or made:
+            break  # after an untrusted call a fault is final: another run is another draw
+    error = verdict.error
+    if verdict.outcome == "fault" and calls:
+        error = f"{error} (after {calls} untrusted call(s): final, never verified again)"
     return CommandOutcome(
-        Verdict(verdict.outcome, verdict.reward, verdict.checks, verdict.usage, len(runs), verdict.error),
+        Verdict(verdict.outcome, verdict.reward, verdict.checks, verdict.usage, len(runs), error, calls),
         runs)
 
 
@@ -327,7 +389,7 @@ def verify_command(
 
 
 def store_output(verdict: Verdict, runs: list[Path], output_dir: Path,
-                 secrets: Mapping[str, str] | None = None) -> None:
+                 secrets: Mapping[str, str] | None = None, log: Path | None = None) -> None:
     """evidence/verifier/: verdict.json and, per command run, stdout.txt, stderr.txt,
     reward.json and usage.json (what the verifier wrote), under run-<n>/. The files the
     verifier wrote itself have the --driver-secret values redacted (its streams already are)."""
@@ -351,7 +413,10 @@ def store_output(verdict: Verdict, runs: list[Path], output_dir: Path,
         "usage": verdict.usage,
         "runs": verdict.runs,
         "error": verdict.error,
+        "untrusted_calls": verdict.untrusted_calls,
     }
+    if log is not None and log.is_file():  # written by the rig's service, redacted there
+        shutil.copyfile(log, output_dir / UNTRUSTED_JSONL)
     (output_dir / "verdict.json").write_bytes(_redacted(pretty_json(summary), values))
 
 
@@ -379,6 +444,7 @@ def verify_evidence(
     output_dir: Path | None = None,
     cancel: threading.Event | None = None,
     secrets: Mapping[str, str] | None = None,
+    timeout_scale: float = 1.0,
 ) -> Verdict:
     """Judge the stored evidence of one attempt with the task's verifier.
 
@@ -395,10 +461,21 @@ def verify_evidence(
     scratch = Path(tempfile.mkdtemp(prefix="verify-", dir=scratch_root))
     try:
         view = _judged_view(evidence_dir, scratch)
+        side = None
+        if spec.untrusted:  # the agent's code runs only as the agent, in the agent's sandbox
+            from evalrig.attempt.sandbox import disk_allowance
+
+            resources = task.spec.resources
+            side = AgentSide(level=level, slot=slot, evidence=view.absolute(),
+                             timeout_s=spec.untrusted_timeout_s * timeout_scale,
+                             memory_bytes=resources.memory_mb << 20,
+                             max_processes=resources.max_processes,
+                             disk_bytes=disk_allowance(task.spec.max_evidence_bytes),
+                             redact={k: v.encode() for k, v in (secrets or {}).items() if v})
         got = verify_command(spec, task.verifier_dir, view, level, slot, retries, scratch, cancel,
-                             secrets)
+                             secrets, side)
         if output_dir is not None:
-            store_output(got.verdict, got.run_dirs, output_dir, secrets)
+            store_output(got.verdict, got.run_dirs, output_dir, secrets, scratch / UNTRUSTED_JSONL)
         return got.verdict
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

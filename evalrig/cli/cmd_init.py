@@ -27,25 +27,36 @@ class SuiteChoice(StrEnum):
     public = "public"
 
 
+class KindChoice(StrEnum):
+    exact = "exact"
+    code = "code"
+
+
 @command("task", "evalrig init task parse-dates --tasks tasks --suite fresh", on=init_app)
 def init_task(
     name: Annotated[str, typer.Argument(help="The task's id and folder name ([A-Za-z0-9._-]+).")],
     tasks: Annotated[Path, typer.Option("--tasks", help="The task set directory (made if missing).")] = Path("tasks"),
     suite: Annotated[SuiteChoice, typer.Option("--suite", help="The suite the task joins.")] = SuiteChoice.fixed,
+    kind: Annotated[KindChoice, typer.Option("--kind", help="exact: an answer to compare; code: the agent "
+                                             "writes a function, run only through the untrusted-run service.")
+                    ] = KindChoice.exact,
     json_out: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> int:
     """Write TASKS/SUITE/NAME/task.toml and prompt.md, a task that passes `evalrig validate`.
 
     task.toml spells out every field with its default and a comment saying what it does;
-    the verifier is `exact` with a placeholder answer to replace. A fresh task gets
-    `created_at` set to now. Refuses (exit 4, naming the path) when a task of that name
-    exists in any suite: nothing is ever overwritten.
+    the verifier is `exact` with a placeholder answer to replace. With `--kind code`, also
+    files/src/solution.py (the starting module) and a command verifier (verifier/check.py,
+    cases.json) that runs the agent's function only through `$EVALRIG_RUN_UNTRUSTED` and
+    compares the values itself (docs/tasks.md). A fresh task gets `created_at` set to now.
+    Refuses (exit 4, naming the path) when a task of that name exists in any suite: nothing
+    is ever overwritten.
     """
     from evalrig.store.clock import utcnow
     from evalrig.store.scaffold import scaffold_task
 
-    written = scaffold_task(tasks, name, suite.value, utcnow())
+    written = scaffold_task(tasks, name, suite.value, utcnow(), kind.value)
     return _report_written(written, json_out, f"wrote task {name} in {written[0].parent}",
                            f"next: write the prompt and the verifier's answer, then `evalrig validate --tasks {tasks}`")
 

@@ -173,6 +173,11 @@ class CommandVerifier(HandWritten):
     secrets: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
         default_factory=list, description="run --driver-secret names handed to the verifier (a judge's model key).")
     version: str = "1"
+    untrusted: bool = Field(default=False, description=(
+        "The verifier runs the agent's code through $EVALRIG_RUN_UNTRUSTED (the rig's "
+        "untrusted-run service); `run` refuses it where a sandbox would run as the rig's own uid."))
+    untrusted_timeout_s: float = Field(default=10, gt=0, le=MAX_SECONDS, description=(
+        "Each untrusted call's wall-clock limit, scaled by --timeout-scale (exit 124 past it)."))
 
 
 VerifierSpec = Annotated[

@@ -426,3 +426,12 @@ class Result(Record):
     error: str | None = None
     termination: Termination | None = Field(
         default=None, description="What ended an episode (docs/episodes.md); null on single-turn tasks.")
+    verifier_untrusted_calls: int | None = Field(
+        default=None, ge=0,
+        description="Calls the command verifier made to the untrusted-run service (docs/tasks.md); "
+        "absent for a verifier that does not declare `untrusted`. A verifier fault after any "
+        "call is final: never verified again, by run or --resume.")
+
+    @model_serializer(mode="wrap")
+    def _no_null_calls(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(handler(self), "verifier_untrusted_calls")

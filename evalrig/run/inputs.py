@@ -88,6 +88,7 @@ def gather_inputs(r: Resolved, home: Path, phase: Literal["start", "resume"],
                       Path(s.tasks_dir))
     tasks = {t.id: t for t in taskset.tasks}
     asking = refuse_ungranted_network(checkpoint, [tasks[i] for i in plan.task_ids], s.allow_network)
+    refuse_shared_uid(level.level, [tasks[i] for i in plan.task_ids], s.secrets, os.geteuid() == 0)
     return Inputs(
         checkpoint=checkpoint,
         seal=check,
@@ -192,6 +193,31 @@ def refuse_ungranted_network(checkpoint: Checkpoint, tasks: Sequence[LoadedTask]
             "(repeatable; the egress proxy lets it reach only those); else set network = false",
         )
     return bool(problems)
+
+
+def refuse_shared_uid(level: str, tasks: Sequence[LoadedTask], secrets: Sequence[str], root: bool) -> None:
+    """Where a sandbox would run as the rig's own uid (`process` when the rig is not root),
+    nothing separates the agent from what runs beside it: refuse (exit 4, naming each file)
+    command verifiers that use the untrusted-run service (the agent's code would run as the
+    verifier's uid), episode drivers (their private data) and --secret (docs/security.md)."""
+    if level != "process" or root:
+        return
+    problems = [Problem(str(t.dir / "task.toml"), "untrusted = true: the verifier runs the agent's "
+                        "code, which would run as the rig's own user", field="verifier.untrusted")
+                for t in tasks if getattr(t.spec.verifier, "untrusted", False)]
+    problems += [Problem(str(t.dir / "task.toml"), "an episode's driver would run as the same user "
+                         "as the agent", field="episode.driver")
+                 for t in tasks if t.spec.episode is not None]
+    problems += [Problem("--secret", f"--secret {name}: the agent would run as the rig's own user, "
+                         "who can read every secret of the run") for name in secrets]
+    if problems:
+        first = problems[0]
+        raise invalid(
+            f"{first.file}: {first.message} under --sandbox process without root",
+            file=first.file, field=first.field, problems=problems,
+            hint="under --sandbox process without root every sandbox runs as the rig's own user, "
+            "so nothing keeps the agent from the verifier, the driver or the secrets: use "
+            "--sandbox bwrap, or run the rig as root (each sandbox then gets a uid of its own)")
 
 
 def network_warning(level: str, networked: bool) -> str | None:

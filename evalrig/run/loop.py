@@ -298,3 +298,10 @@ def is_verifier_fault(result: _Judged) -> bool:
     """A verifier that kept failing on stored evidence: never a reason to re-run the agent
     (docs/attempts.md)."""
     return result.status == "infra_error" and result.verifier_runs > 0
+
+
+def is_final_verifier_fault(result: Result) -> bool:
+    """A verifier fault after the verifier made untrusted calls (the agent's code ran again
+    for it): never verified again, by run or --resume, since another verification would be
+    another draw of the agent's code (docs/tasks.md)."""
+    return is_verifier_fault(result) and (result.verifier_untrusted_calls or 0) > 0

@@ -175,7 +175,8 @@ def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
             # Judge under the level the attempt was judged under where this machine has it.
             level = r.sandbox if available == "bwrap" else available
             v = verify_evidence(tasks[r.task_id], dir / layout.ATTEMPTS_DIR / r.attempt_id, level, 0,
-                                b.manifest.settings.max_retries, scratch, secrets=secrets)
+                                b.manifest.settings.max_retries, scratch, secrets=secrets,
+                                timeout_scale=b.manifest.settings.timeout_scale)
             n += 1
             now = _verdict_word(v.passed)
             if now != recorded[0]:

@@ -50,7 +50,7 @@ network = false
 
 # Extra files kept as evidence, as globs relative to the attempt root, e.g. "work/**/*.py"
 # (out/, stdout.txt and stderr.txt are always kept).
-evidence = []
+evidence = {evidence}
 
 [resources]
 # What one attempt needs: CPUs (for executors that schedule attempts), the agent's
@@ -66,11 +66,88 @@ max_processes = 256
 #   json     `expected` (any TOML value): out/answer.json must equal it
 #   command  `command = ["python3", "check.py"]`, run from verifier/; exit 0 passes, 1 fails,
 #            or it writes $EVALRIG_VERDICT/reward.json (docs/tasks.md)
-kind = "exact"
-expected = "{expected}"
-# Part of the verifier's identity: bump it when the way answers are judged changes.
+{verifier}# Part of the verifier's identity: bump it when the way answers are judged changes.
 version = "1"
 """
+
+EXACT_VERIFIER = """\
+kind = "exact"
+expected = "TODO: the answer"
+"""
+
+CODE_VERIFIER = """\
+kind = "command"
+command = ["python3", "check.py"]
+# The verifier's own wall-clock limit, in seconds; time inside untrusted calls is not counted.
+timeout_s = 60
+# The verifier runs the agent's code, so only through $EVALRIG_RUN_UNTRUSTED: the rig runs
+# it in a fresh sandbox as the agent, and the verifier compares what comes back (docs/tasks.md,
+# "A verifier never runs the agent's code itself"). Each call's limit, in seconds:
+untrusted = true
+untrusted_timeout_s = 10
+"""
+
+CODE_PROMPT = """\
+{name}: replace this text with what the agent is asked.
+
+This file is the only text of the task the agent sees (its path is in $EVALRIG_PROMPT).
+Implement `solve` in work/src/solution.py; hidden cases check it (verifier/cases.json).
+"""
+
+CODE_SOLUTION = '''\
+def solve(x):
+    """The function the agent is asked to write (replace with the task's starting code)."""
+    raise NotImplementedError
+'''
+
+CODE_CASES = """\
+[
+  {"args": [1], "expected": 2},
+  {"args": [20], "expected": 40}
+]
+"""
+
+CODE_CHECK_PY = '''\
+"""A code task's verifier: the agent's code runs only through $EVALRIG_RUN_UNTRUSTED (docs/tasks.md)."""
+import ast, json, os, subprocess
+from pathlib import Path
+
+MODULE, FUNCTION = "work/src/solution.py", "solve"  # the agent's file, in its evidence
+# Runs as the agent, in a fresh sandbox on a copy of its evidence: arguments in, reprs out.
+RUNNER = r"""
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("solution", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+out = []
+for args in json.loads(sys.stdin.read()):
+    try:
+        out.append(repr(getattr(module, sys.argv[2])(*args)))
+    except Exception:
+        out.append(None)
+print(json.dumps(out))
+"""
+
+def value(text):  # what the agent's function returned, read back as a literal, never eval'd
+    try:
+        return True, ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, None
+
+cases = json.loads(Path("cases.json").read_text())  # the expected values never leave this process
+run = subprocess.run([os.environ["EVALRIG_RUN_UNTRUSTED"], "--", "python3", "-I", "-c", RUNNER, MODULE, FUNCTION],
+                     input=json.dumps([c["args"] for c in cases]).encode(), capture_output=True)
+lines = run.stdout.decode(errors="replace").strip().splitlines() or ["[]"]
+try:
+    got = json.loads(lines[-1])
+except ValueError:
+    got = []
+got = [value(g) if isinstance(g, str) else (False, None) for g in (got if isinstance(got, list) else [])]
+passed = sum(ok and type(v) is type(c["expected"]) and v == c["expected"] for c, (ok, v) in zip(cases, got))
+checks = {"ran": run.returncode == 0, "all_cases_pass": passed == len(cases)}
+reward = {"reward": passed / len(cases), "checks": checks}
+Path(os.environ["EVALRIG_VERDICT"], "reward.json").write_text(json.dumps(reward) + "\\n")
+'''
 
 PROMPT = """\
 {name}: replace this text with what the agent is asked.
@@ -149,8 +226,15 @@ def _write_new(files: dict[Path, str]) -> list[Path]:
     return list(files)
 
 
-def scaffold_task(tasks_dir: Path, name: str, suite: str, now: datetime) -> list[Path]:
-    """Write tasks_dir/suite/name/{task.toml, prompt.md}; return the paths written."""
+KINDS = ("exact", "code")
+
+
+def scaffold_task(tasks_dir: Path, name: str, suite: str, now: datetime, kind: str = "exact") -> list[Path]:
+    """Write tasks_dir/suite/name/{task.toml, prompt.md}; `kind` "code" also a starting
+    module (files/src/solution.py) and a verifier that runs it only through the untrusted-run
+    service (verifier/check.py, cases.json). Returns the paths written."""
+    if kind not in KINDS:
+        raise UsageError(f"--kind {kind}: expected one of {', '.join(KINDS)}")
     _check_name(name, "task")
     if suite not in SUITES:
         raise UsageError(f"--suite {suite}: expected one of {', '.join(SUITES)}")
@@ -161,11 +245,18 @@ def scaffold_task(tasks_dir: Path, name: str, suite: str, now: datetime) -> list
     task_dir = tasks_dir / suite / name
     created_at = ("# When the task was made (UTC): required of fresh tasks, and it must be after\n"
                   f"# the candidate's seal.\ncreated_at = {format_ts(now)}\n") if suite == "fresh" else ""
-    return _write_new({
-        task_dir / "task.toml": TASK_TOML.format(suite_note=SUITE_NOTES[suite], name=name,
-                                                 created_at=created_at, expected="TODO: the answer"),
-        task_dir / "prompt.md": PROMPT.format(name=name),
-    })
+    code = kind == "code"
+    files = {
+        task_dir / "task.toml": TASK_TOML.format(
+            suite_note=SUITE_NOTES[suite], name=name, created_at=created_at,
+            evidence='["work/**/*.py"]' if code else "[]", verifier=CODE_VERIFIER if code else EXACT_VERIFIER),
+        task_dir / "prompt.md": (CODE_PROMPT if code else PROMPT).format(name=name),
+    }
+    if code:
+        files.update({task_dir / "files" / "src" / "solution.py": CODE_SOLUTION,
+                      task_dir / "verifier" / "check.py": CODE_CHECK_PY,
+                      task_dir / "verifier" / "cases.json": CODE_CASES})
+    return _write_new(files)
 
 
 def scaffold_checkpoint(dir: Path, name: str | None) -> list[Path]:

@@ -148,6 +148,8 @@ def verifier_identity(spec: TaskFile, verifier_dir: Path) -> VerifierIdentity:
     settings = spec.verifier.model_dump(mode="json")
     if not settings.get("secrets", True):  # none listed: the identity every verifier had before
         del settings["secrets"]
+    if settings.get("untrusted") is False:  # no service: the identity every verifier had before
+        del settings["untrusted"], settings["untrusted_timeout_s"]
     return VerifierIdentity(
         kind=spec.verifier.kind,
         version=spec.verifier.version,

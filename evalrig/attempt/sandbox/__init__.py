@@ -119,7 +119,7 @@ Where each part lives:
   bwrap's --info-fd/--block-fd handshake.
 """
 
-from evalrig.attempt.sandbox.disk import entry_bytes
+from evalrig.attempt.sandbox.disk import MAX_NEW_ENTRIES, disk_allowance, entry_bytes
 from evalrig.attempt.sandbox.host import HOST
 from evalrig.attempt.sandbox.levels import containment_for, egress_enforced, resolve_level
 from evalrig.attempt.sandbox.plan import private_view_why
@@ -140,6 +140,8 @@ __all__ = [
     "containment_for",
     "egress_enforced",
     "entry_bytes",
+    "disk_allowance",
+    "MAX_NEW_ENTRIES",
     "interpreter_binds",
     "launch",
     "lease_uid",

@@ -9,6 +9,16 @@ import time
 from pathlib import Path
 
 DISK_BLOCK = 4096
+MIN_DISK_ALLOWANCE = 64 << 20
+MAX_NEW_ENTRIES = 100_000
+"""Entries (files, folders, links, FIFOs...) an attempt may add to its root; beyond, or
+beyond the disk allowance, the agent is killed (an `agent_error`)."""
+
+
+def disk_allowance(max_evidence_bytes: int) -> int:
+    """What the agent's code may add to its root, in an attempt or an untrusted call:
+    four times the evidence cap, at least 64 MiB."""
+    return max(4 * max_evidence_bytes, MIN_DISK_ALLOWANCE)
 
 
 def entry_bytes(size: int) -> int:

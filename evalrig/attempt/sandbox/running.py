@@ -362,6 +362,8 @@ class _Run:
             open_pipes = len(pipes)
             while open_pipes or ended_at is None:
                 now = time.monotonic()
+                if spec.paused is not None:
+                    deadline = start + spec.timeout_s + spec.paused()
                 if ended_at is None and self.killed_for is None:
                     reason = self._limit_reached(now, deadline, watch)
                     if reason is not None:

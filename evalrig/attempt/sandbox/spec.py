@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -80,6 +80,9 @@ class Launch:
     # An episode's process (evalrig.attempt.episode): stdin and stdout are the relay's
     # pipes instead of /dev/null and a capped file, and the relay may stop it.
     channel: Channel | None = None
+    # Seconds the limit does not count (a command verifier's time inside the untrusted-run
+    # service, evalrig.attempt.untrusted); read on every turn of the supervision loop.
+    paused: Callable[[], float] | None = None
 
 
 class Channel:

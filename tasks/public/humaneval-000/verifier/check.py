@@ -1,55 +1,74 @@
 """The command verifier of a public HumanEval task (docs/curves.md, "Public benchmarks").
 
-It never imports the agent's code: it copies out/solution.py from the evidence into a scratch
-directory and runs humaneval_harness.py on it in a child process, with an environment that
-carries neither EVALRIG_VERDICT nor EVALRIG_EVIDENCE, and judges by what the child did: its
-exit 0, and its last line, which must carry the nonce this process sent it. problem.json holds
-the problem's test code and entry point, never shown to the agent. Exit 0 pass, 1 fail.
+It never runs the agent's code itself. The problem's own test code (problem.json, never shown
+to the agent) runs here, in the verifier, with `candidate` a proxy: each call's arguments
+go, as their repr, to a small runner that the rig runs through `$EVALRIG_RUN_UNTRUSTED` in a
+fresh sandbox as the agent's uid; the runner imports out/solution.py, calls the entry point
+and prints the result's repr, which this process reads back with ast.literal_eval (never
+eval). A call that fails, or a result that is no literal, raises here, so `check` fails.
+Exit 0 pass, 1 fail.
 """
 
+import ast
 import json
 import os
-import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
+# Runs as the agent, the call's arguments (a tuple's repr) on stdin; argv: ENTRY_POINT.
+RUNNER = r"""
+import ast, importlib.util, json, sys
+args = ast.literal_eval(sys.stdin.read())
+spec = importlib.util.spec_from_file_location("solution", "out/solution.py")
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+result = getattr(module, sys.argv[1])(*args)
+sys.stdout.write("\n" + json.dumps({"repr": repr(result)}) + "\n")
+"""
 
-def judge(solution: Path, problem: dict, timeout_s: float) -> bool:
-    if not solution.is_file() or solution.is_symlink():
-        return False
-    nonce = secrets.token_hex(16)
-    with tempfile.TemporaryDirectory(prefix="humaneval-check-") as scratch:
-        copy = Path(scratch) / "solution.py"
-        shutil.copyfile(solution, copy)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
-        request = {"nonce": nonce, "test": problem["test"], "entry_point": problem["entry_point"]}
-        try:
+
+class CallFailed(Exception):
+    """The agent's function did not give back a value this verifier can read."""
+
+
+def proxy(entry_point: str):
+    seen = {}
+
+    def candidate(*args):
+        key = repr(args)
+        if key not in seen:  # the same arguments give the same answer; each call is a sandbox
             proc = subprocess.run(
-                [sys.executable, "-I", "-B", str(HERE / "harness.py"), str(copy)],
-                input=json.dumps(request), capture_output=True, text=True, cwd=scratch, env=env,
-                timeout=timeout_s,
-            )
-        except subprocess.TimeoutExpired:
-            return False
-    lines = proc.stdout.strip().splitlines()
-    try:
-        report = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        report = None
-    authentic = isinstance(report, dict) and report.get("nonce") == nonce
-    return proc.returncode == 0 and authentic and report.get("passed") is True
+                [os.environ["EVALRIG_RUN_UNTRUSTED"], "--", "python3", "-I", "-B", "-c", RUNNER, entry_point],
+                input=key.encode(), capture_output=True)
+            lines = proc.stdout.decode(errors="replace").strip().splitlines()
+            try:
+                seen[key] = ast.literal_eval(json.loads(lines[-1])["repr"]) if proc.returncode == 0 else CallFailed
+            except (IndexError, ValueError, KeyError, TypeError, SyntaxError, MemoryError, RecursionError):
+                seen[key] = CallFailed
+        if seen[key] is CallFailed:
+            raise CallFailed(key[:200])
+        return seen[key]
+
+    return candidate
 
 
 def main() -> int:
     evidence = Path(os.environ["EVALRIG_EVIDENCE"])
     verdict = Path(os.environ["EVALRIG_VERDICT"])
     problem = json.loads((HERE / "problem.json").read_text())
-    passed = judge(evidence / "out" / "solution.py", problem, float(problem.get("timeout_s", 20)))
+    solution = evidence / "out" / "solution.py"
+    if not solution.is_file() or solution.is_symlink():
+        return 1
+    namespace = {"__name__": "humaneval_test"}
+    exec(compile(problem["test"], "test.py", "exec"), namespace)  # the benchmark's own, trusted
+    try:
+        namespace["check"](proxy(problem["entry_point"]))
+        passed = True
+    except (AssertionError, CallFailed, TypeError, ValueError, ArithmeticError):
+        passed = False  # a wrong value or one this verifier cannot read
     # Nothing but this process may write the verdict: anything there is tampering, and fails.
     if any(verdict.iterdir()):
         return 1
