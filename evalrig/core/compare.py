@@ -77,6 +77,8 @@ class TaskView:
     task_id: str
     suite: Suite
     outcomes: tuple[TrialOutcome, ...]
+    unscored: int = 0
+    """Of the outcomes, trials left unscored and counted worst for the candidate (compare's)."""
 
     @cached_property
     def passes(self) -> int:
@@ -466,6 +468,8 @@ def _row(task_id: str, a: TaskView | None, b: TaskView | None) -> TaskRow:
         champion_wall_s=mean(a, "wall_s"), candidate_wall_s=mean(b, "wall_s"),
         champion_cpu_s=mean(a, "cpu_s"), candidate_cpu_s=mean(b, "cpu_s"),
         fisher_p_worse=counts.fisher, fisher_p_worse_exact=counts.fisher_exact,
+        champion_unscored=a.unscored if a and a.unscored else None,
+        candidate_unscored=b.unscored if b and b.unscored else None,
     )
 
 
@@ -561,7 +565,7 @@ def counted_worst(view: RunView, outcome: TrialOutcome) -> dict[str, TaskView]:
         before = tasks.get(task_id)
         outcomes = (before.outcomes if before else ()) + tuple(o for _, o in sorted(rows, key=lambda x: x[0]))
         tasks[task_id] = TaskView(task_id=task_id, suite=before.suite if before else suite_of[task_id],
-                                  outcomes=outcomes)
+                                  outcomes=outcomes, unscored=len(rows))
     return dict(sorted(tasks.items()))
 
 

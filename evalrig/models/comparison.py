@@ -245,6 +245,16 @@ class TaskRow(Strict):
     candidate_cpu_s: float | None
     fisher_p_worse: float | None = Field(description="Fisher exact one-sided p of 'candidate worse'.")
     fisher_p_worse_exact: Rational | None
+    champion_unscored: int | None = Field(
+        default=None, ge=0, description="Of champion_n, the trials left unscored and counted as passes "
+        "(worst for the candidate); absent when none.")
+    candidate_unscored: int | None = Field(
+        default=None, ge=0, description="Of candidate_n, the trials left unscored and counted as "
+        "failures; absent when none. `retire` graduates only scored failures.")
+
+    @model_serializer(mode="wrap")
+    def _no_null_unscored(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(without_null(handler(self), "champion_unscored"), "candidate_unscored")
 
 
 class PerSide(Strict):
