@@ -18,7 +18,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from redteam import ROOT, add_task, bwrap_works, eval_sh, make_checkpoint, results, utc_now, write_policy
+from redteam import (
+    ROOT,
+    add_task,
+    bwrap_works,
+    eval_sh,
+    make_checkpoint,
+    results,
+    utc_now,
+    write_policy,
+)
 
 SHOP = ROOT / "tasks" / "fixed"
 REPEAT = 2
