@@ -321,7 +321,7 @@ def _fault_lines(s: RunSummary) -> list[str]:
     for d in s.findings.driver_faults:
         trials = ", ".join(d.trials[:5]) + (f" and {len(d.trials) - 5} more" if len(d.trials) > 5 else "")
         lines.append(f"error: the driver of task {d.task_id} is at fault, not the agent (trials {trials} "
-                     f"unscored after every retry): {d.error}")
+                     f"unscored: after every retry, or for good once the agent had its first input): {d.error}")
         lines.append("  -> fix the task's driver (its driver/ folder, or the [episode] table of its task.toml)")
     if s.findings.verifier_faults:
         lines.append("resuming will not help until the verifier is fixed: a resume runs the same "
