@@ -156,7 +156,11 @@ def test_incomplete_is_refused_unless_allowed(tmp_path: Path, evalrig_home: Path
     assert c.facts.allow_incomplete and not c.facts.both_complete
     assert c.facts.candidate.unscored == 1 and c.facts.candidate.infra_errors == 3
     row = next(r for r in c.suites["fresh"].per_task if r.task_id == "fresh-001")
-    assert row.candidate_n == 4 and row.champion_n == 5
+    # docs/statistics.md: the unscored trial counts against the candidate (a failure on its side)
+    assert row.candidate_n == 5 and row.champion_n == 5
+    assert c.suites["fresh"].unscored_counted_worst is not None
+    assert c.suites["fresh"].unscored_counted_worst.model_dump() == {"champion": 0, "candidate": 1}
+    assert [t.split(":")[0] for t in c.facts.candidate.unscored_counted_worst] == ["fresh-001"]
     assert json.loads((tmp_path / "cmp2" / "manifest.json").read_text())["allow_incomplete"] is True
 
 

@@ -161,11 +161,27 @@ def test_each_bound_ends_the_episode_and_the_verifier_decides(tmp_path: Path, ag
     assert not any(x["seq"] > last_in["seq"] and x["frame"]["type"] in ("message", "turn") for x in lines)
 
 
+def test_a_driver_fault_after_the_agents_first_frame_is_final_never_retried(tmp_path: Path) -> None:
+    """docs/attempts.md, "Faults never help the candidate": a driver that answers tool calls
+    wrongly has already given the agent its session; the attempt is a final infra_error, the
+    trial is not attempted again (this used to be retried), and the run exits 5, complete."""
+    tasks = tmp_path / "tasks"
+    add_episode_task(tasks, "bank", scenario={"mode": "bad_tools"}, bounds="driver_timeout_s = 1\n")
+    ck = episode_checkpoint(tmp_path / "ck", "gold")
+    step = _run(tmp_path / "home", ck, tasks, tmp_path / "out", "--max-retries", "1")
+    assert step.code == 5, step
+    [r] = results(tmp_path / "out")
+    assert (r["status"], r["termination"], r["fault"], r["final"]) == (
+        "infra_error", "driver_fault", "agent", True), r
+    assert "answered wrongly" in str(r["error"])
+    assert "unscored for good" in step.stderr and "bank:0" in step.stderr, step
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["status"] == "complete"
+
+
 @pytest.mark.parametrize(("scenario", "why"), [
     ({"mode": "crash"}, "exited 3"),
     ({"mode": "garbage"}, "not a valid frame"),
     ({"mode": "no_session"}, "did not answer within driver_timeout_s"),
-    ({"mode": "bad_tools"}, "answered wrongly"),
 ])
 def test_a_driver_fault_is_an_infra_error_retried_then_the_run_is_incomplete(
         tmp_path: Path, scenario: dict, why: str) -> None:

@@ -526,3 +526,52 @@ def test_bundled_tasks_match_their_builders(tmp_path: Path) -> None:
     (copy / "fixed" / "fix-in-range" / "verifier" / "check.py").write_text("# edited\n")
     stale = subprocess.run([PYTHON, str(builder), "--check", "--tasks", str(copy)], capture_output=True, text=True, timeout=60)
     assert stale.returncode == 1 and "fix-in-range/verifier/check.py: differs" in stale.stderr
+
+
+# Well-formed tool calls the shop cannot use: an unknown tool, a missing argument, mistyped
+# arguments (a list where a string goes, a string or a boolean where an integer goes).
+UNUSABLE_SHOP_CALLS = (
+    ("lookup", {"item": ["x"]}),
+    ("lookup", {"item": {"name": "lamp"}}),
+    ("lookup", {"item": None}),
+    ("lookup", {}),
+    ("order", {"item": "lamp"}),
+    ("order", {"item": "lamp", "qty": "2"}),
+    ("order", {"item": "lamp", "qty": True}),
+    ("order", {"item": ["lamp"], "qty": 1}),
+    ("refund", {"item": "lamp"}),
+    ("drop_table", {}),
+)
+
+
+def test_the_shop_driver_is_total_over_well_formed_calls(tmp_path: Path) -> None:
+    """docs/episodes.md: every call the shop cannot use is answered `"error": true`, one tool
+    message per call in order, and the driver goes on and exits 0 (a crash would be a
+    driver_fault, which the agent could otherwise provoke at will)."""
+    driver = EPISODES["shop-order"].dir / "driver"
+    run_dir = tmp_path / "driver"
+    shutil.copytree(driver, run_dir)
+    out = tmp_path / "out"
+    out.mkdir()
+    calls = [{"id": f"c{i}", "type": "function",
+              "function": {"name": name, "arguments": json.dumps(args)}}
+             for i, (name, args) in enumerate(UNUSABLE_SHOP_CALLS)]
+    frames = [{"type": "start", "task_id": "shop-order", "attempt_id": "a-1", "seed": 1},
+              {"type": "message", "message": {"role": "assistant", "content": None, "tool_calls": calls}},
+              {"type": "message", "message": {"role": "assistant", "content": None, "tool_calls": [
+                  {"id": "ok", "type": "function", "function": {"name": "lookup",
+                                                                 "arguments": json.dumps({"item": "lamp"})}}]}},
+              {"type": "finish", "termination": "agent_exit"}]
+    got = subprocess.run([PYTHON, "driver.py"], cwd=run_dir, capture_output=True, text=True, timeout=60,
+                         input="".join(json.dumps(f) + "\n" for f in frames),
+                         env={"PATH": "/usr/bin:/bin", "EVALRIG_DRIVER_OUT": str(out)})
+    assert got.returncode == 0, got.stderr
+    session, bad, good = (json.loads(line) for line in got.stdout.splitlines())
+    assert session["type"] == "session"
+    assert bad["type"] == "reply"
+    assert [(m["tool_call_id"], m.get("error")) for m in bad["messages"]] == [
+        (c["id"], True) for c in calls]
+    assert all(isinstance(m["content"], str) and m["content"] for m in bad["messages"])
+    assert [(m["tool_call_id"], m.get("error")) for m in good["messages"]] == [("ok", None)]
+    world = json.loads((out / "world.json").read_text())
+    assert world["errors"] == len(calls) and world["lookups"] == 1 and world["orders"] == []

@@ -210,6 +210,40 @@ def test_a_wrong_tool_call_fails_on_the_database_and_tool_errors_are_marked(
     assert ep.verdict_rc == 1 and ep.verdict["checks"]["db"] is False
 
 
+def test_the_driver_is_total_over_calls_it_cannot_use(converted: Path, tmp_path: Path) -> None:
+    """docs/episodes.md, total drivers: mistyped arguments, missing keys, unknown tools and
+    values of the wrong shape are each answered with a tool message marked an error, one per
+    call in order; the driver goes on (the next call works) and exits 0."""
+    unusable = [
+        ("get_order_details", {"order_id": ["#W2378156"]}),
+        ("get_order_details", {"order_id": {"id": "#W2378156"}}),
+        ("get_order_details", {}),
+        ("get_order_details", {"order_id": "#W2378156", "extra": 1}),
+        ("cancel_pending_order", {"order_id": "#W2378156", "reason": ["x"]}),
+        ("modify_pending_order_items", {"order_id": "#W2378156", "item_ids": "not-a-list",
+                                        "new_item_ids": 3, "payment_method_id": None}),
+        ("find_user_id_by_zip", {"first_name": 1, "last_name": 2.5, "zip": True}),
+        ("no_such_tool", {"a": 1}),
+        ("", {}),
+    ]
+
+    def hostile(task: dict[str, Any], session: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        yield {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"u{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+            for i, (name, args) in enumerate(unusable)]}
+        yield {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "ok", "type": "function", "function": {"name": "get_order_details", "arguments": json.dumps(
+                {"order_id": "#W2378156"})}}]}
+        yield {"role": "assistant", "content": "All done."}
+
+    ep = run_episode(converted / "tau2-retail-0", hostile, tmp_path)
+    assert [(m["tool_call_id"], m.get("error")) for m in ep.replies[0]["messages"]] == [
+        (f"u{i}", True) for i in range(len(unusable))]
+    assert all(isinstance(m["content"], str) and m["content"] for m in ep.replies[0]["messages"])
+    assert [(m["tool_call_id"], m.get("error")) for m in ep.replies[1]["messages"]] == [("ok", None)]
+    assert ep.verdict_rc in (0, 1) and "checks" in ep.verdict
+
+
 def test_an_episode_cut_short_scores_zero_as_in_tau2(converted: Path, tmp_path: Path) -> None:
     def cut(task: dict[str, Any], session: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from list(gold_agent(task, session))[:-1]   # never says it is done

@@ -80,6 +80,7 @@ class EpisodeOutcome:
     driver: sandbox.Finished | None = None
     interrupted: bool = False
     infra_error: str | None = None  # the rig could not run the episode (not the driver's fault)
+    agent_fed: bool = False  # the agent was sent its first input (the session frame): docs/attempts.md
     turns: int = 0
     usage: dict[str, float | int | None] = field(default_factory=dict)
     canary_in: list[str] = field(default_factory=list)
@@ -441,6 +442,7 @@ class Relay:
         self._deliver({"type": "turn", "messages": doc["messages"]})
 
     def _deliver(self, frame: dict[str, Any]) -> None:
+        self.out.agent_fed = True  # from here on no fault of the episode starts it again
         self._record("rig", "agent", frame=frame, with_prefix=True)
         self.history.extend(frame["messages"])
         self._send(self.agent, frame)

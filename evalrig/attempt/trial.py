@@ -70,6 +70,7 @@ from evalrig.models.run import (
     Canary,
     Diagnostic,
     Estimate,
+    FaultPhase,
     Result,
     RoleSpend,
     Spend,
@@ -689,6 +690,8 @@ class _Record:
     evidence_skipped: tuple[str, ...] = ()
     evidence_skipped_count: int = 0
     termination: str | None = None  # an episode's (docs/episodes.md)
+    fault: FaultPhase | None = None  # where an infra_error's fault lay (models.run.Result.fault)
+    final: bool = False  # an unscored attempt never run or verified again, whatever its fault
     driver_hosts: tuple[str, ...] | None = None  # an episode's driver had network: the hosts it reached
     turn_usage: dict[str, Any] | None = None  # an episode's per-turn usage, summed
 
@@ -724,7 +727,7 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
         ws = make_workspace(root, spec.task, spec.checkpoint.dir, spec.level)
         plant_file(ws.home, canary)
     except OSError as e:
-        rec.status, rec.error = "infra_error", f"the rig could not make the workspace: {e}"
+        rec.status, rec.error, rec.fault = "infra_error", f"the rig could not make the workspace: {e}", "start"
         return
     finally:
         laps.lap(stages.WORKSPACE)
@@ -738,6 +741,7 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
                           spec.evidence_dir / "stderr.txt", [needle(canary)],
                           networked=network_of(spec))
         rec.status, rec.error = _status_of(rec.fin, spec.cancel)
+        rec.fault = "start"  # an infra_error here: the sandbox never ran the agent
     assert rec.fin is not None
     laps.lap(stages.SPAWN)
     laps.move(rec.fin.streams_s, stages.SPAWN, stages.STREAMS)
@@ -756,7 +760,8 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
                       # the planted file is the rig's, not a leak (a copy of it elsewhere is)
                       exclude=frozenset({f"home/{CANARY_FILE}"}))
     except OSError as e:  # writing the evidence failed (what the agent left is only skipped)
-        rec.status, rec.error = "infra_error", f"the rig could not copy the evidence: {e}"
+        # after the agent ran: its tree may be what failed the copy, so never a new attempt
+        rec.status, rec.error, rec.fault = "infra_error", f"the rig could not copy the evidence: {e}", "agent"
         return
     finally:
         laps.lap(stages.EVIDENCE)
@@ -778,6 +783,7 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
     elif rec.status == "ok":
         if rec.verdict.outcome == "fault":
             rec.status, rec.error = "infra_error", f"verifier fault: {rec.verdict.error}"
+            rec.fault = "verifier"
         else:
             rec.status = rec.verdict.outcome
     elif rec.verdict.outcome == "fault":
@@ -813,7 +819,7 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
         for sub in ("out", "home", "tmp"):
             (root / sub).mkdir()
     except OSError as e:
-        rec.status, rec.error = "infra_error", f"the rig could not copy the driver: {e}"
+        rec.status, rec.error, rec.fault = "infra_error", f"the rig could not copy the driver: {e}", "start"
         return False
     tmp = "/tmp" if spec.level == "bwrap" else str(root / "tmp")
     # Each launch's leftover sweep (no PID namespace) kills its own alone: the agent's by the
@@ -859,11 +865,14 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
     if networked:
         rec.driver_hosts = got.driver.egress_hosts if got.driver is not None else ()
     rec.turn_usage = got.usage
+    # docs/attempts.md: a fault once the agent has had its first input never starts the trial again
+    # (an agent that could not start never ran: its sandbox's fault is a start fault)
+    rec.fault = "agent" if got.agent_fed and not (got.agent is not None and got.agent.error) else "start"
     try:
         left = episode.keep_driver_out(root / "out", spec.evidence_dir / DRIVER_DIR,
                                        spec.task.spec.max_evidence_bytes, _secret_values(spec))
     except OSError as e:
-        rec.status, rec.error = "infra_error", f"the rig could not keep the driver's files: {e}"
+        rec.status, rec.error, rec.fault = "infra_error", f"the rig could not keep the driver's files: {e}", "agent"
         return False
     rec.evidence_skipped += tuple(left)
     rec.evidence_skipped_count += len(left)
@@ -895,9 +904,24 @@ def _outcome(spec: AttemptSpec, canary: str, rec: _Record, laps: stages.Laps) ->
 
 def fault_outcome(spec: AttemptSpec, status: str, error: str, wall_s: float) -> AttemptOutcome:
     """The records of an attempt whose own code raised (the runner records it): the
-    evidence there is, and no usage, canary or network claimed."""
-    return _records(spec, _Record(status=status, error=error), Usage("missing"),
+    evidence there is, and no usage, canary or network claimed. Once the agent was launched
+    (its streams or transcript are in the evidence) the fault may have followed its first
+    input: an `agent` fault, never run again; before that, a `start` fault (docs/attempts.md,
+    "Faults never help the candidate")."""
+    launched = any((spec.evidence_dir / name).exists() for name in ("stdout.txt", TRANSCRIPT))
+    return _records(spec, _Record(status=status, error=error, fault="agent" if launched else "start"),
+                    Usage("missing"),
                     Canary(value="", found=False), False, wall_s, stages.Laps())
+
+
+def fault_fields(rec: _Record) -> dict[str, Any]:
+    """A result's `fault` and `final` (docs/attempts.md, "Faults never help the candidate"):
+    only on an infra_error; final when the fault followed the agent's first input, or when
+    the attempt was marked final (a verification that must never run again)."""
+    if rec.status != "infra_error":
+        return {}
+    fault = rec.fault or "agent"  # a fault of unknown phase may have followed the agent's input
+    return {"fault": fault, "final": True if rec.final or fault == "agent" else None}
 
 
 def _records(spec: AttemptSpec, rec: _Record, usage: Usage, canary: Canary, network: bool,
@@ -927,6 +951,10 @@ def _records(spec: AttemptSpec, rec: _Record, usage: Usage, canary: Canary, netw
         spend=spend_of(spec.evidence_dir, usage, rec.verdict.usage if rec.verdict else None),
     )
     v = rec.verdict
+    if rec.status == "infra_error" and v is not None and v.runs > 0 and v.untrusted_calls > 0:
+        # docs/tasks.md: a verification that ran the agent's code and then faulted is final;
+        # another one would give the agent's code another draw
+        rec.final = True
     scored_by_verdict = rec.status in ("passed", "failed")
     passed: bool | None
     if scored_by_verdict:
@@ -970,6 +998,7 @@ def _records(spec: AttemptSpec, rec: _Record, usage: Usage, canary: Canary, netw
         termination=rec.termination,  # type: ignore[arg-type]
         verifier_untrusted_calls=(v.untrusted_calls if v and getattr(spec.task.spec.verifier, "untrusted", False)
                                   else None),
+        **fault_fields(rec),
     )
     laps.lap(stages.RECORD)
     return AttemptOutcome(actual, result, laps.seconds)

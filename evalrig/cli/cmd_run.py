@@ -207,7 +207,8 @@ def run(
     """Evaluate one sealed checkpoint on a task set: every selected task x --repeat trials.
 
     Running the same command again on the same --out resumes it (or: --out BUNDLE --resume).
-    Exit 0 complete, 5 incomplete (run again to resume), 4 invalid input, 130 interrupted.
+    Exit 0 complete, 5 trials left unscored (incomplete: run again to resume; or unscored for
+    good: fix the verifier or driver and run both sides again), 4 invalid input, 130 interrupted.
     """
     from evalrig.models.run import DefaultsUsed
     from evalrig.run.lifecycle import run_eval
@@ -266,6 +267,7 @@ def run(
                    "verifier_faults": [{**f.as_dict(), "verifier_dir": str(summary.verifier_dirs.get(f.task_id, ""))}
                                        for f in found.verifier_faults],
                    "driver_faults": [vars(d) for d in found.driver_faults],
+                   "final_unscored": list(summary.final_unscored),
                    "warnings": [found.common_failure.as_dict()] if found.common_failure else []})
     else:
         say(_summary_lines(summary))
@@ -280,7 +282,24 @@ def run(
     if summary.status != "complete":
         err(_incomplete_line(summary))
         return int(ExitCode.INCOMPLETE)
+    if summary.counts.unscored:
+        err(_final_unscored_line(summary))
+        return int(ExitCode.INCOMPLETE)
     return int(ExitCode.OK)
+
+
+def _final_unscored_line(s: RunSummary) -> str:
+    """A complete run with trials unscored for good (docs/attempts.md, "Faults never help the
+    candidate"): each named; no resume runs them again, and compare counts them worst for
+    the candidate."""
+    n = len(s.final_unscored)
+    names = ", ".join(s.final_unscored[:20]) + (f" and {n - 20} more" if n > 20 else "")
+    return (f"complete, but {count(n, 'trial')} {'is' if n == 1 else 'are'} unscored for good "
+            f"(a fault after the agent's first input; no retry or resume runs {'it' if n == 1 else 'them'} "
+            f"again): {names}\n"
+            "  -> compare counts each against the candidate (a failure on its side, a pass on the "
+            "champion's); if the fault is the verifier's or the driver's, fix it and run both "
+            "sides again into new bundles")
 
 
 def _fault_lines(s: RunSummary) -> list[str]:
@@ -304,7 +323,7 @@ def _fault_lines(s: RunSummary) -> list[str]:
     for d in s.findings.driver_faults:
         trials = ", ".join(d.trials[:5]) + (f" and {len(d.trials) - 5} more" if len(d.trials) > 5 else "")
         lines.append(f"error: the driver of task {d.task_id} is at fault, not the agent (trials {trials} "
-                     f"unscored after every retry): {d.error}")
+                     f"unscored: after every retry, or for good once the agent had its first input): {d.error}")
         lines.append("  -> fix the task's driver (its driver/ folder, or the [episode] table of its task.toml)")
     if s.findings.verifier_faults:
         lines.append("resuming will not help until the verifier is fixed: a resume runs the same "

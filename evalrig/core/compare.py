@@ -37,6 +37,7 @@ from evalrig.models.comparison import (
     IntervalCalibration,
     McNemar,
     Metric,
+    PerSide,
     PExact,
     PolicyPins,
     RunRef,
@@ -76,6 +77,8 @@ class TaskView:
     task_id: str
     suite: Suite
     outcomes: tuple[TrialOutcome, ...]
+    unscored: int = 0
+    """Of the outcomes, trials left unscored and counted worst for the candidate (compare's)."""
 
     @cached_property
     def passes(self) -> int:
@@ -116,6 +119,15 @@ class CalibrationInputs:
     estimates: int = 0
 
 
+class Unscored(NamedTuple):
+    """A trial with attempts and no scored one: counted worst for the candidate."""
+
+    trial_id: str
+    task_id: str
+    suite: Suite
+    rep: int
+
+
 @dataclass(frozen=True)
 class RunView:
     ref: RunRef
@@ -127,6 +139,8 @@ class RunView:
     fresh_created_at: dict[str, datetime] = field(default_factory=dict)
     calibration: CalibrationInputs = CalibrationInputs()
     fresh_content: dict[str, str] = field(default_factory=dict)
+    unscored: tuple[Unscored, ...] = ()
+    """Trials left unscored, in plan order (task, then repetition)."""
 
 
 # -- the records of a run, and its view -------------------------------------------------
@@ -148,6 +162,8 @@ class ResultRecord(NamedTuple):
     network: bool
     canary_found: bool
     network_hosts: tuple[str, ...] = ()
+    final: bool = False
+    """A final unscored attempt (docs/attempts.md, "Faults never help the candidate")."""
 
 
 RoleFigures = tuple[float | None, int | None, int | None]
@@ -210,18 +226,31 @@ def run_view(manifest: RunManifest, records: RunRecords, integrity: Integrity, s
              bundle_digest: str) -> RunView:
     """One run as compare pairs it: the final scored attempt of every trial, and the facts."""
     final = final_of(records.results)
+    unscored = unscored_trials(records.results, final)
     ref = RunRef(run_id=manifest.run_id, checkpoint_id=manifest.checkpoint.id, bundle_digest=bundle_digest)
     return RunView(
         ref=ref, repeat=manifest.repeat, seed=manifest.seed, taskset_id=manifest.taskset.id,
-        tasks=_task_views(records, final), facts=_side_facts(manifest, records, final, integrity, seal),
+        tasks=_task_views(records, final),
+        facts=_side_facts(manifest, records, final, integrity, seal, unscored),
         fresh_created_at=dict(manifest.taskset.fresh_created_at),
         fresh_content=dict(manifest.taskset.fresh_content),
         calibration=_calibration_inputs(records, final),
+        unscored=tuple(u for u, _ in unscored),
     )
 
 
+def unscored_trials(results: Sequence[ResultRecord], final: Mapping[str, ResultRecord]
+                    ) -> list[tuple[Unscored, bool]]:
+    """Each trial with attempts of its current inputs and no scored one, with whether its last
+    attempt is final; in task, then repetition order."""
+    current = {r.trial_id: r for r in results}
+    out = [(Unscored(r.trial_id, r.task_id, r.suite, r.rep), r.final) for r in current.values()
+           if r.trial_id not in final]
+    return sorted(out, key=lambda x: (x[0].task_id, x[0].rep))
+
+
 def _side_facts(m: RunManifest, records: RunRecords, final: dict[str, ResultRecord], integrity: Integrity,
-                entry: SealEntry | None) -> SideFacts:
+                entry: SealEntry | None, unscored: Sequence[tuple[Unscored, bool]] = ()) -> SideFacts:
     results = records.results
     suites: dict[Suite, set[str]] = {}
     for r in final.values():
@@ -251,6 +280,8 @@ def _side_facts(m: RunManifest, records: RunRecords, final: dict[str, ResultReco
         registered=entry is not None, sealed_at=entry.sealed_at if entry else None,
         canary_found=len(found), canary_attempts=found[:100], history=m.history,
         policy_pin=m.policy_pin, integrity=integrity,
+        final_unscored=sum(f for _, f in unscored),
+        unscored_counted_worst=sorted(u.trial_id for u, _ in unscored)[:1000],
     )
 
 
@@ -437,6 +468,8 @@ def _row(task_id: str, a: TaskView | None, b: TaskView | None) -> TaskRow:
         champion_wall_s=mean(a, "wall_s"), candidate_wall_s=mean(b, "wall_s"),
         champion_cpu_s=mean(a, "cpu_s"), candidate_cpu_s=mean(b, "cpu_s"),
         fisher_p_worse=counts.fisher, fisher_p_worse_exact=counts.fisher_exact,
+        champion_unscored=a.unscored if a and a.unscored else None,
+        candidate_unscored=b.unscored if b and b.unscored else None,
     )
 
 
@@ -509,15 +542,46 @@ def calibration(inputs: CalibrationInputs) -> Calibration:
                        time=_interval(inputs.time), cost=_interval(inputs.cost))
 
 
+WORST_FOR_CANDIDATE = TrialOutcome(False, 0.0, None, None, None, "missing")
+"""An unscored trial on the candidate's side: a failure, reward 0, no figures (its cost never
+enters efficiency, which then stays closed)."""
+WORST_FOR_CHAMPION = TrialOutcome(True, 1.0, None, None, None, "missing")
+"""An unscored trial on the champion's side: a pass, reward 1."""
+
+
+def counted_worst(view: RunView, outcome: TrialOutcome) -> dict[str, TaskView]:
+    """The run's tasks with each unscored trial counted as `outcome` (docs/statistics.md: no
+    fault, chosen or honest, moves a verdict toward the candidate): after the task's scored
+    trials (only counts and means are read from a task's outcomes)."""
+    if not view.unscored:
+        return view.tasks
+    added: dict[str, list[tuple[int, TrialOutcome]]] = {}
+    suite_of: dict[str, Suite] = {}
+    for u in view.unscored:
+        added.setdefault(u.task_id, []).append((u.rep, outcome))
+        suite_of[u.task_id] = u.suite
+    tasks = dict(view.tasks)
+    for task_id, rows in added.items():
+        before = tasks.get(task_id)
+        outcomes = (before.outcomes if before else ()) + tuple(o for _, o in sorted(rows, key=lambda x: x[0]))
+        tasks[task_id] = TaskView(task_id=task_id, suite=before.suite if before else suite_of[task_id],
+                                  outcomes=outcomes, unscored=len(rows))
+    return dict(sorted(tasks.items()))
+
+
 def build_comparison(champion: RunView, candidate: RunView, history: HistoryFacts, allow_incomplete: bool,
                      alpha: float = REPORT_ALPHA) -> Comparison:
     """The comparison of two runs: values in, values out."""
     k = candidate.repeat
     suites = {}
+    champion_tasks = counted_worst(champion, WORST_FOR_CHAMPION)
+    candidate_tasks = counted_worst(candidate, WORST_FOR_CANDIDATE)
     for s in SUITES:
-        a = [t for t in champion.tasks.values() if t.suite == s]
-        b = [t for t in candidate.tasks.values() if t.suite == s]
-        suites[s] = suite_stats(a, b, k, alpha)
+        a = [t for t in champion_tasks.values() if t.suite == s]
+        b = [t for t in candidate_tasks.values() if t.suite == s]
+        worst = PerSide(champion=sum(u.suite == s for u in champion.unscored),
+                        candidate=sum(u.suite == s for u in candidate.unscored))
+        suites[s] = suite_stats(a, b, k, alpha).model_copy(update={"unscored_counted_worst": worst})
     only_a = sorted(set(champion.tasks) - set(candidate.tasks))
     only_b = sorted(set(candidate.tasks) - set(champion.tasks))
     facts = Facts(

@@ -64,6 +64,10 @@ def _covers_taskset(side: SideFacts) -> bool:
     return all(side.run_suites.get(s, 0) == n for s, n in side.taskset_suites.items())
 
 
+UNSCORED_NAMED = 20
+"""How many unscored trials per side the decision names (the comparison lists up to 1000)."""
+
+
 def rule_complete(c: Comparison, p: PolicyFile) -> RuleResult:
     limit = p.invariants.max_infra_error_rate
     ch, ca = _sides(c)
@@ -71,8 +75,13 @@ def rule_complete(c: Comparison, p: PolicyFile) -> RuleResult:
     def rate_ok(side: SideFacts) -> bool:
         return side.infra_error_rate is not None and side.infra_error_rate <= limit
 
+    def final_ok(side: SideFacts) -> bool:
+        # docs/gate.md: a side's final unscored trials within max_infra_error_rate of its plan
+        return Fraction(side.final_unscored) <= exact(limit) * side.trials
+
     held = (
-        all(s.status == "complete" and not s.subset and _covers_taskset(s) and rate_ok(s) for s in (ch, ca))
+        all(s.status == "complete" and not s.subset and _covers_taskset(s) and rate_ok(s) and final_ok(s)
+            for s in (ch, ca))
         and not c.facts.tasks_only_champion
         and not c.facts.tasks_only_candidate
         and ch.repeat == ca.repeat
@@ -90,6 +99,11 @@ def rule_complete(c: Comparison, p: PolicyFile) -> RuleResult:
         champion_repeat=ch.repeat, candidate_repeat=ca.repeat,
         champion_infra_error_rate=ch.infra_error_rate, candidate_infra_error_rate=ca.infra_error_rate,
         max_infra_error_rate=limit,
+        champion_final_unscored=ch.final_unscored, candidate_final_unscored=ca.final_unscored,
+        champion_final_unscored_ok=final_ok(ch), candidate_final_unscored_ok=final_ok(ca),
+        # named in the verdict file: counted worst for the candidate (docs/gate.md)
+        champion_unscored_trials=ch.unscored_counted_worst[:UNSCORED_NAMED],
+        candidate_unscored_trials=ca.unscored_counted_worst[:UNSCORED_NAMED],
     )
 
 
@@ -381,6 +395,11 @@ def fresh_rules(c: Comparison, p: PolicyFile) -> FreshRules:
     ratio = eff.ratio if eff is not None else None
     sources = (eff.champion_source, eff.candidate_source) if eff is not None else (None, None)
     why = route_closed(f.efficiency_metric, *sources)
+    worst = s.unscored_counted_worst
+    if why is None and worst is not None and (worst.champion or worst.candidate):
+        # docs/gate.md: a fault must not drop an expensive attempt's cost from the ratio
+        why = (f"The efficiency route is closed: the fresh suite has unscored trials (champion "
+               f"{worst.champion}, candidate {worst.candidate}), whose cost no ratio can count.")
     efficiency = _rule(
         "fresh.efficiency",
         enough and noninferior.held and p_worse is not None and p_worse > alpha
@@ -497,6 +516,9 @@ def _what_failed(r: RuleResult) -> str:
         parts += [f"the {side}'s infra error rate {_num(f[side + '_infra_error_rate'])} is above "
                   f"{f['max_infra_error_rate']}" for side in ("champion", "candidate")
                   if f[side + "_infra_error_rate"] is None or f[side + "_infra_error_rate"] > f["max_infra_error_rate"]]
+        parts += [f"the {side}'s {f[side + '_final_unscored']} trials unscored for good are more than "
+                  f"{f['max_infra_error_rate']} of its planned trials" for side in ("champion", "candidate")
+                  if f.get(side + "_final_unscored_ok") is False]
         return "; ".join(parts) or "the runs are not complete"
     if r.name == "invariant.sealed":
         parts = [f"the {side}'s checkpoint is not registered in the seal registry"

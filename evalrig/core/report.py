@@ -152,6 +152,12 @@ def comparison_markdown(c: Comparison, names: Mapping[str, str] | None = None) -
         f"- history: {md_line(f.history.message)}",
         "",
     ]
+    worst = [(side, getattr(f, side).unscored_counted_worst) for side in ("champion", "candidate")]
+    if any(t for _, t in worst):
+        # docs/statistics.md: each a failure on the candidate's side, a pass on the champion's
+        lines[-1:-1] = ["- unscored trials, counted against the candidate: " + "; ".join(
+            f"{side} {len(t)} (" + ", ".join(md_code(x) for x in t[:20]) + (", …" if len(t) > 20 else "") + ")"
+            for side, t in worst if t)]
     for name in ("fresh", "fixed", "invariant"):
         lines += _suite_section(name, c.suites[name], c.repeat)
     public = c.suites.get("public")
@@ -235,6 +241,16 @@ def _caveats(d: Decision) -> list[str]:
     if eff.get("why"):
         out += ["", f"**Cost.** {md_line(eff['why'])} Cost figures below: the champion's "
                 f"{cost_label(eff.get('champion_source'))}, the candidate's {cost_label(eff.get('candidate_source'))}."]
+    complete = rules.get("invariant.complete", {})
+    unscored = [(side, complete.get(f"{side}_unscored", 0), complete.get(f"{side}_unscored_trials") or [])
+                for side in ("champion", "candidate")]
+    if any(named for _, _, named in unscored):
+        # docs/gate.md: an unscored trial counts against the candidate, and the verdict file names it
+        out += ["", "**Unscored trials, counted against the candidate** (a failure on its side, a pass on "
+                "the champion's, in every statistic): " + "; ".join(
+                    f"the {side}'s {n} (" + ", ".join(md_code(str(t)) for t in named)
+                    + (", …" if n > len(named) else "") + ")" for side, n, named in unscored if named)
+                + ". If the fault is the verifier's or the driver's, fix it and run both sides again."]
     iso = rules.get("invariant.isolated", {})
     if iso.get("note"):
         hosts = sorted(set(iso.get("champion_hosts_reached", []) + iso.get("candidate_hosts_reached", [])))

@@ -53,8 +53,13 @@ def plan(c: Comparison, comparison_digest: str, kept: Literal["champion", "candi
     why: dict[str, Literal["named", "failed", "sample"]] = {t: "named" for t in graduate}
 
     def counts(task_id: str) -> tuple[int, int]:
+        """The kept side's scored passes and scored trials: a trial left unscored (counted
+        worst in the comparison) is neither a failure nor a pass here (docs/curves.md)."""
         r = rows[task_id]
-        return (r.candidate_passes, r.candidate_n) if kept == "candidate" else (r.champion_passes, r.champion_n)
+        if kept == "candidate":
+            return r.candidate_passes, r.candidate_n - (r.candidate_unscored or 0)
+        u = r.champion_unscored or 0
+        return r.champion_passes - u, r.champion_n - u
 
     if graduate_failed:
         for t in sorted(rows):

@@ -28,9 +28,15 @@ def tripwire_checks(run_status: str, unscored: int, self_comparison: Comparison,
     invariant rule (every "both sides" is the one run). `complete` always comes first and
     holds only for a complete run: an invariant not shown to hold does not hold.
     """
-    out = [CheckHeld(name="complete", held=run_status == "complete",
-                     detail="every trial scored" if run_status == "complete"
-                     else f"the run is {run_status}: {unscored} trials unscored after their retries")]
+    # a trial unscored for good (a fault after the agent's first input) counts as failed here
+    # too (docs/release-engineers.md): a complete run with one does not hold
+    held = run_status == "complete" and unscored == 0
+    out = [CheckHeld(name="complete", held=held,
+                     detail="every trial scored" if held
+                     else f"the run is {run_status}: {unscored} trials unscored after their retries"
+                     if run_status != "complete"
+                     else f"{unscored} trials unscored for good (a fault after the agent's first input), "
+                     "counted as failed")]
     for name in checks:
         if name == "complete":
             continue

@@ -122,6 +122,14 @@ class SideFacts(Strict):
     history: Literal["declared", "none"]
     policy_pin: PolicyPin | None
     integrity: Integrity
+    final_unscored: int = Field(
+        default=0, ge=0, description="Trials whose last attempt is a final unscored one (a fault after "
+        "the agent's first input): no retry or resume runs them again. invariant.complete needs them "
+        "within max_infra_error_rate of the planned trials.")
+    unscored_counted_worst: list[str] = Field(
+        default_factory=list, description="Trials of this run with attempts and no scored one, sorted "
+        "(the first 1000): counted worst for the candidate in every suite, a failure on the "
+        "candidate's side and a pass on the champion's (docs/statistics.md).")
 
     @model_serializer(mode="wrap")
     def _no_null_spend(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -237,6 +245,21 @@ class TaskRow(Strict):
     candidate_cpu_s: float | None
     fisher_p_worse: float | None = Field(description="Fisher exact one-sided p of 'candidate worse'.")
     fisher_p_worse_exact: Rational | None
+    champion_unscored: int | None = Field(
+        default=None, ge=0, description="Of champion_n, the trials left unscored and counted as passes "
+        "(worst for the candidate); absent when none.")
+    candidate_unscored: int | None = Field(
+        default=None, ge=0, description="Of candidate_n, the trials left unscored and counted as "
+        "failures; absent when none. `retire` graduates only scored failures.")
+
+    @model_serializer(mode="wrap")
+    def _no_null_unscored(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(without_null(handler(self), "champion_unscored"), "candidate_unscored")
+
+
+class PerSide(Strict):
+    champion: int = Field(ge=0)
+    candidate: int = Field(ge=0)
 
 
 class SuiteStats(Strict):
@@ -264,6 +287,10 @@ class SuiteStats(Strict):
     candidate: SideStats
     efficiency: dict[Metric, Efficiency]
     per_task: list[TaskRow]
+    unscored_counted_worst: PerSide | None = Field(
+        default=None, description="Per side, the trials of this suite left unscored and counted worst "
+        "for the candidate: a failure (reward 0) on the candidate's side, a pass (reward 1) on the "
+        "champion's, in every statistic above. Null in comparisons written before it.")
 
 
 class IntervalCalibration(Strict):

@@ -23,6 +23,9 @@ SCORED: frozenset[str] = frozenset({"passed", "failed", "agent_error", "timeout"
 SandboxLevel = Literal["bwrap", "process"]
 HashVersion = Literal[1, 2]
 """A seal's hash version (docs/checkpoint.md): the registry line and SEAL.json say which."""
+FaultPhase = Literal["start", "agent", "verifier"]
+"""Where an infra_error's fault lay (a result's `fault`): before the agent's first input,
+after it, or in the verifier on stored evidence (docs/attempts.md)."""
 
 
 # -- seals -------------------------------------------------------------------------------
@@ -185,6 +188,9 @@ class RunCounts(Strict):
     interrupted: int = Field(ge=0)
     attempts: int = Field(ge=0)
     unscored: int = Field(ge=0, description="Trials with no scored attempt.")
+    final_unscored: int = Field(default=0, ge=0, description="Of those, trials whose last attempt is a "
+                                "final unscored one (a fault after the agent's first input): no "
+                                "retry or resume runs them again.")
 
 
 class DefaultsUsed(Strict):
@@ -431,7 +437,23 @@ class Result(Record):
         description="Calls the command verifier made to the untrusted-run service (docs/tasks.md); "
         "absent for a verifier that does not declare `untrusted`. A verifier fault after any "
         "call is final: never verified again, by run or --resume.")
+    fault: FaultPhase | None = Field(
+        default=None, description="On an infra_error, where the fault lay (docs/attempts.md, \"Faults "
+        "never help the candidate\"): `start` before the agent received its first input (the trial "
+        "runs again as a new attempt, within --max-retries), `agent` after it (a driver fault after "
+        "the agent's first frame, an evidence fault: never run again), `verifier` the verifier "
+        "faulted on the stored evidence (re-verified, never the agent again). Absent otherwise.")
+    final: bool | None = Field(
+        default=None, description="true: an unscored attempt that no retry or resume will run or "
+        "verify again; its trial stays unscored and counts worst for the candidate in compare. "
+        "Absent otherwise.")
 
     @model_serializer(mode="wrap")
-    def _no_null_calls(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return without_null(handler(self), "verifier_untrusted_calls")
+    def _no_null_fault(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(without_null(without_null(handler(self), "fault"), "final"),
+                            "verifier_untrusted_calls")
+
+    @property
+    def settled_unscored(self) -> bool:
+        """A final unscored attempt: its trial is done, unscored (docs/attempts.md)."""
+        return self.status == "infra_error" and bool(self.final)

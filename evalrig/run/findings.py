@@ -30,6 +30,7 @@ from evalrig.core.outcomes import final_of
 from evalrig.core.words import shown
 from evalrig.models.run import RunCounts
 from evalrig.run.loop import is_verifier_fault
+from evalrig.run.reverify import REVERIFY_PREFIX
 from evalrig.store import layout
 from evalrig.store.jsonl import Fields, read_rows
 
@@ -181,7 +182,13 @@ def verifier_faults(out: Path, results: list[_Row], final: dict[str, _Row]) -> l
 
 
 def _last_verifier_stderr(evidence: Path) -> Path | None:
-    runs = sorted((p for p in (evidence / layout.VERIFIER_DIR).glob("run-*") if p.name[4:].isdigit()),
+    """The last run's stderr: of the latest re-verification on resume (run.reverify) if any."""
+    where = evidence / layout.VERIFIER_DIR
+    again = sorted((p for p in where.glob(f"{REVERIFY_PREFIX}*") if p.name[len(REVERIFY_PREFIX):].isdigit()),
+                   key=lambda p: int(p.name[len(REVERIFY_PREFIX):]))
+    if again:
+        where = again[-1]
+    runs = sorted((p for p in where.glob("run-*") if p.name[4:].isdigit()),
                   key=lambda p: int(p.name[4:]))
     for run in reversed(runs):
         if (run / STDERR).is_file():

@@ -61,6 +61,7 @@ from evalrig.run.inputs import Inputs, gather_inputs, refuse_other_inputs, run_w
 from evalrig.run.loop import Hooks, Loop, Stop
 from evalrig.run.progress import Reporter, SilentReporter
 from evalrig.run.provenance import copy_history, new_provenance, taskset_ref
+from evalrig.run.reverify import reverify
 from evalrig.run.settings import Resolved, RunRequest, resolve_settings
 from evalrig.store.bundle import BundleLock, bundle_digest, file_digests, is_atomic_temp
 from evalrig.store.clock import utcnow
@@ -84,6 +85,9 @@ class RunSummary:
     attempts failed (run.findings)."""
     verifier_dirs: Mapping[str, Path] = field(default_factory=dict)
     """task id -> the verifier/ folder to fix, for each task in `findings.verifier_faults`."""
+    final_unscored: tuple[str, ...] = ()
+    """Trials left unscored for good (a fault after the agent's first input, or a verifier
+    that kept faulting when re-verified), in plan order: `run` exits 5 naming each."""
 
 
 @dataclass(frozen=True)
@@ -227,11 +231,12 @@ def _resume(turn: Turn, manifest: RunManifest, rows: BundleRows) -> RunSummary:
     book = book_from_rows(inputs.plan, rows)
     repaired = repair_dangling(out, rows, book)
     to_run = book.to_run()
+    to_reverify = book.to_reverify()
     kept = len(inputs.plan) - len(to_run)
-    if not to_run and not repaired and manifest.status == "complete":
+    if not to_run and not to_reverify and not repaired and manifest.status == "complete":
         # Nothing to do: leave a finished bundle byte for byte as it was.
         return RunSummary(manifest.run_id, manifest.status, manifest.counts, out, False, kept, 0,
-                          *_findings(turn, manifest.counts))
+                          *_findings(turn, manifest.counts), final_unscored=_settled(book))
     prov = read_json(out / PROVENANCE, Provenance)
     said = run_warnings(inputs)
     new_warnings = [w for w in said if w not in prov.sandbox_warnings]
@@ -250,16 +255,19 @@ def _resume(turn: Turn, manifest: RunManifest, rows: BundleRows) -> RunSummary:
     # A manifest still `running` is one its run never finished: killed (kill -9, the machine
     # went down), since a run that stops in any other way writes its last manifest.
     turn.reporter.started(len(inputs.plan), kept, interrupted=was_running)
-    return _run(turn, manifest, book, to_run, kept=kept)
+    return _run(turn, manifest, book, to_run, kept=kept, to_reverify=to_reverify)
 
 
 def _run(turn: Turn, manifest: RunManifest, book: TrialBook, to_run: list[Trial],
-         kept: int) -> RunSummary:
-    """The loop, in a scratch directory of its own that goes when the loop ends."""
+         kept: int, to_reverify: list[tuple[Trial, str]] | None = None) -> RunSummary:
+    """The re-verifications a resume owes, then the loop, in a scratch directory of its own
+    that goes when the loop ends."""
     s = turn.resolved.settings
     stop = Stop()
     scratch = scratch_dir("evalrig-attempts-", keep=s.keep_workspaces)
     try:
+        reverify(turn.out, book, to_reverify or [], turn.inputs.tasks, turn.inputs.level.level,
+                 s.max_retries, scratch / "reverify", turn.inputs.driver_secrets, s.timeout_scale)
         with stop.handlers():
             loop = Loop(turn.out, turn.inputs, s, book, turn.reporter, turn.hooks, stop, scratch,
                         leave_cluster=turn.leave_cluster)
@@ -337,7 +345,8 @@ def _finish(turn: Turn, manifest: RunManifest, book: TrialBook, stopped: bool, k
     if not stopped:
         check, _, error = seal_check(Path(manifest.settings.checkpoint_dir), turn.inputs.home, "end")
         checks.append(check)
-    status = "complete" if counts.unscored == 0 else "incomplete"
+    # complete: every trial scored or final unscored (docs/attempts.md); run still exits 5
+    status = "complete" if counts.unscored == counts.final_unscored else "incomplete"
     final = manifest.model_copy(update={
         "status": status, "counts": counts, "seal_checks": checks, "finished_at": utcnow(),
         "files": file_digests(turn.out)})
@@ -349,7 +358,12 @@ def _finish(turn: Turn, manifest: RunManifest, book: TrialBook, stopped: bool, k
                       hint="the run's results are void for a release; restore the checkpoint "
                       "and run again into a new --out")
     interrupted = stopped and status != "complete"
-    return RunSummary(final.run_id, status, counts, turn.out, interrupted, kept, ran, *_findings(turn, counts))
+    return RunSummary(final.run_id, status, counts, turn.out, interrupted, kept, ran, *_findings(turn, counts),
+                      final_unscored=_settled(book))
+
+
+def _settled(book: TrialBook) -> tuple[str, ...]:
+    return tuple(t.trial_id for t in book.plan.trials if t.trial_id in book.settled)
 
 
 def _findings(turn: Turn, counts: RunCounts) -> tuple[Findings, dict[str, Path]]:

@@ -14,9 +14,11 @@ that result's status), a torn last line is cut, and every trial without a scored
 whose inputs id still matches runs again.
 
 Choices the contract leaves open:
-- `--max-retries` is a budget per process: a resume gives an unscored trial a fresh one;
-  attempt numbers continue from the bundle's. A verifier that kept faulting on stored
-  evidence (`infra_error` with verifier runs) is never a reason to run the agent again.
+- `--max-retries` is a budget per process: a resume gives a trial whose faults all came
+  before the agent's first input a fresh one; attempt numbers continue from the bundle's.
+  A fault after that input (a result's `fault` other than `start`) is never a reason to
+  run the agent again: a verifier fault is re-verified from the stored evidence on a
+  resume (run.reverify), every other one is final.
 - An attempt stopped by Ctrl-C or SIGTERM before it ran ends `interrupted`, with no
   result line (nothing was measured).
 """
@@ -257,7 +259,8 @@ class Loop:
         """End lines, once their results are on disk; the counters; progress."""
         self.journal.write(layout.ATTEMPTS_JSONL, [self._event("end", i, st) for i, st in got.ended])
         for _, _, result in got.records:
-            self.book.result(result.trial_id, result.inputs_id, result.status)
+            self.book.result(result.trial_id, result.inputs_id, result.status, result.attempt_id,
+                             result.fault, result.final, result.verifier_runs)
         for _, status in got.ended:
             self.book.ended(status)
         if got.records:
@@ -266,8 +269,10 @@ class Loop:
                                                self.ran))
 
     def _retry(self, item: Launched, result: Result) -> bool:
-        return (result.status == "infra_error" and item.queued.retries_left > 0
-                and not self.stop.event.is_set() and not is_verifier_fault(result))
+        """Only a fault before the agent's first input starts the trial again (docs/attempts.md,
+        "Faults never help the candidate"): anything after it could be the agent's choice."""
+        return (result.status == "infra_error" and result.fault == "start"
+                and item.queued.retries_left > 0 and not self.stop.event.is_set())
 
     def _missing_estimate(self, done: Done, item: Launched) -> Estimate:
         t = item.trial
@@ -298,10 +303,3 @@ def is_verifier_fault(result: _Judged) -> bool:
     """A verifier that kept failing on stored evidence: never a reason to re-run the agent
     (docs/attempts.md)."""
     return result.status == "infra_error" and result.verifier_runs > 0
-
-
-def is_final_verifier_fault(result: Result) -> bool:
-    """A verifier fault after the verifier made untrusted calls (the agent's code ran again
-    for it): never verified again, by run or --resume, since another verification would be
-    another draw of the agent's code (docs/tasks.md)."""
-    return is_verifier_fault(result) and (result.verifier_untrusted_calls or 0) > 0

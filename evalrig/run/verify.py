@@ -74,8 +74,14 @@ def verify_run(dir: Path) -> VerifyReport:
 
 
 def evidence_problems(dir: Path, b: RunBundle) -> list[Problem]:
+    """Each attempt's evidence against the digest of its last result line: a resume that
+    re-verified an attempt (run.reverify) added its verifier's output and a line recording
+    the digest with it; the earlier line stays on record, under the manifest's digests."""
     out = []
+    last = {r.attempt_id: i for i, r in enumerate(b.results, start=1)}
     for i, r in enumerate(b.results, start=1):
+        if last[r.attempt_id] != i:
+            continue
         digest, _ = evidence_digest(dir / layout.ATTEMPTS_DIR / r.attempt_id)
         if digest != r.evidence_digest:
             out.append(Problem(str(dir / layout.RESULTS_JSONL),

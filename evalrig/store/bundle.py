@@ -244,18 +244,21 @@ def manifest_problems(dir: Path, b: RunBundle) -> list[Problem]:
         return []
     final = final_results(b)
     statuses = [r.status for r in final.values()]
+    last = {r.trial_id: r for r in b.results}
     derived = {
         "scored": len(final),
         **{s: statuses.count(s) for s in ("passed", "failed", "agent_error", "timeout")},
         "infra_error": sum(r.status == "infra_error" for r in b.results),
         "unscored": m.counts.trials - len(final),
+        # trials settled unscored: the last attempt final (docs/attempts.md)
+        "final_unscored": sum(t not in final and r.settled_unscored for t, r in last.items()),
     }
     if not m.subset:
         derived["trials"] = m.taskset.count * m.repeat
     path = str(dir / MANIFEST)
     out = [Problem(path, f"counts.{k}: the manifest says {getattr(m.counts, k)}, the records give {v}")
            for k, v in derived.items() if getattr(m.counts, k) != v]
-    status = "complete" if derived["unscored"] == 0 else "incomplete"
+    status = "complete" if derived["unscored"] == derived["final_unscored"] else "incomplete"
     if m.status != status:
         out.append(Problem(path, f"status: the manifest says {m.status}, the records make it {status}"))
     return out

@@ -230,13 +230,14 @@ class Rows:
     torn_line: int | None
 
 
-def read_rows(path: Path, fields: Fields) -> Rows:
+def read_rows(path: Path, fields: Fields, optional: Fields | None = None) -> Rows:
     """Only the named fields of each whole line, type-checked; a torn last line reported.
 
     For a resume, which needs a few fields of every line of a large bundle: an order of
     magnitude faster than validating whole records (load_run does that, for verify and
     compare). A line that is not JSON, or lacks a field, or has one of the wrong type,
-    is an error naming `file:line: field`.
+    is an error naming `file:line: field`. `optional` fields may be absent (None then);
+    when present they are type-checked the same way.
     """
     if not path.exists():
         return Rows([], None)
@@ -246,15 +247,23 @@ def read_rows(path: Path, fields: Fields) -> Rows:
     pick = operator.itemgetter(*names)
     get = pick if len(names) > 1 else (lambda obj: (pick(obj),))
     out: list[dict[str, Any]] = []
+    extra = tuple((optional or {}).items())
     for i, raw in enumerate(lines, start=1):
         try:
-            vals = get(loads(raw))
+            obj = loads(raw)
+            vals = get(obj)
         except (ValueError, KeyError, TypeError):
             _row_problem(path, i, raw, fields)
         # exact types: a bool is no int here, as in the models
         if not all(type(v) in k for v, k in zip(vals, kinds)):  # noqa: B905 - same length
             _row_problem(path, i, raw, fields)
-        out.append(dict(zip(names, vals)))  # noqa: B905
+        row = dict(zip(names, vals))  # noqa: B905
+        for name, k in extra:
+            v = obj.get(name)
+            if v is not None and type(v) not in k:
+                _row_problem(path, i, raw, {name: (*k, type(None))})
+            row[name] = v
+        out.append(row)
     return Rows(out, torn)
 
 

@@ -104,6 +104,7 @@ def _result_line(d: Line) -> ResultRecord:
         rep=rep, status=_choice(d, "status", _STATUSES), passed=passed,
         reward=_num(d, "reward", nullable=True, hi=1.0), sandbox=_choice(d, "sandbox", _SANDBOXES),
         network=network, canary_found=canary["found"], network_hosts=tuple(hosts),
+        final=d.get("final") is True,
     )
 
 
@@ -173,7 +174,7 @@ def _fast_result(d: Line) -> ResultRecord | None:
     ):
         return ResultRecord(d["trial_id"], d["attempt_id"], d["inputs_id"], d["task_id"], d["suite"], rep,
                           d["status"], passed, None if reward is None else float(reward), d["sandbox"],
-                          d["network"], canary["found"])
+                          d["network"], canary["found"], (), d.get("final") is True)
     return None
 
 

@@ -153,6 +153,32 @@ def _scenario_text(task: dict[str, Any]) -> str:
     return (f"Persona:\n\t{persona}\n" if persona else "") + "Instructions:\n\t" + "\n".join(lines)
 
 
+def arguments_of(call: dict[str, Any]) -> Any:
+    """A tool call's arguments as the agent sent them (the rig checked they are a JSON
+    object's text); anything else is kept as its text."""
+    text = call["function"].get("arguments")
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return text
+
+
+def tool_response(env: Any, tool_call: Any, call: dict[str, Any]) -> tuple[str, bool]:
+    """(content, is_error) of one tool call, run with tau2's own tool code. Total
+    (docs/episodes.md): a call tau2 cannot use (an unknown tool, a missing or mistyped
+    argument, a value of the wrong shape) is answered as an error, never a crash, since a
+    driver fault after the agent's first frame counts against the candidate."""
+    name, args = call["function"].get("name"), arguments_of(call)
+    if not isinstance(args, dict):
+        return "Error: the arguments must be a JSON object", True
+    try:
+        got = env.get_response(tool_call(id=call["id"], name=name, arguments=args, requestor="assistant"))
+        content = got.content if isinstance(got.content, str) else json.dumps(got.content, default=str)
+        return content, bool(got.error)
+    except Exception as e:  # noqa: BLE001 - whatever tau2 raises on a call is the call's error
+        return f"Error: {type(e).__name__}: {e}"[:2000], True
+
+
 def ended(text: str | None) -> bool:
     return text is None or any(t in text for t in STOP_TOKENS)
 
@@ -185,18 +211,16 @@ def main() -> int:
         calls = msg.get("tool_calls") or []
         trajectory.append({"role": "assistant", "content": msg.get("content"),
                            "tool_calls": [{"id": c["id"], "name": c["function"]["name"],
-                                           "arguments": json.loads(c["function"]["arguments"]),
+                                           "arguments": arguments_of(c),
                                            "requestor": "assistant"} for c in calls] or None})
         if calls:
             replies = []
             for c in calls:
-                got = env.get_response(ToolCall(id=c["id"], name=c["function"]["name"],
-                                                arguments=json.loads(c["function"]["arguments"]),
-                                                requestor="assistant"))
-                trajectory.append({"role": "tool", "id": got.id, "content": got.content,
-                                   "requestor": "assistant", "error": got.error})
-                tool_msg: dict[str, Any] = {"role": "tool", "tool_call_id": c["id"], "content": got.content}
-                if got.error:
+                content, error = tool_response(env, ToolCall, c)
+                trajectory.append({"role": "tool", "id": c["id"], "content": content,
+                                   "requestor": "assistant", "error": error})
+                tool_msg: dict[str, Any] = {"role": "tool", "tool_call_id": c["id"], "content": content}
+                if error:
                     tool_msg["error"] = True
                 replies.append(tool_msg)
             send({"type": "reply", "messages": replies})

@@ -2,7 +2,11 @@
 small shop, and the shop's two tools, over a world kept in memory.
 
 The customer opens with `scenario.json`'s request. `lookup(item)` answers the price or
-marks an error (an item the catalog lacks); `order(item, qty)` places an order. When the
+marks an error (an item the catalog lacks); `order(item, qty)` places an order. The driver
+is total (docs/episodes.md): any call it cannot use (an unknown tool, a missing or
+mistyped argument, arguments that are not an object) is answered with a tool message
+marked `"error": true`, never a crash, since a driver fault after the agent's first frame
+counts against the candidate. When the
 agent answers without a tool call, the customer either hangs up (`"after_answer": "end"`)
 or keeps chatting (`"chat"`), so that the episode ends by whatever bound the task sets.
 After `finish` it writes world.json (the orders, lookups, errors and the termination) into
@@ -30,8 +34,17 @@ def send(frame):
 
 
 def call(world, catalog, name, args):
-    """(content, is_error) of one tool call."""
+    """(content, is_error) of one tool call; never raises, whatever the call holds."""
+    if name not in ("lookup", "order"):
+        world["errors"] += 1
+        return f"no tool {name!r}: the tools are lookup and order", True
+    if not isinstance(args, dict):
+        world["errors"] += 1
+        return "the arguments must be a JSON object", True
     item = args.get("item")
+    if not isinstance(item, str):
+        world["errors"] += 1
+        return f"{name}: item must be a string, got {json.dumps(item)[:80]}", True
     if item not in catalog:
         world["errors"] += 1
         return f"no item {item!r} in the catalog", True
@@ -39,7 +52,7 @@ def call(world, catalog, name, args):
         world["lookups"] += 1
         return f"{item}: {catalog[item]} dollars", False
     qty = args.get("qty")
-    if name == "order" and isinstance(qty, int) and qty > 0:
+    if isinstance(qty, int) and not isinstance(qty, bool) and qty > 0:
         world["orders"].append({"item": item, "qty": qty})
         return f"order {len(world['orders'])} placed: {qty} x {item}", False
     world["errors"] += 1
@@ -63,12 +76,15 @@ def main():
         if calls:
             replies = []
             for c in calls:
+                function = c.get("function") if isinstance(c, dict) else None
+                function = function if isinstance(function, dict) else {}
                 try:
-                    args = json.loads(c["function"]["arguments"])
-                except ValueError:
-                    args = {}
-                content, error = call(world, catalog, c["function"]["name"], args)
-                reply = {"role": "tool", "tool_call_id": c["id"], "content": content}
+                    args = json.loads(function.get("arguments") or "{}")
+                except (TypeError, ValueError):
+                    args = None
+                content, error = call(world, catalog, function.get("name"), args)
+                reply = {"role": "tool", "tool_call_id": c.get("id") if isinstance(c, dict) else None,
+                         "content": content}
                 if error:
                     reply["error"] = True
                 replies.append(reply)
