@@ -100,7 +100,7 @@ def chain(lines: list[dict]) -> bytes:
 
 def register(home: Path, side: Side) -> None:
     home.mkdir(parents=True, exist_ok=True)
-    with chained_append(home / "seals.jsonl", SealEntry) as seals:
+    with chained_append(home / "seals.jsonl", SealEntry, home=home) as seals:
         seals.append(SealEntry(checkpoint_id=side.checkpoint_id, name=side.name, sealed_at=side.sealed_at))
 
 

@@ -383,3 +383,120 @@ def test_two_processes_appending_never_interleave(tmp_path: Path) -> None:
     for tag in ("a", "b"):
         assert [n for n in names if n.startswith(tag)] == [f"{tag}-{i}" for i in range(200)]
     assert os.path.exists(tmp_path / ".seals.jsonl.lock")
+
+
+# -- issue 20, findings 2 and 7: the home signs what it records ------------------------------
+
+
+def hand_append(path: Path, row: dict[str, object]) -> None:
+    """What a red team does to a chained file it can write: a well-formed line with a correct
+    `prev` (the sha256 of the last line), appended (and the release log's head moved to it)."""
+    data = path.read_bytes()
+    last = data.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    line = orjson.dumps(dict(row, prev=hashlib.sha256(last).hexdigest()), option=orjson.OPT_SORT_KEYS)
+    path.write_bytes(data + line + b"\n")
+    head = path.with_name(f".{path.name}.head")
+    if head.exists():
+        head.write_text(hashlib.sha256(line).hexdigest() + "\n")
+
+
+def test_a_hand_appended_approving_signoff_is_a_break(mine: Copy) -> None:
+    """A sign-off approving the real decision, appended to the home's signoffs.jsonl with a
+    correct prev after the home signed a line: check-release refuses the file, naming it."""
+    rejected = mine.sh("sign", mine.decision, "--reject", "--by", "alice", "--reason", "not yet")
+    assert rejected.code == 0, rejected
+    decision = json.loads(mine.decision.read_text())
+    hand_append(mine.home / "signoffs.jsonl", {
+        "schema_version": "1.0", "decision_digest": "sha256:" + hashlib.sha256(mine.decision.read_bytes()).hexdigest(),
+        "decision_file": mine.decision.name, "candidate_checkpoint_id": decision["candidate"]["checkpoint_id"],
+        "by": "mallory", "action": "approve", "verdict": "promote", "agrees_with_gate": True, "reason": None,
+        "open_s": 1.0, "at": "2026-12-01T10:00:00.000000Z"})
+    r = mine.sh("check-release", mine.decision, "--checkpoint", mine.root / "candidate")
+    assert r.code == 4, r
+    assert "signoffs.jsonl:2" in r.stderr and "no signature" in r.stderr, r
+    assert mine.sh("ship", mine.decision, "--checkpoint", mine.root / "candidate").code == 4
+    assert not (mine.home / "releases.jsonl").exists()
+
+
+def test_a_hand_appended_ship_of_a_never_gated_build_is_a_break(mine: Copy) -> None:
+    """After a real ship, a `ship` of the champion (never gated as a candidate) appended to the
+    release log with a correct prev and seq, its head moved: every reader refuses the log."""
+    assert mine.sh("sign", mine.decision, "--approve", "--by", "alice").code == 0
+    shipped = mine.sh("ship", mine.decision, "--checkpoint", mine.root / "candidate")
+    assert shipped.code == 0, shipped
+    log = mine.home / "releases.jsonl"
+    real = json.loads(log.read_text().splitlines()[0])
+    assert real["key"].startswith("sha256:") and real["sig"]
+    assert real["heads"]["releases.jsonl"] == {"lines": 0, "sha256": None}
+    champ_id = json.loads(mine.decision.read_text())["champion"]["checkpoint_id"]
+    forged = {k: v for k, v in real.items() if k not in ("prev", "sig", "key", "heads")}
+    forged.update(seq=1, candidate={"checkpoint_id": champ_id, "name": "champ"},
+                  replaces=real["candidate"]["checkpoint_id"], signed_by="mallory")
+    hand_append(log, forged)
+    for argv in (("history",), ("champion",), ("rollback", "--to", "previous", "--by", "bob", "--reason", "x")):
+        r = mine.sh(*argv)
+        assert r.code == 4, r
+        assert "releases.jsonl:2" in r.stderr and "no signature" in r.stderr, r
+    # the same line signed by a key the home does not know is refused as well
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from evalrig.store.signing import HomeKey
+
+    other = Ed25519PrivateKey.generate()
+    lines = log.read_bytes().split(b"\n")[:1]
+    row = HomeKey(other, other.public_key().public_bytes_raw()).sign(
+        dict(forged, prev=hashlib.sha256(lines[0]).hexdigest()))
+    line = orjson.dumps(row, option=orjson.OPT_SORT_KEYS)
+    log.write_bytes(lines[0] + b"\n" + line + b"\n")
+    log.with_name(".releases.jsonl.head").write_text(hashlib.sha256(line).hexdigest() + "\n")
+    r = mine.sh("history")
+    assert r.code == 4 and "releases.jsonl:2" in r.stderr and "not a key this home believes" in r.stderr, r
+
+
+def test_a_later_rejection_cut_from_the_homes_signoffs_is_seen(mine: Copy) -> None:
+    """An approval, then a rejection, then another gate of the train (a later line of the home
+    records signoffs.jsonl's length); the rejection cut from the end of signoffs.jsonl: the
+    chain still holds, but the gate ledger's last line says the file was longer."""
+    assert mine.sh("sign", mine.decision, "--approve", "--by", "alice").code == 0
+    assert mine.sh("sign", mine.decision, "--reject", "--by", "bob", "--reason", "a regression").code == 0
+    again = mine.sh("gate", mine.cmp, "--policy", mine.root / "policies" / "redteam.toml")
+    assert again.code == 0, again
+    path = mine.home / "signoffs.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in path.read_bytes().split(b"\n")[:1]))
+    r = mine.sh("check-release", mine.decision, "--checkpoint", mine.root / "candidate")
+    assert r.code == 4, r
+    assert "signoffs.jsonl" in r.stderr and "says it had 2 lines" in r.stderr, r
+
+
+def test_a_release_log_is_believed_only_under_a_key_trusted_for_release_logs(mine: Copy, tmp_path: Path) -> None:
+    """The train's release log read from another home: refused while its signer is unknown or
+    trusted only for `register`; read once trusted for `release-log`. A trusted_keys file that
+    others may write, or that is a link, is refused."""
+    assert mine.sh("sign", mine.decision, "--approve", "--by", "alice").code == 0
+    assert mine.sh("ship", mine.decision, "--checkpoint", mine.root / "candidate").code == 0
+    log = mine.home / "releases.jsonl"
+    pub = (mine.home / "key.pub").read_text().split()[0]
+    shown = mine.sh("key", "--json").json
+    assert isinstance(shown, dict) and shown["public_key"] == pub
+    assert shown["fingerprint"] == "sha256:" + hashlib.sha256(__import__("base64").b64decode(pub)).hexdigest()
+    other = Copy(tmp_path / "other-home", mine.root)
+    r = other.sh("history", "--log", log)
+    assert r.code == 4 and "releases.jsonl:1" in r.stderr and "not a key this home believes" in r.stderr, r
+    trusted = other.home / "trusted_keys"
+    trusted.write_text(f"{pub} register the train's home\n")
+    assert other.sh("history", "--log", log).code == 4
+    trusted.write_text(f"{pub} release-log the train's home\n")
+    ok = other.sh("history", "--log", log, "--json")
+    assert ok.code == 0, ok
+    trusted.chmod(0o666)
+    r = other.sh("history", "--log", log)
+    assert r.code == 4 and "trusted_keys" in r.stderr and "writable by its group or others" in r.stderr, r
+    trusted.chmod(0o644)
+    real = tmp_path / "keys"
+    trusted.rename(real)
+    trusted.symlink_to(real)
+    r = other.sh("history", "--log", log)
+    assert r.code == 4 and "symbolic link" in r.stderr, r
+    (mine.home / "key").chmod(0o660)
+    r = mine.sh("history")
+    assert r.code == 4 and f"{mine.home / 'key'}" in r.stderr, r

@@ -21,13 +21,22 @@ from pydantic import (
     model_serializer,
 )
 
-from evalrig.models.base import ChainHash, Digest, Record, Strict, Timestamp
+from evalrig.models.base import (
+    SIGNED_KEYS,
+    ChainHash,
+    Digest,
+    Record,
+    Signed,
+    Strict,
+    Timestamp,
+    without_nulls,
+)
 from evalrig.models.comparison import PolicyRef, Reason, Verdict
 from evalrig.models.inputs import PolicyInvariants, PolicyTripwires, PolicyWatch
 
 
-class ReleaseEvent(Record):
-    """The fields every event of the release log has."""
+class ReleaseEvent(Record, Signed):
+    """The fields every event of the release log has (`key`, `sig`, `heads`: docs/security.md)."""
 
     seq: int = Field(ge=0, description="The event's place in the log, from 0 (its line number - 1).")
     at: Timestamp
@@ -35,6 +44,10 @@ class ReleaseEvent(Record):
         default=None,
         description="The bare hex sha256 of the previous line's bytes (without its newline); null on the first line.",
     )
+
+    @model_serializer(mode="wrap")
+    def _no_null_signature(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_nulls(handler(self), SIGNED_KEYS)
 
 
 class DecisionRef(Strict):
@@ -108,7 +121,7 @@ class RollbackEvent(ReleaseEvent):
         out = handler(self)
         if isinstance(out, dict) and "from_" in out:
             out["from"] = out.pop("from_")
-        return out
+        return without_nulls(out, SIGNED_KEYS)
 
 
 AlertKind = Literal["shift", "floor", "stall", "reversal"]

@@ -106,7 +106,7 @@ def _read_registry(home: Path) -> list[SealEntry]:
     """The registry's records, its hash chain verified first (exit 4 naming a broken line)."""
     from evalrig.store.jsonl import read_chained
 
-    return read_chained(registry_path(home), SealEntry).records
+    return read_chained(registry_path(home), SealEntry, home=home).records
 
 
 def registered_seal(home: Path, checkpoint_id: str) -> SealEntry | None:
@@ -140,7 +140,7 @@ def seal(dir: Path, home: Path, now: datetime) -> SealFile:
     _make_home(home)
     # Two seals at once must not both append the same id: look up and append under the
     # registry's lock (the chained store holds it from verification to the sync).
-    with chained_append(registry_path(home), SealEntry) as registry:
+    with chained_append(registry_path(home), SealEntry, home=home) as registry:
         entry = next((e for e in registry.records if e.checkpoint_id == tree.digest), None)
         if entry is None:
             entry = registry.append(SealEntry(checkpoint_id=tree.digest, name=ckpt.spec.name, sealed_at=now))

@@ -27,6 +27,7 @@ from evalrig.store.jsonl import (
     read_records,
 )
 from evalrig.store.layout import GATES, HOME_SIGNOFFS, ISSUED, RUNS, SIGNOFFS
+from evalrig.store.signing import believed
 
 
 def ledger_path(home: Path) -> Path:
@@ -78,7 +79,7 @@ def _append(path: Path, record: object) -> None:
 def _append_home(path: Path, record: GateLedgerEntry | SignOff) -> None:
     ensure_dir(path.parent)
     try:
-        with chained_append(path, type(record)) as chain:
+        with chained_append(path, type(record), home=path.parent) as chain:
             chain.append(record)
     except OSError as e:
         raise _unwritable(path, e) from e
@@ -90,7 +91,7 @@ def record_gate(home: Path, entry: GateLedgerEntry) -> None:
 
 def all_gates(home: Path) -> list[GateLedgerEntry]:
     """Every ledger line, oldest first."""
-    return list(read_chained(ledger_path(home), GateLedgerEntry).records)
+    return list(read_chained(ledger_path(home), GateLedgerEntry, home=home).records)
 
 
 def gates_of(home: Path, candidate_id: str) -> list[GateLedgerEntry]:
@@ -99,8 +100,9 @@ def gates_of(home: Path, candidate_id: str) -> list[GateLedgerEntry]:
 
 
 def gates_issuing(home: Path, decision_digest: str) -> list[GateLedgerEntry]:
-    """Every ledger line of a gate that issued the decision with this digest, oldest first."""
-    return [e for e in all_gates(home) if e.decision_digest == decision_digest]
+    """Every signed ledger line of a gate that issued the decision with this digest, oldest first
+    (a legacy line, from before the home signed, is shown but never believed)."""
+    return [e for e in all_gates(home) if e.decision_digest == decision_digest and believed(e)]
 
 
 def record_issued(decisions_dir: Path, issued: Issued) -> None:
@@ -130,9 +132,10 @@ def record_signoff(decisions_dir: Path, home: Path, signoff: SignOff) -> None:
     path = home_signoffs_path(home)
     ensure_dir(path.parent)
     try:
-        with chained_append(path, SignOff) as chain:
-            _append(decisions_dir / SIGNOFFS, signoff)
-            chain.append(signoff)
+        with chained_append(path, SignOff, home=home) as chain:
+            line = chain.line(signoff)  # the copy is the home's signed line, without its prev
+            _append(decisions_dir / SIGNOFFS, {k: v for k, v in line.items() if k != "prev"})
+            chain.append_line(line)
     except OSError as e:
         raise _unwritable(path, e) from e
 
@@ -144,15 +147,16 @@ def signoffs_of(decisions_dir: Path, decision_digest: str) -> list[SignOff]:
 
 
 def home_signoffs_of(home: Path, decision_digest: str) -> list[SignOff]:
-    """A decision's sign-offs as the home recorded them, oldest first."""
-    return [s for s in read_chained(home_signoffs_path(home), SignOff).records
-            if s.decision_digest == decision_digest]
+    """A decision's sign-offs as the home recorded and signed them, oldest first (legacy lines,
+    from before the home signed, are never believed)."""
+    return [s for s in read_chained(home_signoffs_path(home), SignOff, home=home).records
+            if s.decision_digest == decision_digest and believed(s)]
 
 
 def registered_run(home: Path, bundle_digest: str) -> RunEntry | None:
-    """The first registration of a run bundle with this digest, if any."""
-    for e in read_chained(runs_path(home), RunEntry).records:
-        if e.bundle_digest == bundle_digest:
+    """The first signed registration of a run bundle with this digest, if any."""
+    for e in read_chained(runs_path(home), RunEntry, home=home).records:
+        if e.bundle_digest == bundle_digest and believed(e):
             return e
     return None
 
@@ -162,7 +166,7 @@ def register_run(home: Path, entry: RunEntry) -> bool:
     path = runs_path(home)
     ensure_dir(path.parent)
     try:
-        with chained_append(path, RunEntry) as chain:
+        with chained_append(path, RunEntry, home=home) as chain:
             if any(e.bundle_digest == entry.bundle_digest for e in chain.records):
                 return False
             chain.append(entry)
