@@ -210,6 +210,10 @@ def test_a_bundle_from_another_home_is_brought_in_by_verify_register(mine: Copy,
     out = mine.root / "cmp-elsewhere"
     r = other.sh("compare", mine.bundle("champion"), mine.bundle("candidate"), "--out", out)
     assert r.code == 4 and "verify --register" in r.stderr, r
+    # the other home trusts the train's home to register its runs (docs/release-engineers.md)
+    pub = (mine.home / "key.pub").read_text().split()[0]
+    other.home.mkdir(exist_ok=True)
+    (other.home / "trusted_keys").write_text(f"{pub} register the train's home\n")
     for side in ("champion", "candidate"):
         reg = other.sh("verify", mine.bundle(side), "--register", "--json")
         assert reg.code == 0, reg
@@ -500,3 +504,121 @@ def test_a_release_log_is_believed_only_under_a_key_trusted_for_release_logs(min
     (mine.home / "key").chmod(0o660)
     r = mine.sh("history")
     assert r.code == 4 and f"{mine.home / 'key'}" in r.stderr, r
+
+
+# -- issue 20, finding 4: the gate takes only a comparison the home recorded ------------------
+
+
+def test_a_comparison_edited_and_redigested_between_compare_and_gate_is_refused(mine: Copy) -> None:
+    """compare writes a comparison (recorded, signed, in comparisons.jsonl); before the gate its
+    comparison.json is edited in the candidate's favour and its manifest re-digested: every
+    digest of the bundle verifies, but the home never recorded that comparison."""
+    out = mine.root / "cmp-edited"
+    made = mine.sh("compare", mine.bundle("champion"), mine.bundle("candidate"), "--out", out)
+    assert made.code == 0, made
+    recorded = [json.loads(x) for x in (mine.home / "comparisons.jsonl").read_text().splitlines()]
+    digest = "sha256:" + hashlib.sha256((out / "comparison.json").read_bytes()).hexdigest()
+    assert digest in [r["comparison_digest"] for r in recorded] and all(r["sig"] for r in recorded)
+    doc = json.loads((out / "comparison.json").read_text())
+    doc["facts"]["champion"]["canary_found"] = 0
+    doc["suites"]["fresh"]["tasks"] += 1
+    (out / "comparison.json").write_bytes(json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n")
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["files"]["comparison.json"] = "sha256:" + hashlib.sha256((out / "comparison.json").read_bytes()).hexdigest()
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    gates_before = (mine.home / "gates.jsonl").read_bytes()
+    r = mine.sh("gate", out, "--policy", mine.root / "policies" / "redteam.toml")
+    assert r.code == 4, r
+    assert "not a comparison this rig's home recorded" in r.stderr and "comparisons.jsonl" in r.stderr, r
+    assert not (out / "decisions").exists()
+    assert (mine.home / "gates.jsonl").read_bytes() == gates_before
+
+
+# -- issue 20, finding 2: what the home registers ------------------------------------------------
+
+
+def forge_consistently(bundle: Path) -> None:
+    """The champion's failed fresh trials made passes with the rig's own functions: the answer in
+    the evidence rewritten, each result's evidence digest recomputed, the manifest re-digested.
+    Re-deriving agrees with every result; only the home knows it is not the run that finished."""
+    from evalrig.attempt.evidence import evidence_digest
+
+    rows = results(bundle)
+    flipped = 0
+    for r in rows:
+        if r["suite"] == "fresh" and r["status"] == "failed":
+            ev = bundle / "attempts" / str(r["attempt_id"])
+            (ev / "out" / "answer.txt").write_text("ok\n")
+            r["evidence_digest"], r["evidence_bytes"] = evidence_digest(ev)
+            r.update(status="passed", passed=True, reward=1.0)
+            flipped += 1
+    assert flipped
+    write_lines(bundle / "results.jsonl", rows)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["counts"]["passed"] += flipped
+    manifest["counts"]["failed"] -= flipped
+    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    redigest_run(bundle)
+
+
+def test_a_consistent_forgery_of_a_run_is_never_registered_and_never_compared(mine: Copy) -> None:
+    champ = mine.bundle("champion")
+    run_id = json.loads((champ / "manifest.json").read_text())["run_id"]
+    forge_consistently(champ)
+    assert mine.sh("verify", champ).code == 0  # consistent: re-deriving cannot tell
+    reg = mine.sh("verify", champ, "--register")
+    assert reg.code == 4, reg
+    assert f"already holds run {run_id}" in reg.stderr, reg
+    out = mine.root / "cmp-forged"
+    r = mine.sh("compare", champ, mine.bundle("candidate"), "--out", out)
+    assert r.code == 4 and "not registered" in r.stderr, r
+    ids = [json.loads(x)["run_id"] for x in (mine.home / "runs.jsonl").read_text().splitlines()]
+    assert ids.count(run_id) == 1
+    # brought to another home, the forgery is refused there too: its manifest's signature no
+    # longer verifies, even under a key that home trusts for register
+    other = Copy(mine.root.parent / "other-home", mine.root)
+    pub = (mine.home / "key.pub").read_text().split()[0]
+    other.home.mkdir(exist_ok=True)
+    (other.home / "trusted_keys").write_text(f"{pub} register\n")
+    reg = other.sh("verify", champ, "--register")
+    assert reg.code == 4 and "not signed by a key this home trusts for register" in reg.stderr, reg
+    assert not (other.home / "runs.jsonl").exists() or not (other.home / "runs.jsonl").read_text()
+
+
+def test_register_needs_a_key_trusted_for_register_and_never_takes_the_homes_own(mine: Copy, tmp_path: Path) -> None:
+    other = Copy(tmp_path / "other-home", mine.root)
+    pub = (mine.home / "key.pub").read_text().split()[0]
+    r = other.sh("verify", mine.bundle("champion"), "--register")
+    assert r.code == 4 and "not signed by a key this home trusts for register" in r.stderr, r
+    other.home.mkdir(exist_ok=True)
+    (other.home / "trusted_keys").write_text(f"{pub} release-log only its release log\n")
+    assert other.sh("verify", mine.bundle("champion"), "--register").code == 4
+    # the same bundle again in the home that ran it: nothing written
+    before = (mine.home / "runs.jsonl").read_bytes()
+    again = mine.sh("verify", mine.bundle("champion"), "--register", "--json")
+    assert again.code == 0 and isinstance(again.json, dict) and again.json["newly_registered"] is False, again
+    assert (mine.home / "runs.jsonl").read_bytes() == before
+
+
+def test_a_relabelled_copy_of_a_registered_run_is_refused(mine: Copy) -> None:
+    """The candidate's bundle copied and its manifest relabelled (another checkpoint name, the
+    files untouched, so its bundle digest is still the registered one)."""
+    copy = mine.root / "relabelled"
+    shutil.copytree(mine.bundle("candidate"), copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["checkpoint"]["name"] = "champ"
+    (copy / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    r = mine.sh("compare", mine.bundle("champion"), copy, "--out", mine.root / "cmp-relabelled")
+    assert r.code == 4 and "signature does not verify" in r.stderr, r
+    v = mine.sh("verify", copy)
+    assert v.code == 4 and "signature does not verify" in v.stderr, v
+    # re-signed by a key of its own, it is still not the manifest the home registered
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from evalrig.store.signing import HomeKey
+
+    k = Ed25519PrivateKey.generate()
+    signed = HomeKey(k, k.public_key().public_bytes_raw()).sign(manifest)
+    (copy / "manifest.json").write_text(json.dumps(signed, indent=2, sort_keys=True))
+    r = mine.sh("compare", mine.bundle("champion"), copy, "--out", mine.root / "cmp-relabelled")
+    assert r.code == 4 and "not a key this home believes" in r.stderr, r

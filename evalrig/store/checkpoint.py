@@ -117,6 +117,20 @@ def registered_seal(home: Path, checkpoint_id: str) -> SealEntry | None:
     return None
 
 
+def register_seal(home: Path, checkpoint_id: str, name: str, sealed_at: datetime) -> bool:
+    """Add a seal made elsewhere (a bundle brought in by `verify --register`) where the id is not
+    in the registry yet: an earlier `sealed_at` stands. True when it was added."""
+    from evalrig.store.jsonl import chained_append
+
+    home = Path(home)
+    _make_home(home)
+    with chained_append(registry_path(home), SealEntry, home=home) as registry:
+        if any(e.checkpoint_id == checkpoint_id for e in registry.records):
+            return False
+        registry.append(SealEntry(checkpoint_id=checkpoint_id, name=name, sealed_at=sealed_at))
+        return True
+
+
 def _make_home(home: Path) -> None:
     try:
         home.mkdir(parents=True, exist_ok=True)

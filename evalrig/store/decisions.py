@@ -68,6 +68,18 @@ def refuse_unregistered_runs(dir: Path, comparison: Comparison, home: Path) -> N
             )
 
 
+def refuse_unrecorded_comparison(dir: Path, comparison_digest: str, home: Path) -> None:
+    """Only a comparison `compare` wrote with this home, as it wrote it, is gated (docs/security.md,
+    "What the home registers"): comparison.json edited and its manifest re-digested is not one."""
+    if ledger.recorded_comparison(home, comparison_digest) is None:
+        raise invalid(
+            f"is not a comparison this rig's home recorded: no signed line of {ledger.comparisons_path(home)} "
+            f"has its digest {comparison_digest} (it was edited after compare wrote it, or written elsewhere)",
+            file=Path(dir) / COMPARISON_JSON,
+            hint="compare the two runs again with this EVALRIG_HOME into a new --out, then gate that comparison",
+        )
+
+
 def decision_name(policy: PolicyFile, exception: str | None) -> str:
     return f"{policy.name}-v{policy.version}" + (f"+{exception}" if exception else "")
 
@@ -90,6 +102,7 @@ def gate_comparison(dir: Path, policy_path: Path, exception: str | None, advisor
     # The home must be usable before its ledger is read or a decision issued.
     ledger.ensure_dir(Path(home))
     refuse_unregistered_runs(dir, comparison, home)
+    refuse_unrecorded_comparison(dir, comparison_digest, home)
     seen = seen_fresh(home, comparison.candidate.checkpoint_id)
     try:
         decision = decide(comparison, loaded.spec, loaded.digest, exception, advisory, comparison_digest, seen)

@@ -7,8 +7,8 @@ its sign-offs, for people. Trust lives in the rig's home (docs/security.md):
 `$EVALRIG_HOME/gates.jsonl` records every gate the rig ran (so that re-rolling a train
 until it passes shows up in the next verdict file of the same candidate, and so that
 `check-release` can tell a decision a gate issued from a hand-written one),
-`$EVALRIG_HOME/signoffs.jsonl` every sign-off, and `$EVALRIG_HOME/runs.jsonl` every run
-that finished here. The home's files are hash-chained (`evalrig.store.jsonl.chained_append`).
+`$EVALRIG_HOME/signoffs.jsonl` every sign-off, `$EVALRIG_HOME/runs.jsonl` every run
+that finished here, and `$EVALRIG_HOME/comparisons.jsonl` every comparison `compare` wrote. The home's files are hash-chained (`evalrig.store.jsonl.chained_append`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evalrig.core.errors import EvalrigError, invalid
-from evalrig.models.comparison import GateLedgerEntry, Issued, SignOff
+from evalrig.models.comparison import ComparisonEntry, GateLedgerEntry, Issued, SignOff
 from evalrig.models.run import RunEntry
 from evalrig.store.files import why_no_dir_here
 from evalrig.store.jsonl import (
@@ -26,7 +26,7 @@ from evalrig.store.jsonl import (
     read_chained,
     read_records,
 )
-from evalrig.store.layout import GATES, HOME_SIGNOFFS, ISSUED, RUNS, SIGNOFFS
+from evalrig.store.layout import COMPARISONS, GATES, HOME_SIGNOFFS, ISSUED, RUNS, SIGNOFFS
 from evalrig.store.signing import believed
 
 
@@ -83,6 +83,30 @@ def _append_home(path: Path, record: GateLedgerEntry | SignOff) -> None:
             chain.append(record)
     except OSError as e:
         raise _unwritable(path, e) from e
+
+
+def comparisons_path(home: Path) -> Path:
+    return Path(home) / COMPARISONS
+
+
+def record_comparison(home: Path, entry: ComparisonEntry) -> None:
+    """Record a comparison `compare` wrote (once per digest: the first line counts)."""
+    path = comparisons_path(home)
+    ensure_dir(path.parent)
+    try:
+        with chained_append(path, ComparisonEntry, home=home) as chain:
+            if not any(e.comparison_digest == entry.comparison_digest and believed(e) for e in chain.records):
+                chain.append(entry)
+    except OSError as e:
+        raise _unwritable(path, e) from e
+
+
+def recorded_comparison(home: Path, comparison_digest: str) -> ComparisonEntry | None:
+    """The home's signed record of a comparison with this digest, if `compare` wrote one here."""
+    for e in read_chained(comparisons_path(home), ComparisonEntry, home=home).records:
+        if e.comparison_digest == comparison_digest and believed(e):
+            return e
+    return None
 
 
 def record_gate(home: Path, entry: GateLedgerEntry) -> None:
@@ -161,14 +185,30 @@ def registered_run(home: Path, bundle_digest: str) -> RunEntry | None:
     return None
 
 
-def register_run(home: Path, entry: RunEntry) -> bool:
-    """Record a finished run bundle in the home; False when its digest was already there."""
+def registrations_of(home: Path, run_id: str) -> list[RunEntry]:
+    """Every signed registration of this run id, oldest first."""
+    return [e for e in read_chained(runs_path(home), RunEntry, home=home).records
+            if e.run_id == run_id and believed(e)]
+
+
+def register_run(home: Path, entry: RunEntry, brought_in: bool = False) -> bool:
+    """Record a finished run bundle in the home; False when its digest was already there.
+    `brought_in` (`verify --register`): a run id the home holds under another bundle digest is
+    refused (exit 4). A run of this home that resumes finishes again under a new digest."""
     path = runs_path(home)
     ensure_dir(path.parent)
     try:
         with chained_append(path, RunEntry, home=home) as chain:
-            if any(e.bundle_digest == entry.bundle_digest for e in chain.records):
+            if any(e.bundle_digest == entry.bundle_digest and believed(e) for e in chain.records):
                 return False
+            other = next((e for e in chain.records if e.run_id == entry.run_id and believed(e)), None) \
+                if brought_in else None
+            if other is not None:
+                raise invalid(f"the home already holds run {entry.run_id} under the bundle digest "
+                              f"{other.bundle_digest}, not {entry.bundle_digest}: a bundle re-made under a known "
+                              "run id is not that run", file=path,
+                              hint="compare the run bundle the home registered; a run made elsewhere keeps "
+                              "its own run id")
             chain.append(entry)
             return True
     except OSError as e:
