@@ -622,3 +622,34 @@ def test_a_relabelled_copy_of_a_registered_run_is_refused(mine: Copy) -> None:
     (copy / "manifest.json").write_text(json.dumps(signed, indent=2, sort_keys=True))
     r = mine.sh("compare", mine.bundle("champion"), copy, "--out", mine.root / "cmp-relabelled")
     assert r.code == 4 and "not a key this home believes" in r.stderr, r
+
+
+def test_a_release_flow_that_pins_the_home_key_refuses_a_replaced_one(mine: Copy) -> None:
+    """check-release and ship with the fingerprint the release flow pinned (`--home-key` or
+    EVALRIG_HOME_KEY): the home's key replaced (a new key pair made after the old was moved
+    aside), both refuse; nothing ships. With the right pin, the ship embeds what it relied on."""
+    assert mine.sh("sign", mine.decision, "--approve", "--by", "alice").code == 0
+    shown = mine.sh("key", "--json").json
+    assert isinstance(shown, dict)
+    pinned = str(shown["fingerprint"])
+    ok = mine.sh("check-release", mine.decision, "--checkpoint", mine.root / "candidate", "--home-key", pinned)
+    assert ok.code == 0, ok
+    (mine.home / "key").rename(mine.home / "key.old")
+    (mine.home / "key.pub").unlink()
+    replaced = mine.sh("key", "--json").json
+    assert isinstance(replaced, dict) and replaced["fingerprint"] != pinned
+    r = mine.sh("check-release", mine.decision, "--checkpoint", mine.root / "candidate", "--home-key", pinned)
+    assert r.code == 4 and f"not the pinned {pinned}" in r.stderr, r
+    r = eval_sh(mine.home, "ship", mine.decision, "--checkpoint", mine.root / "candidate",
+                env={"EVALRIG_HOME_KEY": pinned})
+    assert r.code == 4 and f"not the pinned {pinned}" in r.stderr, r
+    assert not (mine.home / "releases.jsonl").exists()
+    (mine.home / "key.old").replace(mine.home / "key")
+    shipped = eval_sh(mine.home, "ship", mine.decision, "--checkpoint", mine.root / "candidate",
+                      env={"EVALRIG_HOME_KEY": pinned})
+    assert shipped.code == 0, shipped
+    event = json.loads((mine.home / "releases.jsonl").read_text().splitlines()[0])
+    gate = event["relied_on"]["gate"]
+    assert gate["decision_digest"] == event["decision"]["digest"] and gate["key"] == pinned
+    assert event["relied_on"]["signoff"]["action"] == "approve"
+    assert mine.sh("history", "--verify-only").code == 0

@@ -63,6 +63,11 @@ class ShippedCandidate(Strict):
 MAINTENANCE_NOTE = "shipped as maintenance, no win claimed"
 
 
+class ReliedOn(Strict):
+    gate: dict[str, Any] = Field(description="The gate ledger's line of the non-advisory gate that issued the decision.")
+    signoff: dict[str, Any] = Field(description="The home's last sign-off of the decision (approving it).")
+
+
 class ShipEvent(ReleaseEvent):
     """`ship`: a signed, approved decision's candidate put in service."""
 
@@ -82,6 +87,13 @@ class ShipEvent(ReleaseEvent):
     signed_by: str = Field(min_length=1, description="Who approved the decision (its last sign-off in the home).")
     note: str | None = Field(
         default=None, description=f'"{MAINTENANCE_NOTE}" for a promote-maintenance release, else null.')
+    relied_on: ReliedOn | None = Field(
+        default=None, description="The home's signed lines the ship relied on, as written: every reader "
+        "verifies them under the ship's own key. Absent on ship events written before the home signed.")
+
+    @model_serializer(mode="wrap")
+    def _no_null_relied_on(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_nulls(handler(self), ("relied_on", *SIGNED_KEYS))
 
 
 class BundleRef(Strict):

@@ -35,6 +35,7 @@ from evalrig.store.layout import RELEASES, VERIFIED_LOGS
 if TYPE_CHECKING:  # the models and pydantic are imported when an event is validated (see below)
     from evalrig.models.releases import Event, ReleaseLine, ShipEvent
     from evalrig.store.jsonl import ChainWriter
+    from evalrig.store.signing import Keyring
 
 E = TypeVar("E", bound="Event")
 RECORD_VERSION = "2.0"
@@ -232,11 +233,57 @@ def _signed(path: Path, rows: Sequence[dict[str, Any]], keys: Path, start: int =
 
     if not before and not any("sig" in rows[i] for i in range(start, len(rows))):
         return False  # legacy lines: no key needed
+    ring = keyring(keys)
     try:
-        first = check_signed(path, rows, keyring(keys), "release-log", start, before)
+        first = check_signed(path, rows, ring, "release-log", start, before)
+        _check_relied_on(path, rows, ring, keys, start)
     except EvalrigError as e:
         raise _with_hint(e) from None
     return before or first is not None
+
+
+def _check_relied_on(path: Path, rows: Sequence[dict[str, Any]], ring: Keyring, home: Path, start: int) -> None:
+    """Every signed `ship` from `start` embeds the signed gate-ledger and sign-off lines it relied on:
+    signed by the ship's own key, of its decision, a non-advisory gate and an approval; and, when the
+    ship's key is the home's own, lines the home's files hold (docs/security.md)."""
+    from evalrig.store.chain import chain_broken
+    from evalrig.store.layout import GATES, HOME_SIGNOFFS
+
+    held: dict[str, set[str]] = {}
+
+    def in_home(name: str) -> set[str]:
+        if name not in held:
+            try:
+                data = (Path(home) / name).read_bytes()
+            except OSError:
+                data = b""
+            held[name] = {chain_hash(x) for x in whole_lines(data)[0]}
+        return held[name]
+
+    for i in range(start, len(rows)):
+        row = rows[i]
+        if row.get("kind") != "ship" or "sig" not in row:
+            continue
+        rel = row.get("relied_on")
+        digest = row["decision"]["digest"]
+        if rel is None:
+            continue  # not written by `ship` (a library caller's event): the signature alone vouches for it
+        if not isinstance(rel, dict):
+            raise chain_broken(path, i + 1, "relied_on is not the gate and sign-off lines this ship relied on")
+        for what, name in (("gate", GATES), ("signoff", HOME_SIGNOFFS)):
+            line = rel.get(what)
+            if not isinstance(line, dict) or line.get("key") != row.get("key"):
+                raise chain_broken(path, i + 1, f"relied_on.{what} is not a line signed by the ship's own key")
+            why = ring.verifies(line, "release-log")
+            if why is not None:
+                raise chain_broken(path, i + 1, f"relied_on.{what}: {why}")
+            if line.get("decision_digest") != digest:
+                raise chain_broken(path, i + 1, f"relied_on.{what} is about another decision than {digest}")
+            if row.get("key") == ring.home and chain_hash(canonical_json(line)) not in in_home(name):
+                raise chain_broken(path, i + 1, f"relied_on.{what} is not a line of this home's {name}: the "
+                                   "home never recorded the decision this ship claims")
+        if rel["gate"].get("advisory") is not False or rel["signoff"].get("action") != "approve":
+            raise chain_broken(path, i + 1, "relied_on: not a non-advisory gate and an approving sign-off")
 
 
 def keys_home(home: Path | None) -> Path:

@@ -383,3 +383,16 @@ def _cut(home: Path, other: str, has: int, n: int, by: str, line: int) -> Evalri
 
 def signed_lines(objs: Iterable[Any]) -> list[Any]:
     return [o for o in objs if believed(o)]
+
+
+def check_pinned(home: Path, pinned: str | None) -> None:
+    """Refuse (exit 4) a home whose key is not the one a release flow pinned (`--home-key FPR` or
+    `EVALRIG_HOME_KEY`): a replaced key would sign whatever its holder wrote."""
+    if not pinned:
+        return
+    got = existing_home_fingerprint(home)
+    if got != pinned:
+        raise invalid(f"the home's key is {got or 'missing'}, not the pinned {pinned}: the key was replaced, or "
+                      "this is another home", file=Path(home) / KEY, field="--home-key",
+                      hint="release from the home whose key the flow pinned (`evalrig key` prints a home's "
+                      "fingerprint); if the key was replaced on purpose, pin the new fingerprint")
