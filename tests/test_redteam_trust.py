@@ -653,3 +653,24 @@ def test_a_release_flow_that_pins_the_home_key_refuses_a_replaced_one(mine: Copy
     assert gate["decision_digest"] == event["decision"]["digest"] and gate["key"] == pinned
     assert event["relied_on"]["signoff"]["action"] == "approve"
     assert mine.sh("history", "--verify-only").code == 0
+
+
+def test_legacy_unsigned_gate_and_signoff_lines_are_never_believed(mine: Copy, tmp_path: Path) -> None:
+    """A home whose gates.jsonl and signoffs.jsonl were written by hand before it signed anything
+    (legacy lines: no prev, no sig), holding the real decision's gate and an approval: shown,
+    never believed for a release."""
+    home = tmp_path / "fresh-home"
+    assert eval_sh(home, "seal", mine.root / "candidate").code == 0
+    strip = ("prev", "key", "sig", "heads")
+    gate = {k: v for k, v in json.loads((mine.home / "gates.jsonl").read_text().splitlines()[-1]).items()
+            if k not in strip}
+    write_lines(home / "gates.jsonl", [gate])
+    decision = json.loads(mine.decision.read_text())
+    write_lines(home / "signoffs.jsonl", [{
+        "schema_version": "1.0", "decision_digest": gate["decision_digest"], "decision_file": mine.decision.name,
+        "candidate_checkpoint_id": decision["candidate"]["checkpoint_id"], "by": "mallory", "action": "approve",
+        "verdict": "promote", "agrees_with_gate": True, "reason": None, "open_s": 1.0,
+        "at": "2026-12-01T10:00:00.000000Z"}])
+    r = eval_sh(home, "check-release", mine.decision, "--checkpoint", mine.root / "candidate")
+    assert r.code == 1 and "no gate issued this decision" in r.stderr, r
+    assert eval_sh(home, "ship", mine.decision, "--checkpoint", mine.root / "candidate").code == 1
