@@ -674,3 +674,17 @@ def test_legacy_unsigned_gate_and_signoff_lines_are_never_believed(mine: Copy, t
     r = eval_sh(home, "check-release", mine.decision, "--checkpoint", mine.root / "candidate")
     assert r.code == 1 and "no gate issued this decision" in r.stderr, r
     assert eval_sh(home, "ship", mine.decision, "--checkpoint", mine.root / "candidate").code == 1
+
+
+def test_a_run_relabelled_between_compare_and_gate_is_refused_by_the_gate(mine: Copy) -> None:
+    """compare reads both runs as registered; then the candidate's manifest is relabelled in place
+    (its files untouched, its bundle digest the same): gate refuses it, issuing nothing."""
+    out = mine.root / "cmp-then-relabel"
+    assert mine.sh("compare", mine.bundle("champion"), mine.bundle("candidate"), "--out", out).code == 0
+    path = mine.bundle("candidate") / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["checkpoint"]["name"] = "champ"
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    r = mine.sh("gate", out, "--policy", mine.root / "policies" / "redteam.toml")
+    assert r.code == 4 and "signature does not verify" in r.stderr and str(path) in r.stderr, r
+    assert not (out / "decisions").exists()
