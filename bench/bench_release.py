@@ -39,8 +39,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 FIRST = "sha256:" + "a" * 64
 
 
-def build_log(path: Path, n: int, serving_last: str) -> None:
-    """N events with a valid chain; the last one a ship of `serving_last`."""
+def build_log(path: Path, n: int, serving_last: str, home: Path) -> None:
+    """N events with a valid chain, each signed by the home's key as the rig signs them (every
+    reader checks each signature it has not checked before); the last one a ship of `serving_last`."""
     from evalrig.core.digest import canonical_json
     from evalrig.models.inputs import PolicyTripwires, PolicyWatch
     from evalrig.models.releases import (
@@ -54,6 +55,7 @@ def build_log(path: Path, n: int, serving_last: str) -> None:
     )
     from evalrig.store.jsonl import chain_hash
     from evalrig.store.releases import head_path
+    from evalrig.store.signing import heads, home_key
 
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     policy = {"name": "default", "version": 2, "digest": "sha256:" + "f" * 64}
@@ -69,6 +71,7 @@ def build_log(path: Path, n: int, serving_last: str) -> None:
             signed_by="alice")
 
     lines, prev, serving = [], None, FIRST
+    key, home_heads = home_key(home), heads(home)
     for i in range(n):
         at = t0 + timedelta(minutes=i)
         if i == n - 1:
@@ -88,7 +91,8 @@ def build_log(path: Path, n: int, serving_last: str) -> None:
             serving = ckpt(i - 3)
         plain = ReleaseLine(e).model_dump(mode="json")  # type: ignore[arg-type]
         plain["prev"] = prev
-        raw = canonical_json(plain)
+        plain["heads"] = home_heads
+        raw = canonical_json(key.sign(plain))
         lines.append(raw)
         prev = chain_hash(raw)
     path.write_bytes(b"".join(x + b"\n" for x in lines))
@@ -124,7 +128,7 @@ def main() -> int:
         sign(decision, True, "alice", None, datetime.now(UTC), home)
         log = root / "releases.jsonl"
         t = time.perf_counter()
-        build_log(log, args.events, FIRST)
+        build_log(log, args.events, FIRST, home)
         print(f"built a release log of {args.events} events in {time.perf_counter() - t:.1f} s "
               f"({log.stat().st_size / 1e6:.1f} MB)")
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("EVALRIG_")},

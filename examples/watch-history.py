@@ -88,12 +88,12 @@ def main(argv: list[str]) -> int:
                 digest=decision), verdict=verdict, reason=reason,  # type: ignore[arg-type]
                 candidate=ShippedCandidate(checkpoint_id=ckpt(n), name="demo-agent"), replaces=serving,
                 policy=policy, tripwires=PolicyTripwires(), watch=PolicyWatch(), signed_by="dana",
-                note="shipped as maintenance, no win claimed" if verdict == "promote-maintenance" else None))
+                note="shipped as maintenance, no win claimed" if verdict == "promote-maintenance" else None), home)
             previous, serving = serving, ckpt(n)
         if rolled_back:
             append_event(log, RollbackEvent.model_validate({
                 "seq": 0, "at": at + timedelta(days=1), "from": serving, "to": previous, "trigger": "person",
-                "by": "dana", "reason": "customers report wrong dates", "evidence": None}))
+                "by": "dana", "reason": "customers report wrong dates", "evidence": None}), home)
             serving = previous
         p = subprocess.run([str(ROOT / "eval.sh"), "watch", "--log", str(log)], env=env, capture_output=True,
                            text=True)
@@ -107,7 +107,7 @@ def main(argv: list[str]) -> int:
             print(p.stderr, file=sys.stderr)
             return p.returncode
     print(f"\n{pages} of {len(STORY)} scheduled watches paged. The alert events, as the release log keeps them:")
-    for e in read_log(log).events:
+    for e in read_log(log, home).events:
         if e.kind == "alert":
             print(f"  #{e.seq} {e.alert_kind:8s} {e.alert_id}: {e.detail}")
     print(f"\nhome: {home}\nrelease log: {log}\nagain: EVALRIG_HOME={home} {ROOT / 'eval.sh'} watch --log {log} --json")

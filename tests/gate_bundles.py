@@ -31,7 +31,7 @@ from evalrig.models.run import (
     VerifierIdentity,
 )
 from evalrig.run.lifecycle import register_finished
-from evalrig.store.bundle import file_digests
+from evalrig.store.bundle import file_digests, write_run_manifest
 from evalrig.store.files import write_json_atomic
 from evalrig.store.jsonl import chained_append
 
@@ -100,7 +100,7 @@ def chain(lines: list[dict]) -> bytes:
 
 def register(home: Path, side: Side) -> None:
     home.mkdir(parents=True, exist_ok=True)
-    with chained_append(home / "seals.jsonl", SealEntry) as seals:
+    with chained_append(home / "seals.jsonl", SealEntry, home=home) as seals:
         seals.append(SealEntry(checkpoint_id=side.checkpoint_id, name=side.name, sealed_at=side.sealed_at))
 
 
@@ -155,7 +155,7 @@ def redigest(dir: Path, home: Path) -> None:
     checks that come after registration)."""
     manifest = RunManifest.model_validate_json((dir / "manifest.json").read_bytes())
     manifest = manifest.model_copy(update={"files": file_digests(dir)})
-    write_json_atomic(dir / "manifest.json", manifest)
+    manifest = write_run_manifest(dir, manifest, home)  # signed with the home's key, as the rig signs it
     register_run(home, manifest)
 
 
@@ -218,9 +218,11 @@ def write_run(dir: Path, side: Side, home: Path | None = None, full: bool = Fals
         created_at=T0 + timedelta(hours=2), finished_at=T0 + timedelta(hours=3),
         files=file_digests(dir),
     )
-    write_json_atomic(dir / "manifest.json", manifest)
     if home is not None:
+        manifest = write_run_manifest(dir, manifest, home)  # signed by the home that "ran" it
         register_run(home, manifest)
+    else:
+        write_json_atomic(dir / "manifest.json", manifest)
     return dir
 
 

@@ -21,7 +21,7 @@ from evalrig.models.run import (
     TasksetRef,
 )
 from evalrig.run.lifecycle import register_finished
-from evalrig.store.bundle import file_digests
+from evalrig.store.bundle import file_digests, write_run_manifest
 from evalrig.store.files import write_json_atomic
 from evalrig.store.tasks import content_digest, load_taskset
 
@@ -149,7 +149,9 @@ def write_bundle(dir: Path, tasks_dir: Path, home: Path | None = None, run_id: s
         counts=RunCounts(trials=len(results), scored=len(results), passed=passed, failed=len(results) - passed,
                          agent_error=0, timeout=0, infra_error=0, interrupted=0, attempts=len(results), unscored=0),
         seal_checks=[], created_at=T0, finished_at=T0, files=file_digests(dir))
-    write_json_atomic(dir / "manifest.json", manifest)
     if home is not None:
+        manifest = write_run_manifest(dir, manifest, home)  # signed by the home that "ran" it
         register_finished(home, manifest)
+    else:
+        write_json_atomic(dir / "manifest.json", manifest)
     return dir

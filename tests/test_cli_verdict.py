@@ -10,14 +10,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from gate_bundles import Side, Task, counts_tasks, write_run
+from gate_bundles import Side, Task, counts_tasks, register_run, write_run
 from redteam import EVAL_SH, add_task, eval_sh
 from typer.testing import CliRunner
 
 from evalrig.cli import app
 from evalrig.core.digest import sha256_bytes
 from evalrig.models.run import RunManifest
-from evalrig.store.files import write_json_atomic
+from evalrig.store.bundle import write_run_manifest
 from evalrig.store.tasks import load_taskset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -223,13 +223,15 @@ def test_a_task_set_mismatch_is_exact_while_the_task_folders_are_unchanged(tmp_p
         add_task(dir, "invariant", "iv0", prompt="Say ok.\n" if dir == one else "Say OK, please.\n")
         add_task(dir, "fresh", "fr0", created_at="2026-12-01T10:00:00.000000Z")
     add_task(one, "fixed", "fx1")
-    a, b, _ = runs(tmp_path, evalrig_home, counts_tasks([3] * 4), counts_tasks([3] * 4),
+    # made in a scratch home, then signed and registered in this one as runs over these task sets
+    a, b, _ = runs(tmp_path, tmp_path / "scratch-home", counts_tasks([3] * 4), counts_tasks([3] * 4),
                    taskset_id=sha256_bytes(b"other"))
     for run, tasks in ((a, one), (b, two)):
         m = RunManifest.model_validate_json((run / "manifest.json").read_bytes())
         settings = m.settings.model_copy(update={"tasks_dir": str(tasks)})
         taskset = m.taskset.model_copy(update={"id": load_taskset(tasks).id})
-        write_json_atomic(run / "manifest.json", m.model_copy(update={"settings": settings, "taskset": taskset}))
+        register_run(evalrig_home, write_run_manifest(run, m.model_copy(update={"settings": settings,
+                                                                                 "taskset": taskset}), evalrig_home))
     r = cli(evalrig_home, "compare", a, b, "--out", tmp_path / "cmp", "--json")
     assert r.exit_code == 4  # type: ignore[attr-defined]
     message = json.loads(r.stdout)["error"]["message"]  # type: ignore[attr-defined]

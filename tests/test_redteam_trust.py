@@ -210,6 +210,10 @@ def test_a_bundle_from_another_home_is_brought_in_by_verify_register(mine: Copy,
     out = mine.root / "cmp-elsewhere"
     r = other.sh("compare", mine.bundle("champion"), mine.bundle("candidate"), "--out", out)
     assert r.code == 4 and "verify --register" in r.stderr, r
+    # the other home trusts the train's home to register its runs (docs/release-engineers.md)
+    pub = (mine.home / "key.pub").read_text().split()[0]
+    other.home.mkdir(exist_ok=True)
+    (other.home / "trusted_keys").write_text(f"{pub} register the train's home\n")
     for side in ("champion", "candidate"):
         reg = other.sh("verify", mine.bundle(side), "--register", "--json")
         assert reg.code == 0, reg
@@ -383,3 +387,304 @@ def test_two_processes_appending_never_interleave(tmp_path: Path) -> None:
     for tag in ("a", "b"):
         assert [n for n in names if n.startswith(tag)] == [f"{tag}-{i}" for i in range(200)]
     assert os.path.exists(tmp_path / ".seals.jsonl.lock")
+
+
+# -- issue 20, findings 2 and 7: the home signs what it records ------------------------------
+
+
+def hand_append(path: Path, row: dict[str, object]) -> None:
+    """What a red team does to a chained file it can write: a well-formed line with a correct
+    `prev` (the sha256 of the last line), appended (and the release log's head moved to it)."""
+    data = path.read_bytes()
+    last = data.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    line = orjson.dumps(dict(row, prev=hashlib.sha256(last).hexdigest()), option=orjson.OPT_SORT_KEYS)
+    path.write_bytes(data + line + b"\n")
+    head = path.with_name(f".{path.name}.head")
+    if head.exists():
+        head.write_text(hashlib.sha256(line).hexdigest() + "\n")
+
+
+def test_a_hand_appended_approving_signoff_is_a_break(mine: Copy) -> None:
+    """A sign-off approving the real decision, appended to the home's signoffs.jsonl with a
+    correct prev after the home signed a line: check-release refuses the file, naming it."""
+    rejected = mine.sh("sign", mine.decision, "--reject", "--by", "alice", "--reason", "not yet")
+    assert rejected.code == 0, rejected
+    decision = json.loads(mine.decision.read_text())
+    hand_append(mine.home / "signoffs.jsonl", {
+        "schema_version": "1.0", "decision_digest": "sha256:" + hashlib.sha256(mine.decision.read_bytes()).hexdigest(),
+        "decision_file": mine.decision.name, "candidate_checkpoint_id": decision["candidate"]["checkpoint_id"],
+        "by": "mallory", "action": "approve", "verdict": "promote", "agrees_with_gate": True, "reason": None,
+        "open_s": 1.0, "at": "2026-12-01T10:00:00.000000Z"})
+    r = mine.sh("check-release", mine.decision, "--checkpoint", mine.root / "candidate")
+    assert r.code == 4, r
+    assert "signoffs.jsonl:2" in r.stderr and "no signature" in r.stderr, r
+    assert mine.sh("ship", mine.decision, "--checkpoint", mine.root / "candidate").code == 4
+    assert not (mine.home / "releases.jsonl").exists()
+
+
+def test_a_hand_appended_ship_of_a_never_gated_build_is_a_break(mine: Copy) -> None:
+    """After a real ship, a `ship` of the champion (never gated as a candidate) appended to the
+    release log with a correct prev and seq, its head moved: every reader refuses the log."""
+    assert mine.sh("sign", mine.decision, "--approve", "--by", "alice").code == 0
+    shipped = mine.sh("ship", mine.decision, "--checkpoint", mine.root / "candidate")
+    assert shipped.code == 0, shipped
+    log = mine.home / "releases.jsonl"
+    real = json.loads(log.read_text().splitlines()[0])
+    assert real["key"].startswith("sha256:") and real["sig"]
+    assert real["heads"]["releases.jsonl"] == {"lines": 0, "sha256": None}
+    champ_id = json.loads(mine.decision.read_text())["champion"]["checkpoint_id"]
+    forged = {k: v for k, v in real.items() if k not in ("prev", "sig", "key", "heads")}
+    forged.update(seq=1, candidate={"checkpoint_id": champ_id, "name": "champ"},
+                  replaces=real["candidate"]["checkpoint_id"], signed_by="mallory")
+    hand_append(log, forged)
+    for argv in (("history",), ("champion",), ("rollback", "--to", "previous", "--by", "bob", "--reason", "x")):
+        r = mine.sh(*argv)
+        assert r.code == 4, r
+        assert "releases.jsonl:2" in r.stderr and "no signature" in r.stderr, r
+    # the same line signed by a key the home does not know is refused as well
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from evalrig.store.signing import HomeKey
+
+    other = Ed25519PrivateKey.generate()
+    lines = log.read_bytes().split(b"\n")[:1]
+    row = HomeKey(other, other.public_key().public_bytes_raw()).sign(
+        dict(forged, prev=hashlib.sha256(lines[0]).hexdigest()))
+    line = orjson.dumps(row, option=orjson.OPT_SORT_KEYS)
+    log.write_bytes(lines[0] + b"\n" + line + b"\n")
+    log.with_name(".releases.jsonl.head").write_text(hashlib.sha256(line).hexdigest() + "\n")
+    r = mine.sh("history")
+    assert r.code == 4 and "releases.jsonl:2" in r.stderr and "not a key this home believes" in r.stderr, r
+
+
+def test_a_later_rejection_cut_from_the_homes_signoffs_is_seen(mine: Copy) -> None:
+    """An approval, then a rejection, then another gate of the train (a later line of the home
+    records signoffs.jsonl's length); the rejection cut from the end of signoffs.jsonl: the
+    chain still holds, but the gate ledger's last line says the file was longer."""
+    assert mine.sh("sign", mine.decision, "--approve", "--by", "alice").code == 0
+    assert mine.sh("sign", mine.decision, "--reject", "--by", "bob", "--reason", "a regression").code == 0
+    again = mine.sh("gate", mine.cmp, "--policy", mine.root / "policies" / "redteam.toml")
+    assert again.code == 0, again
+    path = mine.home / "signoffs.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in path.read_bytes().split(b"\n")[:1]))
+    r = mine.sh("check-release", mine.decision, "--checkpoint", mine.root / "candidate")
+    assert r.code == 4, r
+    assert "signoffs.jsonl" in r.stderr and "says it had 2 lines" in r.stderr, r
+
+
+def test_a_release_log_is_believed_only_under_a_key_trusted_for_release_logs(mine: Copy, tmp_path: Path) -> None:
+    """The train's release log read from another home: refused while its signer is unknown or
+    trusted only for `register`; read once trusted for `release-log`. A trusted_keys file that
+    others may write, or that is a link, is refused."""
+    assert mine.sh("sign", mine.decision, "--approve", "--by", "alice").code == 0
+    assert mine.sh("ship", mine.decision, "--checkpoint", mine.root / "candidate").code == 0
+    log = mine.home / "releases.jsonl"
+    pub = (mine.home / "key.pub").read_text().split()[0]
+    shown = mine.sh("key", "--json").json
+    assert isinstance(shown, dict) and shown["public_key"] == pub
+    assert shown["fingerprint"] == "sha256:" + hashlib.sha256(__import__("base64").b64decode(pub)).hexdigest()
+    other = Copy(tmp_path / "other-home", mine.root)
+    r = other.sh("history", "--log", log)
+    assert r.code == 4 and "releases.jsonl:1" in r.stderr and "not a key this home believes" in r.stderr, r
+    trusted = other.home / "trusted_keys"
+    trusted.write_text(f"{pub} register the train's home\n")
+    assert other.sh("history", "--log", log).code == 4
+    trusted.write_text(f"{pub} release-log the train's home\n")
+    ok = other.sh("history", "--log", log, "--json")
+    assert ok.code == 0, ok
+    trusted.chmod(0o666)
+    r = other.sh("history", "--log", log)
+    assert r.code == 4 and "trusted_keys" in r.stderr and "writable by its group or others" in r.stderr, r
+    trusted.chmod(0o644)
+    real = tmp_path / "keys"
+    trusted.rename(real)
+    trusted.symlink_to(real)
+    r = other.sh("history", "--log", log)
+    assert r.code == 4 and "symbolic link" in r.stderr, r
+    (mine.home / "key").chmod(0o660)
+    r = mine.sh("history")
+    assert r.code == 4 and f"{mine.home / 'key'}" in r.stderr, r
+
+
+# -- issue 20, finding 4: the gate takes only a comparison the home recorded ------------------
+
+
+def test_a_comparison_edited_and_redigested_between_compare_and_gate_is_refused(mine: Copy) -> None:
+    """compare writes a comparison (recorded, signed, in comparisons.jsonl); before the gate its
+    comparison.json is edited in the candidate's favour and its manifest re-digested: every
+    digest of the bundle verifies, but the home never recorded that comparison."""
+    out = mine.root / "cmp-edited"
+    made = mine.sh("compare", mine.bundle("champion"), mine.bundle("candidate"), "--out", out)
+    assert made.code == 0, made
+    recorded = [json.loads(x) for x in (mine.home / "comparisons.jsonl").read_text().splitlines()]
+    digest = "sha256:" + hashlib.sha256((out / "comparison.json").read_bytes()).hexdigest()
+    assert digest in [r["comparison_digest"] for r in recorded] and all(r["sig"] for r in recorded)
+    doc = json.loads((out / "comparison.json").read_text())
+    doc["facts"]["champion"]["canary_found"] = 0
+    doc["suites"]["fresh"]["tasks"] += 1
+    (out / "comparison.json").write_bytes(json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n")
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["files"]["comparison.json"] = "sha256:" + hashlib.sha256((out / "comparison.json").read_bytes()).hexdigest()
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    gates_before = (mine.home / "gates.jsonl").read_bytes()
+    r = mine.sh("gate", out, "--policy", mine.root / "policies" / "redteam.toml")
+    assert r.code == 4, r
+    assert "not a comparison this rig's home recorded" in r.stderr and "comparisons.jsonl" in r.stderr, r
+    assert not (out / "decisions").exists()
+    assert (mine.home / "gates.jsonl").read_bytes() == gates_before
+
+
+# -- issue 20, finding 2: what the home registers ------------------------------------------------
+
+
+def forge_consistently(bundle: Path) -> None:
+    """The champion's failed fresh trials made passes with the rig's own functions: the answer in
+    the evidence rewritten, each result's evidence digest recomputed, the manifest re-digested.
+    Re-deriving agrees with every result; only the home knows it is not the run that finished."""
+    from evalrig.attempt.evidence import evidence_digest
+
+    rows = results(bundle)
+    flipped = 0
+    for r in rows:
+        if r["suite"] == "fresh" and r["status"] == "failed":
+            ev = bundle / "attempts" / str(r["attempt_id"])
+            (ev / "out" / "answer.txt").write_text("ok\n")
+            r["evidence_digest"], r["evidence_bytes"] = evidence_digest(ev)
+            r.update(status="passed", passed=True, reward=1.0)
+            flipped += 1
+    assert flipped
+    write_lines(bundle / "results.jsonl", rows)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["counts"]["passed"] += flipped
+    manifest["counts"]["failed"] -= flipped
+    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    redigest_run(bundle)
+
+
+def test_a_consistent_forgery_of_a_run_is_never_registered_and_never_compared(mine: Copy) -> None:
+    champ = mine.bundle("champion")
+    run_id = json.loads((champ / "manifest.json").read_text())["run_id"]
+    forge_consistently(champ)
+    assert mine.sh("verify", champ).code == 0  # consistent: re-deriving cannot tell
+    reg = mine.sh("verify", champ, "--register")
+    assert reg.code == 4, reg
+    assert f"already holds run {run_id}" in reg.stderr, reg
+    out = mine.root / "cmp-forged"
+    r = mine.sh("compare", champ, mine.bundle("candidate"), "--out", out)
+    assert r.code == 4 and "not registered" in r.stderr, r
+    ids = [json.loads(x)["run_id"] for x in (mine.home / "runs.jsonl").read_text().splitlines()]
+    assert ids.count(run_id) == 1
+    # brought to another home, the forgery is refused there too: its manifest's signature no
+    # longer verifies, even under a key that home trusts for register
+    other = Copy(mine.root.parent / "other-home", mine.root)
+    pub = (mine.home / "key.pub").read_text().split()[0]
+    other.home.mkdir(exist_ok=True)
+    (other.home / "trusted_keys").write_text(f"{pub} register\n")
+    reg = other.sh("verify", champ, "--register")
+    assert reg.code == 4 and "not signed by a key this home trusts for register" in reg.stderr, reg
+    assert not (other.home / "runs.jsonl").exists() or not (other.home / "runs.jsonl").read_text()
+
+
+def test_register_needs_a_key_trusted_for_register_and_never_takes_the_homes_own(mine: Copy, tmp_path: Path) -> None:
+    other = Copy(tmp_path / "other-home", mine.root)
+    pub = (mine.home / "key.pub").read_text().split()[0]
+    r = other.sh("verify", mine.bundle("champion"), "--register")
+    assert r.code == 4 and "not signed by a key this home trusts for register" in r.stderr, r
+    other.home.mkdir(exist_ok=True)
+    (other.home / "trusted_keys").write_text(f"{pub} release-log only its release log\n")
+    assert other.sh("verify", mine.bundle("champion"), "--register").code == 4
+    # the same bundle again in the home that ran it: nothing written
+    before = (mine.home / "runs.jsonl").read_bytes()
+    again = mine.sh("verify", mine.bundle("champion"), "--register", "--json")
+    assert again.code == 0 and isinstance(again.json, dict) and again.json["newly_registered"] is False, again
+    assert (mine.home / "runs.jsonl").read_bytes() == before
+
+
+def test_a_relabelled_copy_of_a_registered_run_is_refused(mine: Copy) -> None:
+    """The candidate's bundle copied and its manifest relabelled (another checkpoint name, the
+    files untouched, so its bundle digest is still the registered one)."""
+    copy = mine.root / "relabelled"
+    shutil.copytree(mine.bundle("candidate"), copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["checkpoint"]["name"] = "champ"
+    (copy / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    r = mine.sh("compare", mine.bundle("champion"), copy, "--out", mine.root / "cmp-relabelled")
+    assert r.code == 4 and "signature does not verify" in r.stderr, r
+    v = mine.sh("verify", copy)
+    assert v.code == 4 and "signature does not verify" in v.stderr, v
+    # re-signed by a key of its own, it is still not the manifest the home registered
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from evalrig.store.signing import HomeKey
+
+    k = Ed25519PrivateKey.generate()
+    signed = HomeKey(k, k.public_key().public_bytes_raw()).sign(manifest)
+    (copy / "manifest.json").write_text(json.dumps(signed, indent=2, sort_keys=True))
+    r = mine.sh("compare", mine.bundle("champion"), copy, "--out", mine.root / "cmp-relabelled")
+    assert r.code == 4 and "not a key this home believes" in r.stderr, r
+
+
+def test_a_release_flow_that_pins_the_home_key_refuses_a_replaced_one(mine: Copy) -> None:
+    """check-release and ship with the fingerprint the release flow pinned (`--home-key` or
+    EVALRIG_HOME_KEY): the home's key replaced (a new key pair made after the old was moved
+    aside), both refuse; nothing ships. With the right pin, the ship embeds what it relied on."""
+    assert mine.sh("sign", mine.decision, "--approve", "--by", "alice").code == 0
+    shown = mine.sh("key", "--json").json
+    assert isinstance(shown, dict)
+    pinned = str(shown["fingerprint"])
+    ok = mine.sh("check-release", mine.decision, "--checkpoint", mine.root / "candidate", "--home-key", pinned)
+    assert ok.code == 0, ok
+    (mine.home / "key").rename(mine.home / "key.old")
+    (mine.home / "key.pub").unlink()
+    replaced = mine.sh("key", "--json").json
+    assert isinstance(replaced, dict) and replaced["fingerprint"] != pinned
+    r = mine.sh("check-release", mine.decision, "--checkpoint", mine.root / "candidate", "--home-key", pinned)
+    assert r.code == 4 and f"not the pinned {pinned}" in r.stderr, r
+    r = eval_sh(mine.home, "ship", mine.decision, "--checkpoint", mine.root / "candidate",
+                env={"EVALRIG_HOME_KEY": pinned})
+    assert r.code == 4 and f"not the pinned {pinned}" in r.stderr, r
+    assert not (mine.home / "releases.jsonl").exists()
+    (mine.home / "key.old").replace(mine.home / "key")
+    shipped = eval_sh(mine.home, "ship", mine.decision, "--checkpoint", mine.root / "candidate",
+                      env={"EVALRIG_HOME_KEY": pinned})
+    assert shipped.code == 0, shipped
+    event = json.loads((mine.home / "releases.jsonl").read_text().splitlines()[0])
+    gate = event["relied_on"]["gate"]
+    assert gate["decision_digest"] == event["decision"]["digest"] and gate["key"] == pinned
+    assert event["relied_on"]["signoff"]["action"] == "approve"
+    assert mine.sh("history", "--verify-only").code == 0
+
+
+def test_legacy_unsigned_gate_and_signoff_lines_are_never_believed(mine: Copy, tmp_path: Path) -> None:
+    """A home whose gates.jsonl and signoffs.jsonl were written by hand before it signed anything
+    (legacy lines: no prev, no sig), holding the real decision's gate and an approval: shown,
+    never believed for a release."""
+    home = tmp_path / "fresh-home"
+    assert eval_sh(home, "seal", mine.root / "candidate").code == 0
+    strip = ("prev", "key", "sig", "heads")
+    gate = {k: v for k, v in json.loads((mine.home / "gates.jsonl").read_text().splitlines()[-1]).items()
+            if k not in strip}
+    write_lines(home / "gates.jsonl", [gate])
+    decision = json.loads(mine.decision.read_text())
+    write_lines(home / "signoffs.jsonl", [{
+        "schema_version": "1.0", "decision_digest": gate["decision_digest"], "decision_file": mine.decision.name,
+        "candidate_checkpoint_id": decision["candidate"]["checkpoint_id"], "by": "mallory", "action": "approve",
+        "verdict": "promote", "agrees_with_gate": True, "reason": None, "open_s": 1.0,
+        "at": "2026-12-01T10:00:00.000000Z"}])
+    r = eval_sh(home, "check-release", mine.decision, "--checkpoint", mine.root / "candidate")
+    assert r.code == 1 and "no gate issued this decision" in r.stderr, r
+    assert eval_sh(home, "ship", mine.decision, "--checkpoint", mine.root / "candidate").code == 1
+
+
+def test_a_run_relabelled_between_compare_and_gate_is_refused_by_the_gate(mine: Copy) -> None:
+    """compare reads both runs as registered; then the candidate's manifest is relabelled in place
+    (its files untouched, its bundle digest the same): gate refuses it, issuing nothing."""
+    out = mine.root / "cmp-then-relabel"
+    assert mine.sh("compare", mine.bundle("champion"), mine.bundle("candidate"), "--out", out).code == 0
+    path = mine.bundle("candidate") / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["checkpoint"]["name"] = "champ"
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    r = mine.sh("gate", out, "--policy", mine.root / "policies" / "redteam.toml")
+    assert r.code == 4 and "signature does not verify" in r.stderr and str(path) in r.stderr, r
+    assert not (out / "decisions").exists()

@@ -48,7 +48,7 @@ def verified_how(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: py
         from evalrig.store import releases
 
         me = sys.modules[__name__]
-        for name in ("read_log", "appending", "append_event"):
+        for name in ("read_log", "appending", "append_event", "read_verified_prefix"):
             monkeypatch.setattr(me, name, functools.partial(getattr(releases, name), home=home))
     yield request.param
 

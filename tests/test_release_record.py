@@ -25,6 +25,7 @@ def test_a_log_the_home_verified_before_is_checked_from_where_that_record_ends(
 
     home = tmp_path / "home"
     home.mkdir()
+    monkeypatch.setenv("EVALRIG_HOME", str(home))  # the writer below signs with this home's key too
     log = tmp_path / "releases.jsonl"
     for e in (ship("b", "a"), tripwire("b", True), ship("c", "b")):
         releases.append_event(log, e, home=home)

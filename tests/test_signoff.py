@@ -30,13 +30,15 @@ def make_checkpoint(dir: Path, name: str, home: Path) -> str:
     return checkpoint_id(dir).digest
 
 
-def gated(tmp_path: Path, home: Path, cand_counts: list[int], advisory: bool = False) -> tuple[Path, Path]:
-    """(decision file, candidate checkpoint dir) of a gated train."""
+def gated(tmp_path: Path, home: Path, cand_counts: list[int], advisory: bool = False,
+          seal_home: Path | None = None) -> tuple[Path, Path]:
+    """(decision file, candidate checkpoint dir) of a gated train. `seal_home`: where the
+    candidate was sealed, when not in `home`."""
     pol = tmp_path / "policy.toml"
     pol.write_bytes((ROOT / "policies" / "default-v1.toml").read_bytes())
     digest = sha256_bytes(pol.read_bytes())
     ckpt = tmp_path / "candidate"
-    cid = make_checkpoint(ckpt, "cand", home)
+    cid = make_checkpoint(ckpt, "cand", seal_home or home)
     a = write_run(tmp_path / "a", Side("champ", counts_tasks(CHAMP), policy_digest=digest), home)
     b = write_run(tmp_path / "b", Side("cand", counts_tasks(cand_counts), policy_digest=digest, ckpt=cid,
                                        sealed=False, sealed_at=NOW - timedelta(days=1),
@@ -94,9 +96,10 @@ def test_a_modified_candidate_is_not_released(tmp_path: Path, evalrig_home: Path
 
 
 def test_an_unregistered_candidate_is_not_released(tmp_path: Path, evalrig_home: Path) -> None:
-    decision, ckpt = gated(tmp_path, evalrig_home, BETTER)
-    sign(decision, True, "alice", None, NOW, evalrig_home)
-    (evalrig_home / "seals.jsonl").unlink()
+    # sealed in another home: this one never registered it (removing the seal registry instead
+    # is a cut file, which every later signed line of the home sees: test_hometrust.py)
+    decision, ckpt = gated(tmp_path, evalrig_home, BETTER, seal_home=tmp_path / "elsewhere")
+    sign(decision, True, "alice", "the gate blocks an unsealed candidate; overridden", NOW, evalrig_home)
     r = check_release(decision, ckpt, evalrig_home)
     assert not r.approved and "not registered" in r.reason
 

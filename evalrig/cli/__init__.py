@@ -24,6 +24,7 @@ from evalrig.cli import (  # noqa: E402,F401  isort: skip
     cmd_retire,
     cmd_show,
     cmd_export,
+    cmd_key,
 )
 
 

@@ -119,6 +119,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output o
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks of internal errors.")]
 LogOpt = Annotated[Path | None, typer.Option(
     "--log", metavar="<file>", help="The release log (default $EVALRIG_HOME/releases.jsonl).")]
+HomeKeyOpt = Annotated[str | None, typer.Option(
+    "--home-key", metavar="<fpr>", envvar="EVALRIG_HOME_KEY",
+    help="The home key's fingerprint (`evalrig key`) the release flow pinned: another key is refused (exit 4).")]
 QuietOpt = Annotated[bool, typer.Option(
     "--quiet", "-q", help="Only the result: no progress, no detail lines (errors and warnings still show).")]
 

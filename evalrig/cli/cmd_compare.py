@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, say
+from evalrig.cli.app import DebugOpt, HomeKeyOpt, JsonOpt, command, emit_json, err, say
 from evalrig.core.errors import ExitCode, UsageError
 from evalrig.core.words import count
 from evalrig.store.layout import COMPARISON_JSON, COMPARISON_MD
@@ -118,15 +118,17 @@ def sign_cmd(
 def check_release_cmd(
     decision: Annotated[Path, typer.Argument(help="The signed decision file.")],
     checkpoint: Annotated[Path, typer.Option("--checkpoint", help="The checkpoint directory about to ship.")],
+    home_key: HomeKeyOpt = None,
     json_out: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> int:
     """Exit 0 only for a decision a gate issued, whose comparison still verifies, whose last sign-off in
-    $EVALRIG_HOME approves it, and whose sealed candidate is the directory."""
+    $EVALRIG_HOME approves it, and whose sealed candidate is the directory. Exit 4 when the home's
+    records do not verify, or its key is not the one `--home-key` / EVALRIG_HOME_KEY pins."""
     from evalrig.store.checkpoint import evalrig_home
     from evalrig.store.signoff import check_release
 
-    r = check_release(decision, checkpoint, evalrig_home())
+    r = check_release(decision, checkpoint, evalrig_home(), home_key)
     if json_out:
         emit_json({"approved": r.approved, "reason": r.reason, "checkpoint_id": r.checkpoint_id,
                    "hint": r.hint})

@@ -375,7 +375,12 @@ def verify(
 ) -> int:
     """Re-derive every result of a run bundle from its stored evidence and check every digest.
 
-    Exit 0 when everything agrees, 4 listing each mismatch (nothing is registered then).
+    A run the home registered is also held to the manifest it registered (signed by the home
+    that ran it, unchanged). `--register` takes only a bundle whose manifest is signed by a key
+    `$EVALRIG_HOME/trusted_keys` trusts for `register`, never a run id the home holds under
+    another digest (the same bundle again: exit 0, nothing written), never a bundle this home
+    made. Exit 0 when everything agrees, 4 listing each mismatch or saying why it is not
+    registered (nothing is registered then).
     """
     from evalrig.run.verify import verify_and_register, verify_run
     from evalrig.store.checkpoint import evalrig_home
@@ -385,7 +390,7 @@ def verify(
     if register:
         report, new = verify_and_register(bundle, evalrig_home())
     else:
-        report = verify_run(bundle)
+        report = verify_run(bundle, evalrig_home())
     if json_out:
         emit_json({"bundle": str(bundle), "ok": True, "results": report.results,
                    "rederived": report.rederived, "files": report.files,

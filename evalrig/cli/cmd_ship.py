@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from evalrig.cli.app import DebugOpt, JsonOpt, LogOpt, command, emit_json, err, say
+from evalrig.cli.app import DebugOpt, HomeKeyOpt, JsonOpt, LogOpt, command, emit_json, err, say
 from evalrig.cli.cmd_history import describe, log_of, warn_torn
 from evalrig.core.errors import ExitCode
 
@@ -17,6 +17,7 @@ def ship_cmd(
     decision: Annotated[Path, typer.Argument(help="The signed decision file.")],
     checkpoint: Annotated[Path, typer.Option("--checkpoint", help="The candidate's checkpoint directory.")],
     log: LogOpt = None,
+    home_key: HomeKeyOpt = None,
     json_out: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> int:
@@ -31,7 +32,7 @@ def ship_cmd(
     from evalrig.store.shipping import ship
 
     path = log_of(log)
-    r = ship(decision, checkpoint, path, evalrig_home(), utcnow())
+    r = ship(decision, checkpoint, path, evalrig_home(), utcnow(), home_key)
     if json_out:
         emit_json({"shipped": r.event is not None, "already": r.already, "approved": r.approved,
                    "reason": r.reason, "hint": r.hint, "log": str(path), "event": r.event})

@@ -100,7 +100,37 @@ class Record(Strict):
         return v
 
 
-class ChainedRecord(Record):
+class ChainHead(Strict):
+    """One chained file of the home as a signed line saw it when it was written."""
+
+    lines: int = Field(ge=0, description="Its complete lines.")
+    sha256: ChainHash | None = Field(description="The bare hex sha256 of its last line; null when empty.")
+
+
+class Signed(Strict):
+    """What the home adds to every line it signs (docs/security.md, "The home signs what it records")."""
+
+    key: str | None = Field(
+        default=None, pattern=r"^sha256:[0-9a-f]{64}$",
+        description="The signer's fingerprint: `sha256:` + hex of its raw 32-byte Ed25519 public key.")
+    sig: str | None = Field(
+        default=None, description="Padded base64 of the Ed25519 signature over the canonical JSON of the "
+        "line with `key` and without `sig`. Absent on legacy lines (shown, never believed).")
+    heads: dict[str, ChainHead] | None = Field(
+        default=None, description="For each chained file of the home (by name), its line count and last "
+        "line's sha256 when this line was written: a file cut shorter than a later line says is refused.")
+
+
+SIGNED_KEYS = ("key", "sig", "heads")
+
+
+def without_nulls(out: Any, keys: tuple[str, ...]) -> Any:
+    for k in keys:
+        out = without_null(out, k)
+    return out
+
+
+class ChainedRecord(Record, Signed):
     """A line of one of the rig's hash-chained home files (seals, gates, runs, sign-offs).
 
     The chain's store (`evalrig.store.jsonl.chained_append`) sets `prev`; a record written
@@ -119,10 +149,7 @@ class ChainedRecord(Record):
 
     @model_serializer(mode="wrap")
     def _no_null_prev(self, handler: SerializerFunctionWrapHandler) -> Any:
-        out = without_null(handler(self), "prev")
-        for key in self._optional_keys:
-            out = without_null(out, key)
-        return out
+        return without_nulls(handler(self), ("prev", *SIGNED_KEYS, *self._optional_keys))
 
 
 def without_null(out: Any, key: str) -> Any:

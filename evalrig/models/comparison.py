@@ -469,6 +469,17 @@ class Curve(Strict):
         description="Pass rate over the public suite (public benchmarks: reported, read by no rule).")
 
 
+class ComparisonEntry(ChainedRecord):
+    """$EVALRIG_HOME/comparisons.jsonl: every comparison `compare` wrote with this home; `gate` takes
+    only a comparison whose digest is here (an edited comparison.json, re-digested, is not)."""
+
+    comparison_digest: Digest = Field(description="sha256 of comparison.json's bytes as compare wrote them.")
+    comparison_dir: str
+    champion: RunRef
+    candidate: RunRef
+    at: Timestamp
+
+
 class GateLedgerEntry(ChainedRecord):
     """$EVALRIG_HOME/gates.jsonl: every gate the rig ran, so re-rolled trains are visible."""
 
@@ -516,6 +527,7 @@ FORMATS: dict[str, type[BaseModel]] = {
     "comparison": Comparison,
     "decision": Decision,
     "issued": Issued,
+    "comparison-registry-entry": ComparisonEntry,
     "gate-ledger-entry": GateLedgerEntry,
     "signoff": SignOff,
 }

@@ -21,13 +21,22 @@ from pydantic import (
     model_serializer,
 )
 
-from evalrig.models.base import ChainHash, Digest, Record, Strict, Timestamp
+from evalrig.models.base import (
+    SIGNED_KEYS,
+    ChainHash,
+    Digest,
+    Record,
+    Signed,
+    Strict,
+    Timestamp,
+    without_nulls,
+)
 from evalrig.models.comparison import PolicyRef, Reason, Verdict
 from evalrig.models.inputs import PolicyInvariants, PolicyTripwires, PolicyWatch
 
 
-class ReleaseEvent(Record):
-    """The fields every event of the release log has."""
+class ReleaseEvent(Record, Signed):
+    """The fields every event of the release log has (`key`, `sig`, `heads`: docs/security.md)."""
 
     seq: int = Field(ge=0, description="The event's place in the log, from 0 (its line number - 1).")
     at: Timestamp
@@ -35,6 +44,10 @@ class ReleaseEvent(Record):
         default=None,
         description="The bare hex sha256 of the previous line's bytes (without its newline); null on the first line.",
     )
+
+    @model_serializer(mode="wrap")
+    def _no_null_signature(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_nulls(handler(self), SIGNED_KEYS)
 
 
 class DecisionRef(Strict):
@@ -48,6 +61,11 @@ class ShippedCandidate(Strict):
 
 
 MAINTENANCE_NOTE = "shipped as maintenance, no win claimed"
+
+
+class ReliedOn(Strict):
+    gate: dict[str, Any] = Field(description="The gate ledger's line of the non-advisory gate that issued the decision.")
+    signoff: dict[str, Any] = Field(description="The home's last sign-off of the decision (approving it).")
 
 
 class ShipEvent(ReleaseEvent):
@@ -69,6 +87,13 @@ class ShipEvent(ReleaseEvent):
     signed_by: str = Field(min_length=1, description="Who approved the decision (its last sign-off in the home).")
     note: str | None = Field(
         default=None, description=f'"{MAINTENANCE_NOTE}" for a promote-maintenance release, else null.')
+    relied_on: ReliedOn | None = Field(
+        default=None, description="The home's signed lines the ship relied on, as written: every reader "
+        "verifies them under the ship's own key. Absent on ship events written before the home signed.")
+
+    @model_serializer(mode="wrap")
+    def _no_null_relied_on(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_nulls(handler(self), ("relied_on", *SIGNED_KEYS))
 
 
 class BundleRef(Strict):
@@ -108,7 +133,7 @@ class RollbackEvent(ReleaseEvent):
         out = handler(self)
         if isinstance(out, dict) and "from_" in out:
             out["from"] = out.pop("from_")
-        return out
+        return without_nulls(out, SIGNED_KEYS)
 
 
 AlertKind = Literal["shift", "floor", "stall", "reversal"]

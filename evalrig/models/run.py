@@ -7,14 +7,17 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from evalrig.models.base import (
+    SIGNED_KEYS,
     ChainedRecord,
     Digest,
     PathId,
     Record,
+    Signed,
     Strict,
     TaskId,
     Timestamp,
     without_null,
+    without_nulls,
 )
 from evalrig.models.inputs import Suite
 
@@ -71,6 +74,14 @@ class RunEntry(ChainedRecord):
     checkpoint_id: Digest
     status: Literal["complete", "incomplete"]
     finished_at: Timestamp
+    manifest_digest: Digest | None = Field(
+        default=None, description="sha256 of the canonical JSON of the run's whole manifest.json without `sig`: "
+        "compare and verify refuse a manifest that differs (a relabelled copy is not the registered run). "
+        "Absent on lines written before the rig recorded it.")
+
+    @model_serializer(mode="wrap")
+    def _no_null_manifest_digest(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_nulls(handler(self), ("prev", "manifest_digest", *SIGNED_KEYS))
 
 
 class SealFile(Record):
@@ -200,7 +211,7 @@ class DefaultsUsed(Strict):
     supplied: list[str] = Field(description="The option names it supplied, sorted (tasks, policy, repeat, jobs, sandbox).")
 
 
-class RunManifest(Record):
+class RunManifest(Record, Signed):
     kind: Literal["run"] = "run"
     run_id: PathId
     rig_version: str
@@ -229,7 +240,7 @@ class RunManifest(Record):
 
     @model_serializer(mode="wrap")
     def _no_null_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return without_null(handler(self), "defaults")
+        return without_nulls(handler(self), ("defaults", *SIGNED_KEYS))
 
 
 class Resume(Strict):

@@ -63,7 +63,14 @@ from evalrig.run.progress import Reporter, SilentReporter
 from evalrig.run.provenance import copy_history, new_provenance, taskset_ref
 from evalrig.run.reverify import reverify
 from evalrig.run.settings import Resolved, RunRequest, resolve_settings
-from evalrig.store.bundle import BundleLock, bundle_digest, file_digests, is_atomic_temp
+from evalrig.store.bundle import (
+    BundleLock,
+    bundle_digest,
+    file_digests,
+    is_atomic_temp,
+    manifest_digest,
+    write_run_manifest,
+)
 from evalrig.store.clock import utcnow
 from evalrig.store.files import read_json, why_no_dir_here, write_json_atomic
 from evalrig.store.jsonl import cut_torn_tail
@@ -220,7 +227,7 @@ def _start(turn: Turn) -> RunSummary:
         status="running", counts=book.counts(), seal_checks=[inputs.seal], history=history,  # type: ignore[arg-type]
         created_at=utcnow(), defaults=turn.defaults,
     )
-    write_json_atomic(out / MANIFEST, manifest)
+    manifest = write_run_manifest(out, manifest, inputs.home)
     turn.reporter.started(len(inputs.plan), 0)
     return _run(turn, manifest, book, book.to_run(), kept=0)
 
@@ -251,7 +258,7 @@ def _resume(turn: Turn, manifest: RunManifest, rows: BundleRows) -> RunSummary:
         "taskset": taskset_ref(inputs.taskset),
         "plan_digest": inputs.plan.digest, "status": "running", "counts": book.counts(),
         "seal_checks": manifest.seal_checks + [inputs.seal], "finished_at": None, "files": {}})
-    write_json_atomic(out / MANIFEST, manifest)
+    manifest = write_run_manifest(out, manifest, inputs.home)
     # A manifest still `running` is one its run never finished: killed (kill -9, the machine
     # went down), since a run that stops in any other way writes its last manifest.
     turn.reporter.started(len(inputs.plan), kept, interrupted=was_running)
@@ -350,7 +357,7 @@ def _finish(turn: Turn, manifest: RunManifest, book: TrialBook, stopped: bool, k
     final = manifest.model_copy(update={
         "status": status, "counts": counts, "seal_checks": checks, "finished_at": utcnow(),
         "files": file_digests(turn.out)})
-    write_json_atomic(turn.out / MANIFEST, final)
+    final = write_run_manifest(turn.out, final, turn.inputs.home)
     register_finished(turn.inputs.home, final)
     if error is not None:
         raise invalid(f"the checkpoint changed during the run: {error.message}",
@@ -373,10 +380,11 @@ def _findings(turn: Turn, counts: RunCounts) -> tuple[Findings, dict[str, Path]]
     return found, dirs
 
 
-def register_finished(home: Path, m: RunManifest) -> bool:
+def register_finished(home: Path, m: RunManifest, brought_in: bool = False) -> bool:
     """Record a finished run in the home's `runs.jsonl` (docs/security.md): compare
-    takes only bundles registered there. False when its digest already was."""
+    takes only bundles registered there. False when its digest already was. `brought_in`:
+    `verify --register` (a run id held under another digest is refused)."""
     assert m.status != "running" and m.finished_at is not None, "only a finished run is registered"
     return register_run(home, RunEntry(run_id=m.run_id, bundle_digest=bundle_digest(dict(m.files)),
                                        checkpoint_id=m.checkpoint.id, status=m.status,  # type: ignore[arg-type]
-                                       finished_at=m.finished_at))
+                                       finished_at=m.finished_at, manifest_digest=manifest_digest(m)), brought_in)

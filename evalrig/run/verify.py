@@ -21,11 +21,17 @@ from evalrig.run.lifecycle import register_finished, scratch_dir
 from evalrig.store import layout
 from evalrig.store.bundle import (
     RunBundle,
+    bundle_digest,
     check_run_digests,
     load_run,
     manifest_problems,
+    manifest_signature_problem,
+    refuse_unlike_registration,
     unfinished_state,
 )
+from evalrig.store.checkpoint import register_seal
+from evalrig.store.ledger import registrations_of
+from evalrig.store.signing import keyring
 from evalrig.store.tasks import LoadedTask, load_taskset
 
 
@@ -42,13 +48,40 @@ def verify_and_register(dir: Path, home: Path) -> tuple[VerifyReport, bool]:
     """`verify --register`: re-derive every result from evidence (exit 4 on any mismatch,
     nothing registered), then record the bundle in the home's `runs.jsonl` so that compare
     takes it. Idempotent: the bool says whether it was new."""
-    report = verify_run(dir)
-    assert report.manifest is not None
-    return report, register_finished(home, report.manifest)
+    report = verify_run(dir, home)
+    m = report.manifest
+    assert m is not None
+    held = registrations_of(home, m.run_id)
+    digest = bundle_digest(dict(m.files))
+    if any(e.bundle_digest == digest for e in held):
+        return report, False  # the same bundle again: nothing written (verify_run held it to its manifest)
+    if held:
+        raise invalid(f"this home already holds run {m.run_id} under the bundle digest {held[0].bundle_digest}, "
+                      f"not {digest}: a bundle re-made under a known run id is not that run",
+                      file=Path(dir) / layout.MANIFEST, field="run_id",
+                      hint="compare the run bundle the home registered")
+    ring = keyring(home)
+    if m.key is not None and m.key == ring.home:
+        raise invalid("this home signed the run's manifest, but its runs.jsonl does not hold the bundle: a "
+                      "bundle this home made is registered when its run finishes, never brought in again",
+                      file=Path(dir) / layout.MANIFEST, field="key",
+                      hint="use the bundle as the run left it (resume the run if it stopped)")
+    why = manifest_signature_problem(m, home)
+    if why is not None:
+        raise invalid(f"not registered: the manifest is not signed by a key this home trusts for register ({why})",
+                      file=Path(dir) / layout.MANIFEST, field="sig",
+                      hint=f"re-deriving proves a bundle consistent, not authentic: add the public key of the "
+                      f"home that ran it (`evalrig key` there) to {Path(home) / layout.TRUSTED_KEYS} as "
+                      "`PUBKEY register COMMENT`, then register again")
+    new = register_finished(home, m, brought_in=True)
+    if new:
+        register_seal(home, m.checkpoint.id, m.checkpoint.name, m.checkpoint.sealed_at)
+    return report, new
 
 
-def verify_run(dir: Path) -> VerifyReport:
-    """Re-derive every result from stored evidence and check every digest; exit 4 on any mismatch."""
+def verify_run(dir: Path, home: Path | None = None) -> VerifyReport:
+    """Re-derive every result from stored evidence and check every digest; exit 4 on any mismatch.
+    `home`: a run it registered is also held to the manifest it registered (signed, unchanged)."""
     dir = Path(dir)
     b = load_run(dir)
     if b.manifest.status == "running":  # no digests yet: nothing to verify against
@@ -69,6 +102,11 @@ def verify_run(dir: Path) -> VerifyReport:
                       problems=problems,
                       hint="the bundle was changed after the run, or a verifier is not "
                       "deterministic; rerun into a new --out to get a trustworthy bundle")
+    if home is not None:  # consistent; and, where the home registered it, the manifest it registered
+        mine = [e for e in registrations_of(home, b.manifest.run_id)
+                if e.bundle_digest == bundle_digest(dict(b.manifest.files))]
+        if mine:
+            refuse_unlike_registration(dir, b.manifest, home, mine[0].manifest_digest)
     return VerifyReport(results=len(b.results), rederived=rederived, files=len(b.manifest.files),
                         manifest=b.manifest)
 

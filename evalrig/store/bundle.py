@@ -263,3 +263,52 @@ def manifest_problems(dir: Path, b: RunBundle) -> list[Problem]:
         out.append(Problem(path, f"status: the manifest says {m.status}, the records make it {status}"))
     return out
 
+
+
+# -- the run manifest, signed by the home that ran it (docs/security.md) -----------------------
+
+
+def manifest_digest(manifest: RunManifest) -> str:
+    """sha256 of the canonical JSON of the whole manifest without `sig`: what `runs.jsonl` records
+    of a run, so that a relabelled copy (another checkpoint id, status, settings) is not it."""
+    from evalrig.core.digest import sha256_bytes
+    from evalrig.store.signing import signed_bytes
+
+    return sha256_bytes(signed_bytes(manifest.model_dump(mode="json")))
+
+
+def write_run_manifest(dir: Path, manifest: RunManifest, home: Path) -> RunManifest:
+    """Write `manifest.json` signed by the home's key (again at every rewrite); returns it as written."""
+    from evalrig.store.files import write_json_atomic
+    from evalrig.store.signing import home_key
+
+    signed = RunManifest.model_validate(home_key(home).sign(manifest.model_dump(mode="json")))
+    write_json_atomic(Path(dir) / MANIFEST, signed)
+    return signed
+
+
+def manifest_signature_problem(manifest: RunManifest, home: Path) -> str | None:
+    """Why the manifest's signature is not one this home believes for a run it holds (its own key,
+    or a key it trusts for `register`); None when it verifies."""
+    from evalrig.store.signing import keyring
+
+    ring = keyring(home)
+    plain = manifest.model_dump(mode="json")
+    return ring.verifies(plain, None if manifest.key == ring.home else "register")
+
+
+def refuse_unlike_registration(dir: Path, manifest: RunManifest, home: Path, registered: str | None) -> None:
+    """Refuse (exit 4) a run's manifest whose signature does not verify, or that is not the one the
+    home registered for its run id (`registered`: the manifest digest `runs.jsonl` holds; None on
+    lines from before the rig recorded it: nothing to hold it to)."""
+    if registered is None:
+        return
+    why = manifest_signature_problem(manifest, home)
+    if why is not None:
+        raise invalid(f"the run's manifest is not as the home that ran it signed it: {why}", file=Path(dir) / MANIFEST,
+                      hint="use the run bundle as the rig wrote it; a copy edited after the run is not that run")
+    got = manifest_digest(manifest)
+    if got != registered:
+        raise invalid(f"differs from the manifest this rig's home registered for run {manifest.run_id} (digest "
+                      f"{got}, registered {registered}): a relabelled copy is not the registered run",
+                      file=Path(dir) / MANIFEST, hint="use the run bundle as the rig wrote it")

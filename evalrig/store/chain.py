@@ -47,7 +47,7 @@ class Chain:
     """The `prev` of a line appended now."""
 
 
-def _broken(path: Path, line: int, why: str) -> EvalrigError:
+def chain_broken(path: Path, line: int, why: str) -> EvalrigError:
     return invalid(
         f"the file's hash chain breaks at this line: {why}", file=path, line=line,
         hint="this record file is the rig's own, and something other than the rig edited it, "
@@ -97,24 +97,24 @@ def verify_chain(path: Path, data: bytes, strict: bool = False) -> Chain:
         try:
             obj = loads(raw)
         except ValueError as e:
-            raise _broken(path, i, f"it does not parse ({e})") from None
+            raise chain_broken(path, i, f"it does not parse ({e})") from None
         if not isinstance(obj, dict):
-            raise _broken(path, i, "it is not a JSON object")
+            raise chain_broken(path, i, "it is not a JSON object")
         if strict:
             want_s = last if i > 1 else None
             if "prev" not in obj:
-                raise _broken(path, i, "it has no prev")
+                raise chain_broken(path, i, "it has no prev")
             if obj["prev"] != want_s:
                 what = "the sha256 of the previous line" if i > 1 else "null (the first line)"
-                raise _broken(path, i, f"its prev {obj['prev']!r} is not {what} ({want_s})")
+                raise chain_broken(path, i, f"its prev {obj['prev']!r} is not {what} ({want_s})")
         elif "prev" in obj:
             want = last if chained else chain_hash(body[:offset])
             if obj["prev"] != want:
                 what = "the previous line" if chained else "every byte before it"
-                raise _broken(path, i, f"its prev {obj['prev']!r} is not the sha256 of {what} ({want})")
+                raise chain_broken(path, i, f"its prev {obj['prev']!r} is not the sha256 of {what} ({want})")
             chained = True
         elif chained:
-            raise _broken(path, i, "it has no prev, after chained lines")
+            raise chain_broken(path, i, "it has no prev, after chained lines")
         last = chain_hash(raw)
         hashes.append(last)
         offset += len(raw) + 1

@@ -120,7 +120,7 @@ def seal_records(home: Path) -> list[SealEntry]:
     """The registry's records, its hash chain verified first (exit 4 naming a broken line)."""
     from evalrig.store.jsonl import read_chained
 
-    return read_chained(registry_path(home), SealEntry).records
+    return read_chained(registry_path(home), SealEntry, home=home).records
 
 
 def registered_seal(home: Path, checkpoint_id: str) -> SealEntry | None:
@@ -176,6 +176,20 @@ def identify(dir: Path, records: Sequence[SealEntry]) -> Identity:
     return Identity(trees[2], None, None)
 
 
+def register_seal(home: Path, checkpoint_id: str, name: str, sealed_at: datetime) -> bool:
+    """Add a seal made elsewhere (a bundle brought in by `verify --register`) where the id is not
+    in the registry yet: an earlier `sealed_at` stands. True when it was added."""
+    from evalrig.store.jsonl import chained_append
+
+    home = Path(home)
+    _make_home(home)
+    with chained_append(registry_path(home), SealEntry, home=home) as registry:
+        if any(e.checkpoint_id == checkpoint_id for e in registry.records):
+            return False
+        registry.append(SealEntry(checkpoint_id=checkpoint_id, name=name, sealed_at=sealed_at))
+        return True
+
+
 def _make_home(home: Path) -> None:
     try:
         home.mkdir(parents=True, exist_ok=True)
@@ -199,7 +213,7 @@ def seal(dir: Path, home: Path, now: datetime) -> SealFile:
     _make_home(home)
     # Two seals at once must not both append the same id: look up and append under the
     # registry's lock (the chained store holds it from verification to the sync).
-    with chained_append(registry_path(home), SealEntry) as registry:
+    with chained_append(registry_path(home), SealEntry, home=home) as registry:
         entry = _first(registry.records, tree.digest)
         if entry is None:
             # Content a version-1 line holds keeps that id and its sealed_at: a serving

@@ -115,7 +115,10 @@ def refuse_unregistered(dir: Path, manifest: RunManifest, home: Path) -> None:
     """A run bundle counts only when the rig's home registered its digest (docs/security.md):
     a bundle anyone edited and re-digested is not one a run of this home finished."""
     digest = bundle.bundle_digest(dict(manifest.files))
-    if registered_run(home, digest) is None:
+    entry = registered_run(home, digest)
+    if entry is not None:
+        bundle.refuse_unlike_registration(dir, manifest, home, entry.manifest_digest)
+    else:
         raise invalid(
             f"not registered: no run of this rig's home finished with the bundle digest {digest} "
             f"({runs_path(home)})",
@@ -229,6 +232,13 @@ def _compare_bundles(champ_dir: Path, cand_dir: Path, out_dir: Path, home: Path,
                                                          "candidate": str(cand_dir.resolve())}
     names = {side.manifest.checkpoint.id: side.manifest.checkpoint.name for side in (champion, candidate)}
     write_comparison(out_dir, comparison, report.comparison_markdown(comparison, names), allow_incomplete, runs)
+    from evalrig.models.comparison import ComparisonEntry
+    from evalrig.store.clock import utcnow
+    from evalrig.store.ledger import record_comparison
+
+    record_comparison(home, ComparisonEntry(
+        comparison_digest=sha256_bytes(pretty_json(comparison)), comparison_dir=str(out_dir.resolve()),
+        champion=comparison.champion, candidate=comparison.candidate, at=utcnow()))
     return comparison
 
 

@@ -68,6 +68,40 @@ def refuse_unregistered_runs(dir: Path, comparison: Comparison, home: Path) -> N
             )
 
 
+def refuse_unrecorded_comparison(dir: Path, comparison_digest: str, home: Path) -> None:
+    """Only a comparison `compare` wrote with this home, as it wrote it, is gated (docs/security.md,
+    "What the home registers"): comparison.json edited and its manifest re-digested is not one."""
+    if ledger.recorded_comparison(home, comparison_digest) is None:
+        raise invalid(
+            f"is not a comparison this rig's home recorded: no signed line of {ledger.comparisons_path(home)} "
+            f"has its digest {comparison_digest} (it was edited after compare wrote it, or written elsewhere)",
+            file=Path(dir) / COMPARISON_JSON,
+            hint="compare the two runs again with this EVALRIG_HOME into a new --out, then gate that comparison",
+        )
+
+
+def refuse_unlike_run_manifests(dir: Path, comparison: Comparison, home: Path) -> None:
+    """The two run bundles, where the comparison found them, still as the home registered them: a
+    manifest whose signature no longer verifies, or that differs from the registered one (a
+    relabelled run), is refused (exit 4). A bundle moved away since is not looked for: the
+    comparison, recorded by the home, stands for it."""
+    from evalrig.models.comparison import ComparisonManifest
+    from evalrig.models.run import RunManifest
+    from evalrig.store.bundle import refuse_unlike_registration
+    from evalrig.store.files import read_json
+    from evalrig.store.layout import MANIFEST
+
+    runs = read_json(Path(dir) / MANIFEST, ComparisonManifest).runs or {}
+    for role, ref in (("champion", comparison.champion), ("candidate", comparison.candidate)):
+        where = runs.get(role)  # type: ignore[call-overload]  # role is one of the two keys
+        if where is None or not (Path(where) / MANIFEST).is_file():
+            continue
+        manifest = read_json(Path(where) / MANIFEST, RunManifest)
+        entry = ledger.registered_run(home, ref.bundle_digest)
+        if entry is not None and manifest.run_id == ref.run_id:
+            refuse_unlike_registration(Path(where), manifest, home, entry.manifest_digest)
+
+
 def decision_name(policy: PolicyFile, exception: str | None) -> str:
     return f"{policy.name}-v{policy.version}" + (f"+{exception}" if exception else "")
 
@@ -90,6 +124,8 @@ def gate_comparison(dir: Path, policy_path: Path, exception: str | None, advisor
     # The home must be usable before its ledger is read or a decision issued.
     ledger.ensure_dir(Path(home))
     refuse_unregistered_runs(dir, comparison, home)
+    refuse_unrecorded_comparison(dir, comparison_digest, home)
+    refuse_unlike_run_manifests(dir, comparison, home)
     seen = seen_fresh(home, comparison.candidate.checkpoint_id)
     try:
         decision = decide(comparison, loaded.spec, loaded.digest, exception, advisory, comparison_digest, seen)

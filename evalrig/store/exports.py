@@ -20,7 +20,7 @@ def exports_path(home: Path) -> Path:
 def record_export(home: Path, entry: ExportEntry) -> None:
     path = exports_path(home)
     ensure_dir(path.parent)
-    with chained_append(path, ExportEntry) as chain:
+    with chained_append(path, ExportEntry, home=home) as chain:
         chain.append(entry)
 
 
@@ -28,7 +28,7 @@ def exported_content(home: Path) -> dict[str, str]:
     """content digest -> "export of RUN_ID… at TIME", for every task of every recorded export
     (the earliest where several hold one); exit 4 when the file's chain is broken."""
     out: dict[str, str] = {}
-    for e in read_chained(exports_path(home), ExportEntry).records:
+    for e in read_chained(exports_path(home), ExportEntry, home=home).records:
         label = f"export of {', '.join(b.run_id for b in e.bundles)} at {format_ts(e.at)}"
         for d in e.content:
             out.setdefault(d, label)

@@ -355,27 +355,44 @@ def chain_records(path: Path, chain: Chain, model: type[M]) -> list[M]:
     return out
 
 
-def read_chained(path: Path, model: type[M], strict: bool = False) -> Records[M]:
+def _check_home_chain(path: Path, data: bytes, chain: Chain, home: Path) -> None:
+    """A chained file of the home: every signed line verified against the home's own key (after
+    the first signed line, every line must be), and no chained file of the home cut shorter
+    than the last signed lines say (store/signing.py)."""
+    from evalrig.store.signing import check_heads, check_signed, keyring
+
+    if any("sig" in obj for obj in chain.objs):  # a home never signed in has no key to check with
+        check_signed(path, chain.objs, keyring(home), None)
+    check_heads(home, {path.name: whole_lines(data[:chain.end])[0]})
+
+
+def read_chained(path: Path, model: type[M], strict: bool = False, home: Path | None = None) -> Records[M]:
     """Every record of a hash-chained file, after verifying the whole chain (exit 4 naming
     the first line that breaks it); a torn last line is reported, not read. A missing file
-    has no records."""
+    has no records. `home`: the file is one of the home's, signed by its key (and checked so)."""
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
-        return Records([], None)
+        data = b""
     except OSError as e:
         raise invalid(f"cannot be read ({e.strerror})", file=path,
                       hint="the rig keeps this file in its home ($EVALRIG_HOME); check that it is a "
                       "file you may read") from None
     chain = verify_chain(Path(path), data, strict)
-    return Records(chain_records(Path(path), chain, model), chain.torn_line)
+    records = chain_records(Path(path), chain, model)  # a line of the wrong shape is named by its model
+    if home is not None:
+        _check_home_chain(Path(path), data, chain, Path(home))
+    return Records(records, chain.torn_line)
 
 
 class ChainWriter(Generic[M]):
     """What `chained_append` yields: the file's records as verified, and `append`."""
 
-    def __init__(self, path: Path, fd: int, model: type[M], records: list[M], chain: Chain) -> None:
+    def __init__(self, path: Path, fd: int, model: type[M], records: list[M], chain: Chain,
+                 home: Path | None = None) -> None:
         self.path = path
+        self._home = home
+        """The home whose key signs every line appended (None: unsigned)."""
         self.chain = chain
         """The file as verified before the block."""
         self.records = records
@@ -394,8 +411,12 @@ class ChainWriter(Generic[M]):
 
     def append(self, record: M) -> M:
         """Append `record` with its `prev` set, synced before returning; returns it as written."""
-        plain = to_plain(record)
-        plain["prev"] = self._next
+        return self.append_line(self.line(record))
+
+    def append_line(self, plain: dict[str, Any]) -> M:
+        """Append a line made by `line` (nothing appended since), synced before returning."""
+        if plain.get("prev") != self._next:
+            raise AssertionError("a chained line was appended between line() and append_line()")
         raw = canonical_json(plain)
         write_all(self._fd, raw + b"\n")
         os.fsync(self._fd)
@@ -405,6 +426,24 @@ class ChainWriter(Generic[M]):
         self.records.append(written)
         return written
 
+    def line(self, record: M) -> dict[str, Any]:
+        """The line `append` would write for `record` next: `prev` set and, in a home, signed."""
+        plain = to_plain(record)
+        plain["prev"] = self._next
+        if self._home is not None:
+            from evalrig.store.signing import heads, home_key
+
+            lines = len(self.chain.objs) + len(self.appended)
+            last: str | None
+            if self.appended:
+                last = chain_hash(self.appended[-1])
+            else:  # a release log's verification gives no hashes; its `prev` is its last line's
+                last = self.chain.hashes[-1] if self.chain.hashes else (self._next if lines else None)
+            plain["heads"] = heads(self._home, self.path.name if self.path.parent == self._home else None,
+                                   lines, last)
+            plain = home_key(self._home).sign(plain)
+        return plain
+
 
 def lock_path(path: Path) -> Path:
     """The lock file beside a chained file: `.NAME.lock`."""
@@ -413,12 +452,15 @@ def lock_path(path: Path) -> Path:
 
 @contextlib.contextmanager
 def chained_append(path: Path, model: type[M], strict: bool = False, validate: bool = True,
-                   verify: Callable[[Path, bytes], Chain] | None = None) -> Iterator[ChainWriter[M]]:
+                   verify: Callable[[Path, bytes], Chain] | None = None,
+                   home: Path | None = None) -> Iterator[ChainWriter[M]]:
     """Hold the file's exclusive lock from the chain's verification to the sync of every line
     appended in the block. A torn last line is cut first; a broken chain is refused (exit 4)
     before anything is written. `validate=False`: the records are not validated (the writer's
     `records` holds only what it appends; `chain.objs` every parsed line). `verify`: the
-    file's own verification, in place of `verify_chain` (the release log's, store/releases.py)."""
+    file's own verification, in place of `verify_chain` (the release log's, store/releases.py).
+    `home`: every line appended is signed by the home's key and carries `heads`; without
+    `verify`, the file is one of the home's and its signatures and heads are checked first."""
     path = Path(path)
     with exclusive_lock(lock_path(path)):
         fd = open_nofollow(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
@@ -426,10 +468,12 @@ def chained_append(path: Path, model: type[M], strict: bool = False, validate: b
             data = read_fd(fd)
             chain = verify(path, data) if verify is not None else verify_chain(path, data, strict)
             records = chain_records(path, chain, model) if validate else []
+            if verify is None and home is not None:
+                _check_home_chain(path, data, chain, Path(home))
             if chain.end < len(data):
                 os.ftruncate(fd, chain.end)
                 os.fsync(fd)
-            yield ChainWriter(path, fd, model, records, chain)
+            yield ChainWriter(path, fd, model, records, chain, None if home is None else Path(home))
         finally:
             os.close(fd)
 

@@ -79,8 +79,17 @@ GATES = "gates.jsonl"
 HOME_SIGNOFFS = SIGNOFFS
 EXPORTS = "exports.jsonl"
 """Every `export`: the bundles, suites and content digests of the tasks it took out (docs/reading.md)."""
+COMPARISONS = "comparisons.jsonl"
+"""Every comparison `compare` wrote: its digest; `gate` takes no other (docs/security.md)."""
+KEY = "key"
+"""The home's Ed25519 private key, PKCS#8 PEM, mode 0600 (docs/security.md, "The home signs what it records")."""
+KEY_PUB = "key.pub"
+TRUSTED_KEYS = "trusted_keys"
+"""Other homes' public keys the operator trusts, each for one scope (`release-log` or `register`)."""
 RELEASES = "releases.jsonl"
 """The release log: what served, and why (docs/release-engineers.md); `--log FILE` elsewhere."""
+HOME_CHAINED = (SEALS, RUNS, COMPARISONS, GATES, HOME_SIGNOFFS, EXPORTS, RELEASES)
+"""The chained files of the home, whose lengths every signed line records (`heads`)."""
 VERIFIED_LOGS = "verified-logs"
 """What the rig last verified of each release log it read: their digests, so that a long log
 is not parsed again line by line (store/releases.py)."""

@@ -7,8 +7,8 @@ its sign-offs, for people. Trust lives in the rig's home (docs/security.md):
 `$EVALRIG_HOME/gates.jsonl` records every gate the rig ran (so that re-rolling a train
 until it passes shows up in the next verdict file of the same candidate, and so that
 `check-release` can tell a decision a gate issued from a hand-written one),
-`$EVALRIG_HOME/signoffs.jsonl` every sign-off, and `$EVALRIG_HOME/runs.jsonl` every run
-that finished here. The home's files are hash-chained (`evalrig.store.jsonl.chained_append`).
+`$EVALRIG_HOME/signoffs.jsonl` every sign-off, `$EVALRIG_HOME/runs.jsonl` every run
+that finished here, and `$EVALRIG_HOME/comparisons.jsonl` every comparison `compare` wrote. The home's files are hash-chained (`evalrig.store.jsonl.chained_append`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evalrig.core.errors import EvalrigError, invalid
-from evalrig.models.comparison import GateLedgerEntry, Issued, SignOff
+from evalrig.models.comparison import ComparisonEntry, GateLedgerEntry, Issued, SignOff
 from evalrig.models.run import RunEntry
 from evalrig.store.files import why_no_dir_here
 from evalrig.store.jsonl import (
@@ -26,7 +26,8 @@ from evalrig.store.jsonl import (
     read_chained,
     read_records,
 )
-from evalrig.store.layout import GATES, HOME_SIGNOFFS, ISSUED, RUNS, SIGNOFFS
+from evalrig.store.layout import COMPARISONS, GATES, HOME_SIGNOFFS, ISSUED, RUNS, SIGNOFFS
+from evalrig.store.signing import believed
 
 
 def ledger_path(home: Path) -> Path:
@@ -78,10 +79,34 @@ def _append(path: Path, record: object) -> None:
 def _append_home(path: Path, record: GateLedgerEntry | SignOff) -> None:
     ensure_dir(path.parent)
     try:
-        with chained_append(path, type(record)) as chain:
+        with chained_append(path, type(record), home=path.parent) as chain:
             chain.append(record)
     except OSError as e:
         raise _unwritable(path, e) from e
+
+
+def comparisons_path(home: Path) -> Path:
+    return Path(home) / COMPARISONS
+
+
+def record_comparison(home: Path, entry: ComparisonEntry) -> None:
+    """Record a comparison `compare` wrote (once per digest: the first line counts)."""
+    path = comparisons_path(home)
+    ensure_dir(path.parent)
+    try:
+        with chained_append(path, ComparisonEntry, home=home) as chain:
+            if not any(e.comparison_digest == entry.comparison_digest and believed(e) for e in chain.records):
+                chain.append(entry)
+    except OSError as e:
+        raise _unwritable(path, e) from e
+
+
+def recorded_comparison(home: Path, comparison_digest: str) -> ComparisonEntry | None:
+    """The home's signed record of a comparison with this digest, if `compare` wrote one here."""
+    for e in read_chained(comparisons_path(home), ComparisonEntry, home=home).records:
+        if e.comparison_digest == comparison_digest and believed(e):
+            return e
+    return None
 
 
 def record_gate(home: Path, entry: GateLedgerEntry) -> None:
@@ -90,7 +115,7 @@ def record_gate(home: Path, entry: GateLedgerEntry) -> None:
 
 def all_gates(home: Path) -> list[GateLedgerEntry]:
     """Every ledger line, oldest first."""
-    return list(read_chained(ledger_path(home), GateLedgerEntry).records)
+    return list(read_chained(ledger_path(home), GateLedgerEntry, home=home).records)
 
 
 def gates_of(home: Path, candidate_id: str) -> list[GateLedgerEntry]:
@@ -99,8 +124,9 @@ def gates_of(home: Path, candidate_id: str) -> list[GateLedgerEntry]:
 
 
 def gates_issuing(home: Path, decision_digest: str) -> list[GateLedgerEntry]:
-    """Every ledger line of a gate that issued the decision with this digest, oldest first."""
-    return [e for e in all_gates(home) if e.decision_digest == decision_digest]
+    """Every signed ledger line of a gate that issued the decision with this digest, oldest first
+    (a legacy line, from before the home signed, is shown but never believed)."""
+    return [e for e in all_gates(home) if e.decision_digest == decision_digest and believed(e)]
 
 
 def record_issued(decisions_dir: Path, issued: Issued) -> None:
@@ -130,9 +156,10 @@ def record_signoff(decisions_dir: Path, home: Path, signoff: SignOff) -> None:
     path = home_signoffs_path(home)
     ensure_dir(path.parent)
     try:
-        with chained_append(path, SignOff) as chain:
-            _append(decisions_dir / SIGNOFFS, signoff)
-            chain.append(signoff)
+        with chained_append(path, SignOff, home=home) as chain:
+            line = chain.line(signoff)  # the copy is the home's signed line, without its prev
+            _append(decisions_dir / SIGNOFFS, {k: v for k, v in line.items() if k != "prev"})
+            chain.append_line(line)
     except OSError as e:
         raise _unwritable(path, e) from e
 
@@ -144,27 +171,44 @@ def signoffs_of(decisions_dir: Path, decision_digest: str) -> list[SignOff]:
 
 
 def home_signoffs_of(home: Path, decision_digest: str) -> list[SignOff]:
-    """A decision's sign-offs as the home recorded them, oldest first."""
-    return [s for s in read_chained(home_signoffs_path(home), SignOff).records
-            if s.decision_digest == decision_digest]
+    """A decision's sign-offs as the home recorded and signed them, oldest first (legacy lines,
+    from before the home signed, are never believed)."""
+    return [s for s in read_chained(home_signoffs_path(home), SignOff, home=home).records
+            if s.decision_digest == decision_digest and believed(s)]
 
 
 def registered_run(home: Path, bundle_digest: str) -> RunEntry | None:
-    """The first registration of a run bundle with this digest, if any."""
-    for e in read_chained(runs_path(home), RunEntry).records:
-        if e.bundle_digest == bundle_digest:
+    """The first signed registration of a run bundle with this digest, if any."""
+    for e in read_chained(runs_path(home), RunEntry, home=home).records:
+        if e.bundle_digest == bundle_digest and believed(e):
             return e
     return None
 
 
-def register_run(home: Path, entry: RunEntry) -> bool:
-    """Record a finished run bundle in the home; False when its digest was already there."""
+def registrations_of(home: Path, run_id: str) -> list[RunEntry]:
+    """Every signed registration of this run id, oldest first."""
+    return [e for e in read_chained(runs_path(home), RunEntry, home=home).records
+            if e.run_id == run_id and believed(e)]
+
+
+def register_run(home: Path, entry: RunEntry, brought_in: bool = False) -> bool:
+    """Record a finished run bundle in the home; False when its digest was already there.
+    `brought_in` (`verify --register`): a run id the home holds under another bundle digest is
+    refused (exit 4). A run of this home that resumes finishes again under a new digest."""
     path = runs_path(home)
     ensure_dir(path.parent)
     try:
-        with chained_append(path, RunEntry) as chain:
-            if any(e.bundle_digest == entry.bundle_digest for e in chain.records):
+        with chained_append(path, RunEntry, home=home) as chain:
+            if any(e.bundle_digest == entry.bundle_digest and believed(e) for e in chain.records):
                 return False
+            other = next((e for e in chain.records if e.run_id == entry.run_id and believed(e)), None) \
+                if brought_in else None
+            if other is not None:
+                raise invalid(f"the home already holds run {entry.run_id} under the bundle digest "
+                              f"{other.bundle_digest}, not {entry.bundle_digest}: a bundle re-made under a known "
+                              "run id is not that run", file=path,
+                              hint="compare the run bundle the home registered; a run made elsewhere keeps "
+                              "its own run id")
             chain.append(entry)
             return True
     except OSError as e:

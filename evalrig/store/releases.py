@@ -35,9 +35,11 @@ from evalrig.store.layout import RELEASES, VERIFIED_LOGS
 if TYPE_CHECKING:  # the models and pydantic are imported when an event is validated (see below)
     from evalrig.models.releases import Event, ReleaseLine, ShipEvent
     from evalrig.store.jsonl import ChainWriter
+    from evalrig.store.signing import Keyring
 
 E = TypeVar("E", bound="Event")
-RECORD_VERSION = "1.0"
+RECORD_VERSION = "2.0"
+"""2.0: the record also says the lines it covers had their signatures checked (`signed`)."""
 
 BROKEN_HINT = ("the release log is append-only and only the rig writes it: something else edited it; nothing "
                "was read from it or written to it. Restore it from a backup (`history --verify-only` says where "
@@ -192,7 +194,8 @@ def _read_record(home: Path | None, log: Path) -> dict[str, Any] | None:
     ok = (isinstance(rec, dict) and rec.get("schema_version") == RECORD_VERSION
           and rec.get("log") == str(Path(log).resolve()) and type(rec.get("bytes")) is int
           and type(rec.get("lines")) is int and type(rec.get("sha256")) is str
-          and type(rec.get("last")) in (str, type(None)) and isinstance(rec.get("moves"), list))
+          and type(rec.get("last")) in (str, type(None)) and isinstance(rec.get("moves"), list)
+          and type(rec.get("signed")) is bool)
     if not ok:
         return None
     try:
@@ -207,19 +210,89 @@ def _read_record(home: Path | None, log: Path) -> dict[str, Any] | None:
 
 
 def _write_record(home: Path | None, log: Path, digest: str, end: int, lines: int, last: str | None,
-                  moves: list[Move]) -> None:
+                  moves: list[Move], signed: bool) -> None:
     """Best effort: a home that cannot take it only means the next command verifies it all."""
     if home is None or not Path(home).is_dir():
         return
     from evalrig.store.files import write_bytes_atomic
 
     rec = {"schema_version": RECORD_VERSION, "log": str(Path(log).resolve()), "bytes": end, "lines": lines,
-           "sha256": digest, "last": last, "moves": [[m.seq, m.kind, m.to, m.out] for m in moves]}
+           "sha256": digest, "last": last, "moves": [[m.seq, m.kind, m.to, m.out] for m in moves],
+           "signed": signed}
     try:
         (Path(home) / VERIFIED_LOGS).mkdir(mode=0o700, exist_ok=True)
         write_bytes_atomic(_record_path(home, log), canonical_json(rec) + b"\n")
     except OSError:
         pass
+
+
+def _signed(path: Path, rows: Sequence[dict[str, Any]], keys: Path, start: int = 0, before: bool = False) -> bool:
+    """Every signed line from `start` checked against the home's key and the keys it trusts for
+    `release-log` (store/signing.py; exit 4 naming the line); True when the log has a signed line."""
+    from evalrig.store.signing import check_signed, keyring
+
+    if not before and not any("sig" in rows[i] for i in range(start, len(rows))):
+        return False  # legacy lines: no key needed
+    ring = keyring(keys)
+    try:
+        first = check_signed(path, rows, ring, "release-log", start, before)
+        _check_relied_on(path, rows, ring, keys, start)
+    except EvalrigError as e:
+        raise _with_hint(e) from None
+    return before or first is not None
+
+
+def _check_relied_on(path: Path, rows: Sequence[dict[str, Any]], ring: Keyring, home: Path, start: int) -> None:
+    """Every signed `ship` from `start` embeds the signed gate-ledger and sign-off lines it relied on:
+    signed by the ship's own key, of its decision, a non-advisory gate and an approval; and, when the
+    ship's key is the home's own, lines the home's files hold (docs/security.md)."""
+    from evalrig.store.chain import chain_broken
+    from evalrig.store.layout import GATES, HOME_SIGNOFFS
+
+    held: dict[str, set[str]] = {}
+
+    def in_home(name: str) -> set[str]:
+        if name not in held:
+            try:
+                data = (Path(home) / name).read_bytes()
+            except OSError:
+                data = b""
+            held[name] = {chain_hash(x) for x in whole_lines(data)[0]}
+        return held[name]
+
+    for i in range(start, len(rows)):
+        row = rows[i]
+        if row.get("kind") != "ship" or "sig" not in row:
+            continue
+        rel = row.get("relied_on")
+        digest = row["decision"]["digest"]
+        if rel is None:
+            continue  # not written by `ship` (a library caller's event): the signature alone vouches for it
+        if not isinstance(rel, dict):
+            raise chain_broken(path, i + 1, "relied_on is not the gate and sign-off lines this ship relied on")
+        for what, name in (("gate", GATES), ("signoff", HOME_SIGNOFFS)):
+            line = rel.get(what)
+            if not isinstance(line, dict) or line.get("key") != row.get("key"):
+                raise chain_broken(path, i + 1, f"relied_on.{what} is not a line signed by the ship's own key")
+            why = ring.verifies(line, "release-log")
+            if why is not None:
+                raise chain_broken(path, i + 1, f"relied_on.{what}: {why}")
+            if line.get("decision_digest") != digest:
+                raise chain_broken(path, i + 1, f"relied_on.{what} is about another decision than {digest}")
+            if row.get("key") == ring.home and chain_hash(canonical_json(line)) not in in_home(name):
+                raise chain_broken(path, i + 1, f"relied_on.{what} is not a line of this home's {name}: the "
+                                   "home never recorded the decision this ship claims")
+        if rel["gate"].get("advisory") is not False or rel["signoff"].get("action") != "approve":
+            raise chain_broken(path, i + 1, "relied_on: not a non-advisory gate and an approving sign-off")
+
+
+def keys_home(home: Path | None) -> Path:
+    """The home whose key and trusted keys verify a release log: the one given, else $EVALRIG_HOME."""
+    import os
+
+    from evalrig.store.layout import home_path
+
+    return Path(home) if home is not None else home_path(os.environ)
 
 
 def _verify(path: Path, data: bytes, head: str | None, home: Path | None) -> _Verified:
@@ -235,9 +308,10 @@ def _verify(path: Path, data: bytes, head: str | None, home: Path | None) -> _Ve
     _check_head(path, chain, head)
     rows = list(chain.objs)
     moves = _moves(path, rows)
+    signed = _signed(path, rows, keys_home(home))
     if chain.objs:
         _write_record(home, path, hashlib.sha256(data[:chain.end]).hexdigest(), chain.end, len(rows),
-                      chain.next_prev, moves)
+                      chain.next_prev, moves, signed)
     return _Verified(rows, moves, chain.end, chain.torn_line, chain.next_prev)
 
 
@@ -271,10 +345,11 @@ def _verify_after_record(path: Path, data: bytes, head: str | None, home: Path |
     moves: list[Move] = list(rec["moves"])
     try:
         moves += _moves(path, rows, first=rec["lines"])
+        signed = _signed(path, rows, keys_home(home), rec["lines"], rec["signed"])
     except EvalrigError:
         return None
     if len(lines) > rec["lines"]:
-        _write_record(home, path, hashlib.sha256(data[:end]).hexdigest(), end, len(lines), last, moves)
+        _write_record(home, path, hashlib.sha256(data[:end]).hexdigest(), end, len(lines), last, moves, signed)
     return _Verified(rows, moves, end, torn, last)
 
 
@@ -383,7 +458,7 @@ def read_log(path: Path, home: Path | None = None) -> ReleaseLog:
     return ReleaseLog(path, v.rows, v.torn_line, v.moves)
 
 
-def read_verified_prefix(path: Path) -> tuple[ReleaseLog, EvalrigError | None]:
+def read_verified_prefix(path: Path, home: Path | None = None) -> tuple[ReleaseLog, EvalrigError | None]:
     """For a reader that must show a broken log rather than refuse it (`report --log`,
     docs/report.md): the log as `read_log` verifies it and, when it does not verify, its lines
     before the first one at which verification fails, and that failure. Every event returned
@@ -391,7 +466,7 @@ def read_verified_prefix(path: Path) -> tuple[ReleaseLog, EvalrigError | None]:
     failure names an earlier line than the last, and a prefix is cut before it."""
     path = Path(path)
     try:
-        log = read_log(path)
+        log = read_log(path, home)
         log.events  # noqa: B018 - validates every event, raising at the first that fails
         return log, None
     except EvalrigError as e:
@@ -403,6 +478,7 @@ def read_verified_prefix(path: Path) -> tuple[ReleaseLog, EvalrigError | None]:
         data = b"".join(line + b"\n" for line in data.split(b"\n")[:failure.line - 1])  # the lines before it
         try:
             chain = verify_chain(path, data, strict=True)  # the head names a later line: not checked
+            _signed(path, chain.objs, keys_home(home))
             log = ReleaseLog(path, list(chain.objs), None)
             log.events  # noqa: B018
             return log, failure
@@ -453,7 +529,7 @@ def appending(path: Path, home: Path | None = None) -> Iterator[LogWriter]:
     with contextlib.ExitStack() as stack:
         try:
             chain = stack.enter_context(chained_append(path, ReleaseLine, strict=True, validate=False,
-                                                       verify=verify))
+                                                       verify=verify, home=keys_home(home)))
         except OSError as e:
             raise _refused_unreadable(path, e) from e
         writer = LogWriter(path, chain, seen[-1])

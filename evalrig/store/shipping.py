@@ -20,6 +20,7 @@ from evalrig.models.inputs import PolicyTripwires, PolicyWatch
 from evalrig.models.releases import (
     MAINTENANCE_NOTE,
     DecisionRef,
+    ReliedOn,
     ShipEvent,
     ShippedCandidate,
 )
@@ -63,12 +64,17 @@ def _approval(decision_path: Path, checkpoint_dir: Path, home: Path) -> Approval
     return read_decision(Path(decision_path)), check_release(decision_path, checkpoint_dir, home)
 
 
-def ship(decision_path: Path, checkpoint_dir: Path, log: Path, home: Path, now: datetime) -> ShipResult:
+def ship(decision_path: Path, checkpoint_dir: Path, log: Path, home: Path, now: datetime,
+         home_key: str | None = None) -> ShipResult:
     """Append a `ship` event for an approved decision (docs/release-engineers.md, "ship").
 
     A log that exists is verified (under its lock) before anything else is believed, so that
     a broken log is refused (exit 4) whatever the decision; a missing one is created only
-    for an approved decision."""
+    for an approved decision. `home_key`: the home key's fingerprint a release flow pinned
+    (`--home-key`): another key is refused (exit 4)."""
+    from evalrig.store.signing import check_pinned
+
+    check_pinned(home, home_key)
     if Path(log).exists():
         with appending(log, home) as w:
             return _ship(w, decision_path, checkpoint_dir, log, home, now, None)
@@ -93,6 +99,9 @@ def _ship(w: LogWriter, decision_path: Path, checkpoint_dir: Path, log: Path, ho
             return ShipResult(True, check.reason, event=w.ship(earlier[-1]), already=True, torn_cut=w.torn_cut)
     if now_serving is not None and now_serving.checkpoint_id != d.champion.checkpoint_id:
         raise _stale(log, d.champion.checkpoint_id, now_serving)
+    # what check-release believed, embedded as the home signed it (docs/security.md)
+    gate = [g for g in ledger.gates_issuing(home, opened.digest) if not g.advisory][-1]
+    signoff = ledger.home_signoffs_of(home, opened.digest)[-1]
     event = w.append(ShipEvent(
         seq=0, at=now, decision=DecisionRef(path=str(decision_path), digest=opened.digest),
         verdict=d.verdict, reason=d.reason,
@@ -100,7 +109,8 @@ def _ship(w: LogWriter, decision_path: Path, checkpoint_dir: Path, log: Path, ho
         replaces=now_serving.checkpoint_id if now_serving is not None else d.champion.checkpoint_id,
         policy=d.policy, tripwires=d.tripwires or PolicyTripwires(), watch=d.watch or PolicyWatch(),
         invariants=d.invariants,
-        signed_by=ledger.home_signoffs_of(home, opened.digest)[-1].by,
+        signed_by=signoff.by,
         note=MAINTENANCE_NOTE if d.verdict == "promote-maintenance" else None,
+        relied_on=ReliedOn(gate=gate.model_dump(mode="json"), signoff=signoff.model_dump(mode="json")),
     ))
     return ShipResult(True, check.reason, event=event, torn_cut=w.torn_cut)

@@ -156,12 +156,16 @@ class ReleaseCheck:
     hint: str | None = None  # what to do next, when not approved
 
 
-def check_release(decision_path: Path, checkpoint_dir: Path, home: Path) -> ReleaseCheck:
+def check_release(decision_path: Path, checkpoint_dir: Path, home: Path, home_key: str | None = None) -> ReleaseCheck:
     """Approved only for a decision a gate issued (the home's gate ledger), whose comparison
     still verifies, whose last sign-off in the home approves it, of this sealed checkpoint.
 
     The bundle's own `issued.jsonl` and `signoffs.jsonl` are never believed: anyone who can
-    write a bundle can write them. A broken hash chain in the home raises (exit 4)."""
+    write a bundle can write them. A broken hash chain in the home raises (exit 4), and so does
+    a home whose key is not the pinned `home_key` (a fingerprint)."""
+    from evalrig.store.signing import check_pinned
+
+    check_pinned(home, home_key)
     try:
         d = read_decision(Path(decision_path))
     except EvalrigError as e:
