@@ -185,3 +185,21 @@ def test_check_names_and_tags_reach_no_reader_raw(tmp_path: Path, evalrig_home: 
     assert "x\\x1b[2J\\u202eevil\\u200d" in shown and "tag\\u202ex" in shown
     html = (bundle / "report.html").read_text()
     assert raw_in(html) == [], raw_in(html)
+
+
+def test_a_task_id_that_reads_as_an_address_is_no_link_in_comparison_md(tmp_path: Path, evalrig_home: Path) -> None:
+    """A task id may be `www.evil0.example` ([A-Za-z0-9._-]); GitHub's Markdown makes a bare
+    `www.` word a link, so comparison.md's per-task table shows ids as code spans."""
+    sandbox = "bwrap" if bwrap_works() else "process"
+    tasks = tmp_path / "tasks"
+    add_task(tasks, "fixed", "www.evil0.example")
+    add_task(tasks, "fixed", "fx1")
+    champion = make_checkpoint(tmp_path / "champion", HONEST_AGENT.replace('"ok', '"no'), name="champion")
+    candidate = make_checkpoint(tmp_path / "candidate", name="candidate")
+    train = run_train(evalrig_home, tmp_path / "train", champion, candidate, tasks=tasks, sandbox=sandbox,
+                      repeat=1, stop_after="compare")
+    assert train.steps["compare"].code == 0, train.steps["compare"]
+    comparison = (train.cmp / "comparison.md").read_text()
+    rows = [line for line in comparison.splitlines() if "evil0" in line and line.startswith("|")]
+    assert rows and all(line.startswith("| `www.evil0.example` |") for line in rows), rows
+    assert not re.search(r"(?<![`\\])www\.evil0", comparison.replace("`www.evil0.example`", "")), comparison

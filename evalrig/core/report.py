@@ -130,7 +130,7 @@ def _suite_section(name: str, s: SuiteStats, k: int) -> list[str]:
 def _task_table(rows: Sequence[TaskRow]) -> list[str]:
     return _table(
         ["task", "champion", "candidate", "d", "fisher p (worse)", "cost champ → cand"],
-        [[r.task_id, _rate(r.champion_passes, r.champion_n), _rate(r.candidate_passes, r.candidate_n),
+        [[md_code(r.task_id), _rate(r.champion_passes, r.champion_n), _rate(r.candidate_passes, r.candidate_n),
           fmt(r.d, 3), fmt(r.fisher_p_worse, 3), f"{fmt(r.champion_cost)} → {fmt(r.candidate_cost)}"] for r in rows],
     )
 
