@@ -147,6 +147,16 @@ sys.stdin.readline()
 sys.stdout.write("I am not a frame\\n"); sys.stdout.flush()
 sys.stdin.read()
 """,
+    # a well-formed message 200 containers deep in a key of its own: the transcript line that
+    # wraps it would be deeper than the JSON writer goes (a red team crashed the relay so)
+    "deep": """
+sys.stdin.readline()
+deep = 1
+for _ in range(200):
+    deep = [deep]
+send({"role": "assistant", "content": "hi", "x": deep})
+sys.stdin.read()
+""",
     "hang": """
 import time
 sys.stdin.readline()

@@ -112,6 +112,7 @@ def test_verify_rederives_a_command_verdict_from_the_driver_files_without_the_dr
     ("flood", "agent_error", "agent_error"),
     ("user_role", "agent_error", "agent_error"),
     ("after_end", "agent_error", "agent_error"),
+    ("deep", "agent_error", "agent_error"),
 ])
 def test_what_the_agent_does_ends_the_episode(tmp_path: Path, agent: str, termination: str,
                                               status: str) -> None:
@@ -122,6 +123,8 @@ def test_what_the_agent_does_ends_the_episode(tmp_path: Path, agent: str, termin
     if termination == "agent_error" and agent != "exit_mid":
         offending = [x for x in lines if x["from"] == "agent" and "reason" in x]
         assert offending, lines  # the offending line is in the evidence
+        if agent == "deep":  # refused for its depth, before the transcript would have to nest it
+            assert "nested over 128 deep" in str(res["error"]), res
         assert not any(x["from"] == "rig" and x["to"] == "driver" and "spam 1" in json.dumps(x)
                        for x in lines)  # never reaches the driver
 

@@ -17,6 +17,8 @@ from evalrig.core.digest import sha256_json
 from evalrig.models.episode import ChatMessage, DriverLine, MessageFrame
 
 MAX_TOOL_CALLS = 64
+MAX_FRAME_DEPTH = 128
+"""The deepest frame either side may send (docs/episodes.md, \"Frames\")."""
 MAX_ARGUMENT_DEPTH = 64
 TOOL_CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -50,6 +52,10 @@ def parse_object(line: bytes) -> dict[str, Any]:
         raise BadFrame(f"not a JSON object ({e})") from None
     if not isinstance(doc, dict):
         raise BadFrame("not a JSON object")
+    if not _depth_within(doc, MAX_FRAME_DEPTH):
+        # the transcript wraps a frame one level deeper, and orjson writes at most 254 levels:
+        # a deeper frame would crash the relay, on the agent's (or the driver's) input
+        raise BadFrame(f"nested over {MAX_FRAME_DEPTH} deep")
     return doc
 
 
