@@ -21,6 +21,9 @@ from redteam import add_task, eval_sh, make_checkpoint, results
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="process as root")
 
 SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
+# Where the host has it, /run/lock (= /var/lock) is world-writable too: under the private view
+# it is read-only, and the fallback sweep searches it (a red team's litter stayed there).
+LOCKS = tuple(d for d in ("/run/lock",) if os.path.isdir(d) and os.stat(d).st_mode & 0o002)
 
 
 def _sysv_keys() -> set[int]:
@@ -40,7 +43,7 @@ IPC_CREAT = 0o1000
 made = [libc.shmget(key, 1 << 20, IPC_CREAT | 0o666), libc.msgget(key + 1, IPC_CREAT | 0o666),
         libc.semget(key + 2, 1, IPC_CREAT | 0o666)]
 print("sysv", made, "uid", os.getuid(), flush=True)
-for folder in ("/tmp", "/var/tmp", "/dev/shm"):
+for folder in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
     try:
         with open(os.path.join(folder, mark), "w") as f:
             f.write("left behind\\n")
@@ -87,12 +90,12 @@ def test_process_as_root_leaves_no_file_or_ipc_object_on_the_host(tmp_path: Path
         # and saw: umask 077, the host's mounts read-only and nosuid, a /proc of its own
         # PID namespace (itself alone)
         assert "umask 0o77 root_ro True root_nosuid True procs 1" in stdout, stdout
-        left = [f"{d}/{n}" for d in SCRATCH if os.path.isdir(d) for n in os.listdir(d) if n.startswith(mark)]
+        left = [f"{d}/{n}" for d in SCRATCH + LOCKS if os.path.isdir(d) for n in os.listdir(d) if n.startswith(mark)]
         assert left == [], f"left on the host: {left}"
         assert not {key, key + 1, key + 2} & (_sysv_keys() - before), "a System V object was left"
     finally:  # never leave the litter for the next test, whatever happened
         import shutil
-        for d in SCRATCH:
+        for d in SCRATCH + LOCKS:
             for n in os.listdir(d) if os.path.isdir(d) else []:
                 if n.startswith(mark):
                     p = os.path.join(d, n)
@@ -202,17 +205,17 @@ def test_without_private_namespaces_the_rig_removes_what_the_agents_uid_left(tmp
         [r] = results(tmp_path / "out")
         assert r["status"] == "passed", r
         removed = r["leftovers_removed"]
-        for folder in SCRATCH:
+        for folder in SCRATCH + LOCKS:
             assert f"{folder}/{mark}" in removed and f"{folder}/{mark}-dir" in removed, removed
         assert sum(str(x).startswith("System V ") for x in removed) == 3, removed
-        left = [f"{d}/{n}" for d in SCRATCH for n in os.listdir(d) if n.startswith(mark)]
+        left = [f"{d}/{n}" for d in SCRATCH + LOCKS for n in os.listdir(d) if n.startswith(mark)]
         assert left == [], f"left on the host: {left}"
         assert not {key, key + 1, key + 2} & _sysv_keys()
         prov = orjson.loads((tmp_path / "out" / "provenance.json").read_bytes())
         assert any("no private mount and IPC namespaces" in w for w in prov["sandbox_warnings"])
     finally:
         import shutil
-        for d in SCRATCH:
+        for d in SCRATCH + LOCKS:
             for n in os.listdir(d):
                 if n.startswith(mark):
                     q = os.path.join(d, n)

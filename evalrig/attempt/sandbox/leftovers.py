@@ -16,7 +16,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-SCRATCH = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue")
+SCRATCH = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock")  # /var/lock is /run/lock
 _IPC_RMID = 0
 _WALK_MAX = 100_000  # entries looked at per sweep: a flood of names is removed with its folder
 _RECORD_MAX = 100
@@ -43,7 +43,11 @@ def _sweep_folder(top: str, uid: int, kept: set[str], removed: list[str]) -> Non
 
     stack = [top]
     looked = 0
-    while stack and looked < _WALK_MAX:
+    while stack:
+        if looked >= _WALK_MAX:
+            # a flood of names can starve the sweep: say so rather than stop silently
+            removed.append(f"{top}: the sweep stopped after {_WALK_MAX} entries; what lies beyond was not searched")
+            return
         folder = stack.pop()
         try:
             entries = list(os.scandir(folder))
