@@ -405,3 +405,32 @@ def test_validate_refuses_a_command_run_would_refuse_and_takes_the_same_prefixes
     assert f"{ck / 'checkpoint.toml'}" in refused.stderr and "agent.command" in refused.stderr, refused
     taken = eval_sh(tmp_path / "home", "validate", "--checkpoint", ck, "--interpreter-prefix", prefix)
     assert taken.code == 0, taken
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the agent has a uid of its own only when the rig is root")
+def test_process_warns_when_the_agents_uid_can_read_a_verifier(tmp_path: Path, evalrig_home: Path) -> None:
+    """Under process as root the agent reads what every user may: a task set left at its
+    checked-in modes (0644 files below searchable folders) shows its verifiers' expected
+    values to the agent (a red team read a fix-code task's cases.json so). `run` says so."""
+    open_root = Path(tempfile.mkdtemp(prefix="evalrig-open-tasks-"))  # below /tmp: searchable by all
+    try:
+        open_root.chmod(0o755)
+        add_task(open_root / "tasks", "fixed", "fx0", verifier='kind = "command"\ncommand = ["python3", "check.py"]',
+                 verifier_files={"check.py": "raise SystemExit(0)\n", "cases.json": "[1, 2]\n"})
+        for p in [open_root / "tasks", *(open_root / "tasks").rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        ck = make_checkpoint(tmp_path / "ck")
+        assert eval_sh(evalrig_home, "seal", ck).code == 0
+        step = eval_sh(evalrig_home, "run", "--checkpoint", ck, "--tasks", open_root / "tasks", "--out",
+                       tmp_path / "out", "--sandbox", "process", "--repeat", "1")
+        assert step.code == 0, step
+        assert "the agent can read the verifier/ or driver/ files of 1 planned task(s)" in step.stderr, step
+        prov = orjson.loads((tmp_path / "out" / "provenance.json").read_bytes())
+        assert any("chmod -R go-rwx" in w for w in prov["sandbox_warnings"]), prov["sandbox_warnings"]
+        for p in [open_root / "tasks", *(open_root / "tasks").rglob("*")]:
+            p.chmod(0o700 if p.is_dir() else 0o600)
+        again = eval_sh(evalrig_home, "run", "--checkpoint", ck, "--tasks", open_root / "tasks", "--out",
+                        tmp_path / "out2", "--sandbox", "process", "--repeat", "1")
+        assert again.code == 0 and "can read the verifier/" not in again.stderr, again
+    finally:
+        shutil.rmtree(open_root, ignore_errors=True)
