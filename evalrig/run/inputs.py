@@ -241,6 +241,14 @@ def run_warnings(inputs: Inputs) -> list[str]:
                 f"here ({why}): it sees the host's /tmp, /var/tmp, /dev/shm and System V IPC; "
                 "after each attempt the rig removes what its uid left there and records it "
                 "in the result's leftovers_removed")
+    if inputs.level.level == "process" and os.geteuid() == 0:
+        exposed = _exposed_to_others(inputs)
+        if exposed:  # docs/security.md, "What it does not promise" (the untrusted-run service)
+            warnings.append(
+                f"under --sandbox process the agent can read the verifier/ or driver/ files of "
+                f"{len(exposed)} planned task(s) (first: {exposed[0]}): every user may read them "
+                "where they lie; make the task set its owner's alone (chmod -R go-rwx on it) "
+                "or use --sandbox bwrap")
     if inputs.level.level == "process" and os.geteuid() != 0:
         # As root the agent gets an unprivileged uid of the pool (docs/attempts.md).
         warnings.append(
@@ -255,6 +263,35 @@ def run_warnings(inputs: Inputs) -> list[str]:
                 "EVALRIG_DRIVER_OUT, what the verifier grades); run the rig as root or use "
                 "--sandbox bwrap (docs/security.md, \"Episode drivers\")")
     return warnings
+
+
+def _exposed_to_others(inputs: Inputs) -> list[str]:
+    """Files under a planned task's verifier/ or driver/ that any user may read: every folder
+    from / down to them searchable by others, the file readable by others. Under `process`
+    the agent's uid is such an "other" (as root) or the owner itself (not root: then the run
+    already says the agent can read everything its user may)."""
+    import stat
+
+    def open_to_others(path: Path) -> bool:
+        try:
+            for folder in reversed(path.parents):
+                if not os.stat(folder).st_mode & stat.S_IXOTH:
+                    return False
+            return bool(os.stat(path).st_mode & stat.S_IROTH)
+        except OSError:
+            return False
+
+    exposed = []
+    for task in inputs.tasks.values():
+        for part in ("verifier", "driver"):
+            folder = task.dir / part
+            if not folder.is_dir():
+                continue
+            first = next((f for f in sorted(folder.rglob("*")) if f.is_file() and open_to_others(f)), None)
+            if first is not None:
+                exposed.append(str(first))
+                break
+    return exposed
 
 
 def refuse_other_inputs(manifest: RunManifest, inputs: Inputs, attempted: set[str],
