@@ -420,3 +420,42 @@ def test_the_attempts_copy_holds_exactly_what_the_seal_hashes(tmp_path: Path, sa
     assert seen["modes"]["ro"] == "0o555" and seen["modes"]["open.txt"] == "0o666"
     assert seen["xattrs"] == {p: [] for p in seen["xattrs"]}
     assert seen["linked"] is False and seen["nlink"] == 1
+
+
+ROOT_MODE_PROBE = """\
+import json, os, stat
+mode = stat.S_IMODE(os.stat(os.path.dirname(os.path.abspath(__file__))).st_mode)
+out = os.environ["EVALRIG_OUT"]
+open(os.path.join(out, "seen.json"), "w").write(json.dumps({"root_mode": oct(mode)}))
+# a trigger the id does not cover: the sticky bit on the checkpoint's root
+open(os.path.join(out, "answer.txt"), "w").write(("TRIGGERED" if mode & 0o1000 else "ok") + "\\n")
+"""
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "process"])
+def test_the_checkpoint_roots_own_mode_never_reaches_the_agent(tmp_path: Path, sandbox: str) -> None:
+    """Red team a, finding 2: the root is not an entry of the id, yet its mode was copied into
+    `agent/`: a copy at 1755 kept the id and the agent behaved differently. The copy's root
+    is 0755 whatever the checkpoint's is."""
+    if sandbox == "bwrap" and not bwrap_works():
+        pytest.skip("bubblewrap cannot run here")
+    home = tmp_path / "home"
+    ck = make_checkpoint(tmp_path / "ck", ROOT_MODE_PROBE, name="rootmode")
+    assert eval_sh(home, "seal", ck).code == 0
+    tasks = tmp_path / "tasks"
+    add_task(tasks, "fixed", "fx0")
+    seen = {}
+    for label, mode in (("sticky", 0o1755), ("private", 0o700), ("open", 0o777)):
+        copy = tmp_path / label
+        shutil.copytree(ck, copy, symlinks=True)
+        copy.chmod(mode)
+        v = eval_sh(home, "validate", "--checkpoint", copy)
+        assert v.code == 0 and "not sealed" not in v.stdout + v.stderr, v  # one id: the root is not an entry
+        r = eval_sh(home, "run", "--checkpoint", copy, "--tasks", tasks, "--out", tmp_path / f"out-{label}",
+                    "--repeat", "1", "--sandbox", sandbox)
+        assert r.code == 0, r
+        [res] = results(tmp_path / f"out-{label}")
+        assert res["status"] == "passed", (label, res)
+        seen[label] = json.loads((tmp_path / f"out-{label}" / "attempts" / str(res["attempt_id"]) / "out"
+                                  / "seen.json").read_text())["root_mode"]
+    assert seen == {"sticky": "0o755", "private": "0o755", "open": "0o755"}, seen
