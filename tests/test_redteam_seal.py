@@ -459,3 +459,52 @@ def test_the_checkpoint_roots_own_mode_never_reaches_the_agent(tmp_path: Path, s
         seen[label] = json.loads((tmp_path / f"out-{label}" / "attempts" / str(res["attempt_id"]) / "out"
                                   / "seen.json").read_text())["root_mode"]
     assert seen == {"sticky": "0o755", "private": "0o755", "open": "0o755"}, seen
+
+
+# -- SEAL.json is only a convenience copy -------------------------------------------------------
+
+
+def _fifo(path: Path, sealed: dict[str, object]) -> None:
+    os.mkfifo(path)
+
+
+def _dev_zero(path: Path, sealed: dict[str, object]) -> None:
+    path.symlink_to("/dev/zero")
+
+
+def _huge(path: Path, sealed: dict[str, object]) -> None:
+    # the SEAL.json seal wrote, padded to 2 MiB: over the cap, so not read
+    path.write_text(json.dumps({**sealed, "pad": " " * (2 << 20)}))
+
+
+@pytest.mark.parametrize("plant", [_fifo, _dev_zero, _huge], ids=["fifo", "dev-zero", "huge"])
+def test_a_seal_json_that_is_no_regular_small_file_is_no_seal_json(
+        tmp_path: Path, plant: Callable[[Path, dict[str, object]], None]) -> None:
+    """Red team a, finding 3: the hash leaves SEAL.json out, so a sealed checkpoint may replace
+    it after sealing; a FIFO there hung `run`, a link to /dev/zero made `validate` run out of
+    memory. SEAL.json is read only as a regular file of at most 1 MiB (O_NOFOLLOW|O_NONBLOCK);
+    anything else reads as no SEAL.json, and the registry answers as always."""
+    home = tmp_path / "home"
+    ck = make_checkpoint(tmp_path / "ck", name="plain")
+    assert eval_sh(home, "seal", ck).code == 0
+    tasks = tmp_path / "tasks"
+    add_task(tasks, "fixed", "fx0")
+    sealed = json.loads((ck / "SEAL.json").read_text())
+    (ck / "SEAL.json").unlink()
+    plant(ck / "SEAL.json", sealed)
+
+    r = eval_sh(home, "run", "--checkpoint", ck, "--tasks", tasks, "--out", tmp_path / "out", "--repeat", "1",
+                "--sandbox", "process", timeout=60)
+    assert r.code == 0, r  # the content still matches its registered seal
+    [res] = results(tmp_path / "out")
+    assert res["status"] == "passed", res
+    v = eval_sh(home, "validate", "--checkpoint", ck, timeout=60)
+    assert v.code == 0 and "not sealed" not in v.stdout + v.stderr, v
+
+    # changed content: "not sealed", never "changed since it was sealed as" what SEAL.json might say
+    (ck / "agent.py").write_text(WRONG_AGENT)
+    v = eval_sh(home, "validate", "--checkpoint", ck, timeout=60)
+    assert "not sealed" in v.stdout + v.stderr and "changed since" not in v.stdout + v.stderr, v
+    r = eval_sh(home, "run", "--checkpoint", ck, "--tasks", tasks, "--out", tmp_path / "out2", "--repeat", "1",
+                "--sandbox", "process", timeout=60)
+    assert r.code == 4 and "not sealed" in r.stderr, r

@@ -278,13 +278,24 @@ def seal(dir: Path, home: Path, now: datetime) -> SealFile:
     return sealed
 
 
-def _claimed_id(dir: Path) -> str | None:
-    """The checkpoint id SEAL.json claims, if it is readable (it is not the authority)."""
-    from evalrig.core.digest import loads
+SEAL_JSON_MAX = 1 << 20
+"""The most of SEAL.json the rig reads: the rig writes a few hundred bytes."""
 
+
+def _claimed_id(dir: Path) -> str | None:
+    """The checkpoint id SEAL.json claims, if it is a regular file of at most SEAL_JSON_MAX
+    bytes holding one (it is not the authority). The hash leaves SEAL.json out, so the
+    checkpoint may make it anything: a FIFO, a link to /dev/zero, a huge file all read as
+    "no valid SEAL.json", never block or fill memory."""
+    from evalrig.core.digest import loads
+    from evalrig.store.files import read_regular
+
+    data = read_regular(dir / SEAL_JSON, SEAL_JSON_MAX)
+    if data is None:
+        return None
     try:
-        value = loads((dir / SEAL_JSON).read_bytes()).get("checkpoint_id")
-    except (OSError, ValueError, AttributeError):
+        value = loads(data).get("checkpoint_id")
+    except (ValueError, AttributeError):
         return None
     return value if isinstance(value, str) else None
 
