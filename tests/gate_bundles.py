@@ -101,7 +101,8 @@ def chain(lines: list[dict]) -> bytes:
 def register(home: Path, side: Side) -> None:
     home.mkdir(parents=True, exist_ok=True)
     with chained_append(home / "seals.jsonl", SealEntry, home=home) as seals:
-        seals.append(SealEntry(checkpoint_id=side.checkpoint_id, name=side.name, sealed_at=side.sealed_at))
+        seals.append(SealEntry(checkpoint_id=side.checkpoint_id, name=side.name, sealed_at=side.sealed_at,
+                                hash_version=2))  # the ids a rig computes now
 
 
 def register_run(home: Path, manifest: RunManifest) -> None:
@@ -197,7 +198,8 @@ def write_run(dir: Path, side: Side, home: Path | None = None, full: bool = Fals
     passed = sum(r.status == "passed" for r in results)
     manifest = RunManifest(
         run_id=f"run-{side.name}", rig_version=side.rig_version,
-        checkpoint=CheckpointRef(id=side.checkpoint_id, name=side.name, sealed_at=side.sealed_at),
+        checkpoint=CheckpointRef(id=side.checkpoint_id, name=side.name, sealed_at=side.sealed_at,
+                                 hash_version=2),
         taskset=TasksetRef(id=side.taskset_id, count=len(side.tasks), suites=suites,
                            fresh_created_at={k: side.fresh_created_at for k, t in side.tasks.items()
                                              if t.suite == "fresh"},

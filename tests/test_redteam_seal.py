@@ -156,7 +156,7 @@ def test_a_v1_sealed_champion_keeps_serving_and_resealing_records_its_v2_id(tmp_
                     "--repeat", "2", "--sandbox", sandbox, "--jobs", "2")
         assert r.code == 0, r
     manifest = json.loads((root / "runs" / "candidate" / "manifest.json").read_text())
-    assert manifest["checkpoint"] == {"id": cand_v1, "name": "cand", "sealed_at": V1_SEALED_AT}
+    assert manifest["checkpoint"] == {"id": cand_v1, "name": "cand", "sealed_at": V1_SEALED_AT, "hash_version": 1}
     assert eval_sh(home, "compare", root / "runs" / "champion", root / "runs" / "candidate", "--out", root / "cmp").code == 0
     gate = eval_sh(home, "gate", root / "cmp", "--policy", policy, "--json")
     assert gate.code == 0 and gate.json["verdict"] == "promote", gate  # type: ignore[index]
@@ -219,6 +219,154 @@ def test_a_v1_sealed_champion_keeps_serving_and_resealing_records_its_v2_id(tmp_
     assert json.loads((root / "runs" / "champ2" / "manifest.json").read_text())["checkpoint"]["id"] == champ_v1
 
 
+# -- one id, two framings ---------------------------------------------------------------------
+
+COLLIDING_MAIN = b"""import os
+# the honest agent that was evaluated and approved
+with open(os.path.join(os.environ["EVALRIG_OUT"], "answer.txt"), "w") as f:
+    f.write("ok\\n")
+"""
+COLLIDING_EVIL = b"""import os
+print("T2 RUNNING: never evaluated", flush=True)
+with open(os.path.join(os.environ["EVALRIG_OUT"], "answer.txt"), "w") as f:
+    f.write("ok\\n")
+"""
+
+
+def colliding_pair(out: Path) -> tuple[Path, Path]:
+    """Two trees whose streams collide across hash versions (red team a, finding 1): the
+    version-1 stream of T1 (honest, runs main.py) is byte for byte the version-2 stream of
+    T2 (another program, runs agent.py). A v1 length written with the digits 0-7 (e.g. 1644)
+    reads as a v2 mode, and the rest of T2's v2 stream sits inside T1's inert agent.py."""
+    toml1 = b'name = "honest"\n[agent]\ncommand = ["python3", "main.py"]\n'
+    toml2 = b'name = "honest"\n[agent]\ncommand = ["python3", "agent.py"]\n'
+
+    def v1_entry(path: bytes, content: bytes) -> bytes:
+        return b"f" + path + b"\0" + str(len(content)).encode() + b"\0" + content
+
+    z = v1_entry(b"checkpoint.toml", toml1) + v1_entry(b"main.py", COLLIDING_MAIN)
+    tail = (b"fcheckpoint.toml\0" + b"0644\0" + str(len(toml2)).encode() + b"\0" + toml2
+            + b"fzz\0" + b"0644\0" + str(len(z)).encode() + b"\0")
+    for pad in range(4000):  # pad T2's agent.py until T1's agent.py length reads as a v2 mode
+        evil = COLLIDING_EVIL + b"#" + b"." * pad + b"\n"
+        c1 = str(len(evil)).encode() + b"\0" + evil + tail
+        digits = str(len(c1))
+        if (len(digits) == 4 and digits[0] != "0" and set(digits) <= set("01234567")
+                and int(digits, 8) & 0o444 == 0o444):
+            break
+    else:
+        raise AssertionError("no padding found")
+    t1, t2 = out / "T1", out / "T2"
+    t1.mkdir(parents=True)
+    t2.mkdir(parents=True)
+    for d, files in ((t1, {"agent.py": c1, "checkpoint.toml": toml1, "main.py": COLLIDING_MAIN}),
+                     (t2, {"agent.py": evil, "checkpoint.toml": toml2, "zz": z})):
+        for name, data in files.items():
+            (d / name).write_bytes(data)
+            (d / name).chmod(0o644)
+    (t2 / "agent.py").chmod(int(digits, 8))
+    return t1, t2
+
+
+def test_an_id_of_one_hash_version_never_names_content_hashed_in_the_other(tmp_path: Path) -> None:
+    """Red team a, finding 1: T1 sealed under hash version 1 was gated, signed and shipped;
+    T2, another program whose version-2 hash is T1's version-1 id, passed check-release, ship
+    and run as T1 (before and after T1 was sealed again under version 2). A hash now matches
+    only registry lines of its own version, and `seal` refuses an id registered under the
+    other version."""
+    home, root = tmp_path / "home", tmp_path / "t"
+    root.mkdir()
+    champion = make_checkpoint(root / "champion", WRONG_AGENT, name="champ")
+    t1, t2 = colliding_pair(root / "col")
+    write_v1_seal(home, champion, "champ")
+    t1_v1 = write_v1_seal(home, t1, "honest")
+    (t2 / "SEAL.json").write_bytes((t1 / "SEAL.json").read_bytes())  # T2 claims to be T1
+    tasks = make_taskset(root / "tasks")
+    policy = write_policy(root / "policies")
+    sandbox = _sandbox()
+    for side, ck in (("champion", champion), ("candidate", t1)):
+        r = eval_sh(home, "run", "--checkpoint", ck, "--tasks", tasks, "--out", root / "runs" / side, "--policy", policy,
+                    "--repeat", "2", "--sandbox", sandbox, "--jobs", "2")
+        assert r.code == 0, r
+    assert eval_sh(home, "compare", root / "runs" / "champion", root / "runs" / "candidate", "--out", root / "cmp").code == 0
+    gate = eval_sh(home, "gate", root / "cmp", "--policy", policy, "--json")
+    assert gate.code == 0 and gate.json["verdict"] == "promote", gate  # type: ignore[index]
+    decision = root / "cmp" / "decisions" / "redteam-v1.json"
+    assert eval_sh(home, "sign", decision, "--approve", "--by", "alice").code == 0
+    assert eval_sh(home, "check-release", decision, "--checkpoint", t1).code == 0
+
+    seal_t2 = eval_sh(home, "seal", t2, "--json")  # the version-2 hash of T2 is T1's version-1 id
+    assert seal_t2.code == 4, seal_t2
+    assert f"id {t1_v1} is registered already as a hash version 1 id" in seal_t2.stderr, seal_t2
+    registry = home / "seals.jsonl"
+    assert all(json.loads(line).get("hash_version") != 2 for line in registry.read_bytes().splitlines())
+
+    for phase in ("sealed under version 1", "sealed again under version 2"):
+        if phase == "sealed again under version 2":  # as docs/checkpoint.md advises, from the trusted copy
+            s = eval_sh(home, "seal", t1, "--json")
+            assert s.code == 0 and s.json["same_as"] == t1_v1, s  # type: ignore[index]
+            assert eval_sh(home, "check-release", decision, "--checkpoint", t1).code == 0
+        r = eval_sh(home, "check-release", decision, "--checkpoint", t2, "--json")
+        assert r.code == 1, (phase, r)
+        assert isinstance(r.json, dict) and not r.json["approved"], (phase, r)
+        ship = eval_sh(home, "ship", decision, "--checkpoint", t2)
+        assert ship.code != 0, (phase, ship)
+        out = root / "runs" / f"t2-{len(phase)}"
+        run = eval_sh(home, "run", "--checkpoint", t2, "--tasks", tasks, "--task", "fx0", "--out", out,
+                      "--repeat", "1", "--sandbox", "process")
+        assert run.code == 4, (phase, run)
+        assert not (out / "results.jsonl").exists(), phase
+        v = eval_sh(home, "validate", "--checkpoint", t2)
+        assert f"sealed as {t1_v1}" not in v.stdout + v.stderr, (phase, v)
+    champ = eval_sh(home, "champion", "--json")
+    assert isinstance(champ.json, dict) and champ.json["serving"] is False, champ  # nothing was shipped
+
+
+def test_a_bundle_brought_in_registers_its_id_under_the_hash_version_it_was_computed_in(tmp_path: Path) -> None:
+    """The cross-home form of finding 1: a run of T1 (sealed under version 1) brought into
+    another home by `verify --register` adds T1's id as a version-1 line (its manifest says
+    so), so T2 does not run there as T1; a home where T2 holds that id under version 2
+    refuses the bundle before registering anything of it."""
+    root = tmp_path / "t"
+    root.mkdir()
+    t1, t2 = colliding_pair(root / "col")
+    tasks = tmp_path / "tasks"
+    add_task(tasks, "fixed", "fx0")
+    ran = tmp_path / "home-ran"
+    t1_v1 = write_v1_seal(ran, t1, "honest")
+    r = eval_sh(ran, "run", "--checkpoint", t1, "--tasks", tasks, "--out", root / "run-t1", "--repeat", "1",
+                "--sandbox", "process")
+    assert r.code == 0, r
+    manifest = json.loads((root / "run-t1" / "manifest.json").read_text())
+    assert manifest["checkpoint"]["id"] == t1_v1 and manifest["checkpoint"]["hash_version"] == 1, manifest
+    pub = (ran / "key.pub").read_text().split()[0]
+
+    fresh, holding = tmp_path / "home-fresh", tmp_path / "home-t2"
+    for home in (fresh, holding):
+        home.mkdir()
+        (home / "trusted_keys").write_text(f"{pub} register the home that ran it\n")
+    for c in (t1, t2):  # the same checkpoints, other homes: no SEAL.json claims
+        (c / "SEAL.json").unlink(missing_ok=True)
+
+    reg = eval_sh(fresh, "verify", root / "run-t1", "--register", "--json")
+    assert reg.code == 0 and isinstance(reg.json, dict) and reg.json["newly_registered"] is True, reg
+    [line] = [json.loads(x) for x in (fresh / "seals.jsonl").read_bytes().splitlines()]
+    assert (line["checkpoint_id"], line["hash_version"]) == (t1_v1, 1), line
+    run = eval_sh(fresh, "run", "--checkpoint", t2, "--tasks", tasks, "--out", root / "run-t2", "--repeat", "1",
+                  "--sandbox", "process")
+    assert run.code == 4 and "not sealed" in run.stderr, run
+    assert not (root / "run-t2" / "results.jsonl").exists()
+    assert eval_sh(fresh, "run", "--checkpoint", t1, "--tasks", tasks, "--out", root / "run-t1-again",
+                   "--repeat", "1", "--sandbox", "process").code == 0  # T1 itself still is it there
+
+    assert eval_sh(holding, "seal", t2).code == 0  # T2's version-2 id is the version-1 id of T1
+    before = {n: (holding / n).read_bytes() for n in ("seals.jsonl",)}
+    reg = eval_sh(holding, "verify", root / "run-t1", "--register")
+    assert reg.code == 4 and f"id {t1_v1} is registered already as a hash version 2 id" in reg.stderr, reg
+    assert not (holding / "runs.jsonl").exists() or not (holding / "runs.jsonl").read_bytes().strip()
+    assert {n: (holding / n).read_bytes() for n in before} == before
+
+
 # -- the attempt's copy -----------------------------------------------------------------------
 
 OBSERVER = """\
@@ -272,3 +420,91 @@ def test_the_attempts_copy_holds_exactly_what_the_seal_hashes(tmp_path: Path, sa
     assert seen["modes"]["ro"] == "0o555" and seen["modes"]["open.txt"] == "0o666"
     assert seen["xattrs"] == {p: [] for p in seen["xattrs"]}
     assert seen["linked"] is False and seen["nlink"] == 1
+
+
+ROOT_MODE_PROBE = """\
+import json, os, stat
+mode = stat.S_IMODE(os.stat(os.path.dirname(os.path.abspath(__file__))).st_mode)
+out = os.environ["EVALRIG_OUT"]
+open(os.path.join(out, "seen.json"), "w").write(json.dumps({"root_mode": oct(mode)}))
+# a trigger the id does not cover: the sticky bit on the checkpoint's root
+open(os.path.join(out, "answer.txt"), "w").write(("TRIGGERED" if mode & 0o1000 else "ok") + "\\n")
+"""
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "process"])
+def test_the_checkpoint_roots_own_mode_never_reaches_the_agent(tmp_path: Path, sandbox: str) -> None:
+    """Red team a, finding 2: the root is not an entry of the id, yet its mode was copied into
+    `agent/`: a copy at 1755 kept the id and the agent behaved differently. The copy's root
+    is 0755 whatever the checkpoint's is."""
+    if sandbox == "bwrap" and not bwrap_works():
+        pytest.skip("bubblewrap cannot run here")
+    home = tmp_path / "home"
+    ck = make_checkpoint(tmp_path / "ck", ROOT_MODE_PROBE, name="rootmode")
+    assert eval_sh(home, "seal", ck).code == 0
+    tasks = tmp_path / "tasks"
+    add_task(tasks, "fixed", "fx0")
+    seen = {}
+    for label, mode in (("sticky", 0o1755), ("private", 0o700), ("open", 0o777)):
+        copy = tmp_path / label
+        shutil.copytree(ck, copy, symlinks=True)
+        copy.chmod(mode)
+        v = eval_sh(home, "validate", "--checkpoint", copy)
+        assert v.code == 0 and "not sealed" not in v.stdout + v.stderr, v  # one id: the root is not an entry
+        r = eval_sh(home, "run", "--checkpoint", copy, "--tasks", tasks, "--out", tmp_path / f"out-{label}",
+                    "--repeat", "1", "--sandbox", sandbox)
+        assert r.code == 0, r
+        [res] = results(tmp_path / f"out-{label}")
+        assert res["status"] == "passed", (label, res)
+        seen[label] = json.loads((tmp_path / f"out-{label}" / "attempts" / str(res["attempt_id"]) / "out"
+                                  / "seen.json").read_text())["root_mode"]
+    assert seen == {"sticky": "0o755", "private": "0o755", "open": "0o755"}, seen
+
+
+# -- SEAL.json is only a convenience copy -------------------------------------------------------
+
+
+def _fifo(path: Path, sealed: dict[str, object]) -> None:
+    os.mkfifo(path)
+
+
+def _dev_zero(path: Path, sealed: dict[str, object]) -> None:
+    path.symlink_to("/dev/zero")
+
+
+def _huge(path: Path, sealed: dict[str, object]) -> None:
+    # the SEAL.json seal wrote, padded to 2 MiB: over the cap, so not read
+    path.write_text(json.dumps({**sealed, "pad": " " * (2 << 20)}))
+
+
+@pytest.mark.parametrize("plant", [_fifo, _dev_zero, _huge], ids=["fifo", "dev-zero", "huge"])
+def test_a_seal_json_that_is_no_regular_small_file_is_no_seal_json(
+        tmp_path: Path, plant: Callable[[Path, dict[str, object]], None]) -> None:
+    """Red team a, finding 3: the hash leaves SEAL.json out, so a sealed checkpoint may replace
+    it after sealing; a FIFO there hung `run`, a link to /dev/zero made `validate` run out of
+    memory. SEAL.json is read only as a regular file of at most 1 MiB (O_NOFOLLOW|O_NONBLOCK);
+    anything else reads as no SEAL.json, and the registry answers as always."""
+    home = tmp_path / "home"
+    ck = make_checkpoint(tmp_path / "ck", name="plain")
+    assert eval_sh(home, "seal", ck).code == 0
+    tasks = tmp_path / "tasks"
+    add_task(tasks, "fixed", "fx0")
+    sealed = json.loads((ck / "SEAL.json").read_text())
+    (ck / "SEAL.json").unlink()
+    plant(ck / "SEAL.json", sealed)
+
+    r = eval_sh(home, "run", "--checkpoint", ck, "--tasks", tasks, "--out", tmp_path / "out", "--repeat", "1",
+                "--sandbox", "process", timeout=60)
+    assert r.code == 0, r  # the content still matches its registered seal
+    [res] = results(tmp_path / "out")
+    assert res["status"] == "passed", res
+    v = eval_sh(home, "validate", "--checkpoint", ck, timeout=60)
+    assert v.code == 0 and "not sealed" not in v.stdout + v.stderr, v
+
+    # changed content: "not sealed", never "changed since it was sealed as" what SEAL.json might say
+    (ck / "agent.py").write_text(WRONG_AGENT)
+    v = eval_sh(home, "validate", "--checkpoint", ck, timeout=60)
+    assert "not sealed" in v.stdout + v.stderr and "changed since" not in v.stdout + v.stderr, v
+    r = eval_sh(home, "run", "--checkpoint", ck, "--tasks", tasks, "--out", tmp_path / "out2", "--repeat", "1",
+                "--sandbox", "process", timeout=60)
+    assert r.code == 4 and "not sealed" in r.stderr, r

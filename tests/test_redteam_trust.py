@@ -295,7 +295,7 @@ def forge_seal(home: Path, checkpoint: Path, prev: str | None = None) -> int:
 
     registry = home / "seals.jsonl"
     line: dict[str, object] = {"schema_version": "1.0", "checkpoint_id": checkpoint_id(checkpoint).digest,
-                               "name": "forged", "sealed_at": "2026-01-01T00:00:00.000000Z"}
+                               "name": "forged", "sealed_at": "2026-01-01T00:00:00.000000Z", "hash_version": 2}
     if prev is not None:
         line["prev"] = prev
     with open(registry, "ab") as f:
@@ -345,20 +345,23 @@ def test_a_torn_last_seal_line_is_ignored_and_cut_before_the_next_append(mine: C
 
 
 def test_legacy_seal_lines_are_accepted_and_the_chain_starts_after_them(tmp_path: Path) -> None:
-    from evalrig.store.checkpoint import checkpoint_id
+    from evalrig.store.tree import hash_tree
 
     home = tmp_path / "home"
     home.mkdir()
     old = make_checkpoint(tmp_path / "old", name="old")
-    legacy = orjson.dumps({"schema_version": "1.0", "checkpoint_id": checkpoint_id(old).digest, "name": "old",
+    # a line an older rig wrote: no chain, no hash_version, so its id is a version-1 hash
+    v1 = hash_tree(old, exclude=frozenset({"SEAL.json"}), version=1).digest
+    legacy = orjson.dumps({"schema_version": "1.0", "checkpoint_id": v1, "name": "old",
                            "sealed_at": "2026-01-01T00:00:00.000000Z"}, option=orjson.OPT_SORT_KEYS) + b"\n"
     (home / "seals.jsonl").write_bytes(legacy)
     new = make_checkpoint(tmp_path / "new", name="new")
     assert eval_sh(home, "seal", new).code == 0
     assert eval_sh(home, "seal", old, "--json").code == 0
     lines = (home / "seals.jsonl").read_bytes().splitlines()
-    assert len(lines) == 2 and lines[0] == legacy.rstrip(b"\n")
+    assert len(lines) == 3 and lines[0] == legacy.rstrip(b"\n")
     assert json.loads(lines[1])["prev"] == hashlib.sha256(legacy).hexdigest()  # every byte before it
+    assert json.loads(lines[2])["same_as"] == v1  # the old content keeps its id, under version 2 now
 
 
 def _append_many(home: str, tag: str, n: int) -> None:

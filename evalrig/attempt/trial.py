@@ -160,6 +160,11 @@ def _copy_file(src: str, dst: str, mode: int) -> int:
         os.close(fin)
 
 
+SEALED_ROOT_MODE = 0o755
+"""The mode of the attempt's copy of a checkpoint's root (`agent/`): the hash leaves the
+root's own bits out, so the copy never takes them from the checkpoint."""
+
+
 def copy_tree(src: Path | str, dst: Path | str, sealed: bool = False) -> tuple[int, int]:
     """Copy a directory tree (links as links, modes kept, no extended attributes); returns
     its disk use as the disk allowance counts it (sandbox.entry_bytes of every entry,
@@ -170,8 +175,9 @@ def copy_tree(src: Path | str, dst: Path | str, sealed: bool = False) -> tuple[i
     Iterative: no depth of the source makes it recurse. A folder's owner may write it
     (the agent works in its copy), except with `sealed`: the copy of a checkpoint holds
     exactly what its seal hashes (docs/checkpoint.md, "Sealing and what it covers"), so
-    every folder below the top keeps its bits as hashed, and a top-level `SEAL.json` file,
-    which the hash leaves out, is not copied.
+    every folder below the top keeps its bits as hashed, the top itself (not hashed) is
+    SEALED_ROOT_MODE, and a top-level `SEAL.json` file, which the hash leaves out, is not
+    copied.
     """
     total, count = sandbox.entry_bytes(0), 1
     top = os.fspath(src)
@@ -180,8 +186,13 @@ def copy_tree(src: Path | str, dst: Path | str, sealed: bool = False) -> tuple[i
     while todo:
         src_s, dst_s = todo.pop()
         os.mkdir(dst_s, 0o700)
-        writable = stat.S_IWUSR if src_s == top or not sealed else 0
-        modes.append((dst_s, stat.S_IMODE(os.stat(src_s).st_mode) | writable))
+        if sealed and src_s == top:
+            # The seal leaves the root's own bits out (it is not an entry), so two trees of
+            # one id may differ there: the copy's root is the rig's, whatever the source's.
+            modes.append((dst_s, SEALED_ROOT_MODE))
+        else:
+            writable = stat.S_IWUSR if src_s == top or not sealed else 0
+            modes.append((dst_s, stat.S_IMODE(os.stat(src_s).st_mode) | writable))
         with os.scandir(src_s) as it:
             for e in it:
                 d = os.path.join(dst_s, e.name)

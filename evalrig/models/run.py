@@ -109,6 +109,14 @@ class CheckpointRef(Strict):
     id: Digest
     name: str
     sealed_at: Timestamp = Field(description="From the registry, not SEAL.json.")
+    hash_version: HashVersion | None = Field(
+        default=None, description="How `id` was computed (the hash version of the registry line it names): "
+        "`verify --register` registers the id under this version elsewhere. Absent in a manifest an older "
+        "rig wrote (1).")
+
+    @model_serializer(mode="wrap")
+    def _no_null(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(handler(self), "hash_version")
 
 
 class TasksetRef(Strict):

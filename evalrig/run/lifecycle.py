@@ -220,7 +220,7 @@ def _start(turn: Turn) -> RunSummary:
     manifest = RunManifest(
         run_id=f"run-{pysecrets.token_hex(8)}", rig_version=__version__,
         checkpoint=CheckpointRef(id=inputs.sealed.checkpoint_id, name=inputs.sealed.name,
-                                 sealed_at=inputs.sealed.sealed_at),
+                                 sealed_at=inputs.sealed.sealed_at, hash_version=inputs.sealed.version),
         taskset=taskset_ref(inputs.taskset), repeat=r.repeat, seed=r.seed,
         settings=r.settings.model_copy(update={"interpreters": inputs.interpreters}),
         subset=inputs.plan.subset, policy_pin=inputs.policy_pin, plan_digest=inputs.plan.digest,

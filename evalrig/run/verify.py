@@ -29,7 +29,7 @@ from evalrig.store.bundle import (
     refuse_unlike_registration,
     unfinished_state,
 )
-from evalrig.store.checkpoint import register_seal
+from evalrig.store.checkpoint import refuse_version_clash, register_seal
 from evalrig.store.ledger import registrations_of
 from evalrig.store.signing import keyring
 from evalrig.store.tasks import LoadedTask, load_taskset
@@ -73,9 +73,13 @@ def verify_and_register(dir: Path, home: Path) -> tuple[VerifyReport, bool]:
                       hint=f"re-deriving proves a bundle consistent, not authentic: add the public key of the "
                       f"home that ran it (`evalrig key` there) to {Path(home) / layout.TRUSTED_KEYS} as "
                       "`PUBKEY register COMMENT`, then register again")
+    # An id this home holds under the other hash version is other content (docs/checkpoint.md):
+    # refused before anything of the bundle is registered.
+    refuse_version_clash(home, m.checkpoint.id, m.checkpoint.hash_version or 1, Path(dir) / layout.MANIFEST)
     new = register_finished(home, m, brought_in=True)
     if new:
-        register_seal(home, m.checkpoint.id, m.checkpoint.name, m.checkpoint.sealed_at)
+        register_seal(home, m.checkpoint.id, m.checkpoint.name, m.checkpoint.sealed_at,
+                      m.checkpoint.hash_version or 1)
     return report, new
 
 

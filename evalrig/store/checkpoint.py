@@ -8,7 +8,9 @@ convenience copy that the checkpoint itself could have written.
 
 Version-1 seals (lines without `hash_version`, written before folders and mode bits were
 hashed) still verify: a directory is identified by its version-2 hash first, then by its
-version-1 hash where a version-1 line holds that id. Sealing such content again appends its
+version-1 hash where a version-1 line holds that id. A hash matches only lines of its own
+version, and no id is registered under both: one tree's version-1 stream can be another's
+version-2 stream. Sealing such content again appends its
 version-2 id with `same_as` the version-1 id and the original `sealed_at`; from then on the
 checkpoint keeps its version-1 id (a serving champion keeps serving) but only content with
 the version-2 hash is it: the version-1 hash no longer identifies anything
@@ -161,13 +163,14 @@ class Identity:
 
 def identify(dir: Path, records: Sequence[SealEntry]) -> Identity:
     """The directory's identity in the registry `records` (seal_records): its version-2
-    hash first, then its version-1 hash where a version-1 line (not sealed again under
-    version 2) holds that id. Hashes once, both versions from one read when needed."""
+    hash where a version-2 line holds that id, then its version-1 hash where a version-1
+    line (not sealed again under version 2) holds that id. Hashes once, both versions from one read when needed."""
     v1_ids = _open_v1(records)
     trees = _hashes(dir, (2, 1) if v1_ids else (2,))
-    # Any line holding the version-2 hash names this content, whatever version it says:
-    # the two framings differ, so no version-1 hash of other content is equal to it.
-    line = _first(records, trees[2].digest)
+    # A hash matches only lines of its own version: a version-1 stream of one tree can be
+    # byte for byte the version-2 stream of another (a v1 length such as 1644 reads as a v2
+    # mode), so an id of one version says nothing about content hashed in the other.
+    line = _first(records, trees[2].digest, 2)
     if line is not None:
         original = _first(records, line.same_as, 1) if line.same_as is not None else None
         return Identity(trees[2], original or line, 2)
@@ -176,9 +179,35 @@ def identify(dir: Path, records: Sequence[SealEntry]) -> Identity:
     return Identity(trees[2], None, None)
 
 
-def register_seal(home: Path, checkpoint_id: str, name: str, sealed_at: datetime) -> bool:
-    """Add a seal made elsewhere (a bundle brought in by `verify --register`) where the id is not
-    in the registry yet: an earlier `sealed_at` stands. True when it was added."""
+def version_clash(records: Sequence[SealEntry], checkpoint_id: str, version: HashVersion) -> SealEntry | None:
+    """The line that holds `checkpoint_id` under the other hash version, if any: the same id
+    string from two framings names two contents, so it may never be registered twice."""
+    return next((e for e in records if e.checkpoint_id == checkpoint_id and e.version != version), None)
+
+
+def _clash_error(clash: SealEntry, version: HashVersion, file: Path, field: str | None = None) -> EvalrigError:
+    return invalid(
+        f"its hash version {version} id {clash.checkpoint_id} is registered already as a hash "
+        f"version {clash.version} id: the two framings can give one id to two different trees, "
+        "so this content cannot go by it",
+        file=file, field=field,
+        hint="change the checkpoint (any file or mode) and seal it as a new checkpoint; see "
+        "docs/checkpoint.md, \"Sealing and what it covers\"")
+
+
+def refuse_version_clash(home: Path, checkpoint_id: str, version: HashVersion, file: Path) -> None:
+    """Exit 4 when `checkpoint_id` is registered under the other hash version (verify
+    --register checks before it registers anything of a bundle)."""
+    clash = version_clash(seal_records(home), checkpoint_id, version)
+    if clash is not None:
+        raise _clash_error(clash, version, file, "checkpoint.id")
+
+
+def register_seal(home: Path, checkpoint_id: str, name: str, sealed_at: datetime,
+                  version: HashVersion = 1) -> bool:
+    """Add a seal made elsewhere (a bundle brought in by `verify --register`, whose manifest
+    says the id's hash `version`) where the id is not in the registry yet: an earlier
+    `sealed_at` stands. True when it was added."""
     from evalrig.store.jsonl import chained_append
 
     home = Path(home)
@@ -186,7 +215,8 @@ def register_seal(home: Path, checkpoint_id: str, name: str, sealed_at: datetime
     with chained_append(registry_path(home), SealEntry, home=home) as registry:
         if any(e.checkpoint_id == checkpoint_id for e in registry.records):
             return False
-        registry.append(SealEntry(checkpoint_id=checkpoint_id, name=name, sealed_at=sealed_at))
+        registry.append(SealEntry(checkpoint_id=checkpoint_id, name=name, sealed_at=sealed_at,
+                                  hash_version=version))
         return True
 
 
@@ -214,7 +244,10 @@ def seal(dir: Path, home: Path, now: datetime) -> SealFile:
     # Two seals at once must not both append the same id: look up and append under the
     # registry's lock (the chained store holds it from verification to the sync).
     with chained_append(registry_path(home), SealEntry, home=home) as registry:
-        entry = _first(registry.records, tree.digest)
+        clash = version_clash(registry.records, tree.digest, 2)
+        if clash is not None:
+            raise _clash_error(clash, 2, dir)
+        entry = _first(registry.records, tree.digest, 2)
         if entry is None:
             # Content a version-1 line holds keeps that id and its sealed_at: a serving
             # champion sealed by an older rig keeps serving under the id its records name.
@@ -245,13 +278,24 @@ def seal(dir: Path, home: Path, now: datetime) -> SealFile:
     return sealed
 
 
-def _claimed_id(dir: Path) -> str | None:
-    """The checkpoint id SEAL.json claims, if it is readable (it is not the authority)."""
-    from evalrig.core.digest import loads
+SEAL_JSON_MAX = 1 << 20
+"""The most of SEAL.json the rig reads: the rig writes a few hundred bytes."""
 
+
+def _claimed_id(dir: Path) -> str | None:
+    """The checkpoint id SEAL.json claims, if it is a regular file of at most SEAL_JSON_MAX
+    bytes holding one (it is not the authority). The hash leaves SEAL.json out, so the
+    checkpoint may make it anything: a FIFO, a link to /dev/zero, a huge file all read as
+    "no valid SEAL.json", never block or fill memory."""
+    from evalrig.core.digest import loads
+    from evalrig.store.files import read_regular
+
+    data = read_regular(dir / SEAL_JSON, SEAL_JSON_MAX)
+    if data is None:
+        return None
     try:
-        value = loads((dir / SEAL_JSON).read_bytes()).get("checkpoint_id")
-    except (OSError, ValueError, AttributeError):
+        value = loads(data).get("checkpoint_id")
+    except (ValueError, AttributeError):
         return None
     return value if isinstance(value, str) else None
 

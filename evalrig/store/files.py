@@ -97,15 +97,24 @@ def write_all(fd: int, data: bytes) -> None:
 def read_answer(evidence_dir: Path, rel: str) -> bytes | None:
     """The bytes of `rel` under a stored folder (an answer, a reward.json); None when absent,
     a link, or not a regular file. Reads never block on a FIFO the agent left."""
+    return read_regular(evidence_dir / rel)
+
+
+def read_regular(path: Path, limit: int | None = None) -> bytes | None:
+    """The bytes of a regular file; None when absent, a link, not a regular file, or longer
+    than `limit` bytes. Never blocks on a FIFO and never reads a device."""
     try:
-        fd = os.open(evidence_dir / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
         with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read()
+            if limit is None:
+                return f.read()
+            data = f.read(limit + 1)
+            return data if len(data) <= limit else None
     finally:
         os.close(fd)
 
