@@ -19,7 +19,13 @@ from typing import Literal
 
 import evalrig
 from evalrig.attempt.canary import CANARY_ENV
-from evalrig.attempt.sandbox import LevelChoice, egress_enforced, private_view_why, resolve_level
+from evalrig.attempt.sandbox import (
+    LevelChoice,
+    egress_enforced,
+    private_view_why,
+    resolve_level,
+    seccomp_why,
+)
 from evalrig.attempt.trial import scratch_base
 from evalrig.core.environment import DRIVER_RIG_SET, RIG_SET
 from evalrig.core.errors import EvalrigError, Problem, invalid
@@ -241,6 +247,12 @@ def run_warnings(inputs: Inputs) -> list[str]:
                 f"here ({why}): it sees the host's /tmp, /var/tmp, /dev/shm and System V IPC; "
                 "after each attempt the rig removes what its uid left there and records it "
                 "in the result's leftovers_removed")
+    why = seccomp_why(inputs.level.level)
+    if why is not None:  # docs/security.md, "Kernel state outside the sandbox"
+        warnings.append(
+            f"under --sandbox {inputs.level.level} the agent runs without the seccomp filter here "
+            f"({why}): it can keep keys in its uid's kernel keyrings, which outlive the attempt, "
+            "and make user namespaces of its own, whose mounts the disk allowance does not see")
     if inputs.level.level == "process" and os.geteuid() != 0:
         # As root the agent gets an unprivileged uid of the pool (docs/attempts.md).
         warnings.append(
