@@ -248,18 +248,21 @@ def run_warnings(inputs: Inputs) -> list[str]:
                 "after each attempt the rig removes what its uid left there and records it "
                 "in the result's leftovers_removed")
     why = seccomp_why(inputs.level.level)
-    if why is not None:  # docs/security.md, "Kernel state outside the sandbox"
-        warnings.append(
-            f"under --sandbox {inputs.level.level} the agent runs without the seccomp filter here "
-            f"({why}): it can keep keys in its uid's kernel keyrings, which outlive the attempt, "
-            "and make user namespaces of its own, whose mounts the disk allowance does not see")
-    if inputs.level.level == "process" and os.geteuid() != 0:
+    # docs/security.md, "Kernel state outside the sandbox"
+    unfiltered = None if why is None else (
+        f"the agent runs without the seccomp filter here ({why}): it can keep keys in its "
+        "uid's kernel keyrings, which outlive the attempt, and make user namespaces of its "
+        "own, whose mounts the disk allowance does not see")
+    not_root = inputs.level.level == "process" and os.geteuid() != 0
+    if unfiltered is not None and not not_root:
+        warnings.append(f"under --sandbox {inputs.level.level} {unfiltered}")
+    if not_root:
         # As root the agent gets an unprivileged uid of the pool (docs/attempts.md).
         warnings.append(
             f"under --sandbox process the agent runs as the rig's own user (uid {os.geteuid()}): "
             f"it can write the rig's home ({inputs.home}) and every bundle that user may "
             "write; run the rig as root (the agent then gets an unprivileged uid of its own) "
-            "or use --sandbox bwrap")
+            "or use --sandbox bwrap" + (f"; and {unfiltered}" if unfiltered else ""))
         if any(t.spec.episode is not None for t in inputs.tasks.values()):
             warnings.append(
                 "under --sandbox process the agent runs as the same user as its episode's "

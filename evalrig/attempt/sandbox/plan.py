@@ -267,7 +267,7 @@ def seccomp_why(level: str) -> str | None:
     if level == "bwrap":
         return None
     if not _is_root():
-        return "the rig is not root (the filter is installed by evalrig-drop, used as root)"
+        return "the rig is not root; evalrig-drop, which installs it, is used as root only"
     if _drop_helper() is None:
         return "the compiled helper evalrig-drop could not be built (no C compiler?)"
     return None
