@@ -209,3 +209,49 @@ def test_without_evalrig_drop_the_run_says_the_filter_is_missing(tmp_path: Path)
     assert r["status"] == "passed", r
     prov = orjson.loads((tmp_path / "out" / "provenance.json").read_bytes())
     assert any(said in w and "evalrig-drop could not be built" in w for w in prov["sandbox_warnings"])
+
+
+# A command verifier that runs a probe as the agent's code, through the untrusted-run service
+# (docs/tasks.md), and says what the probe saw in its checks.
+UNTRUSTED_PROBE_VERIFIER = '''\
+import json, os, subprocess
+PROBE = """
+import ctypes, json
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+ctypes.set_errno(0)
+k = libc.syscall({add_key}, b"user", {mark!r}, b"x", 1, ctypes.c_long(-4))
+ke = ctypes.get_errno()
+ctypes.set_errno(0)
+u = libc.unshare(0x10000000)
+ue = ctypes.get_errno()
+print(json.dumps({{"add_key": [k, ke if k < 0 else 0], "unshare": [u, ue if u else 0]}}))
+"""
+p = subprocess.run([os.environ["EVALRIG_RUN_UNTRUSTED"], "--", "python3", "-c", PROBE], capture_output=True)
+seen = json.loads(p.stdout)
+with open(os.path.join(os.environ["EVALRIG_VERDICT"], "reward.json"), "w") as f:
+    json.dump({{"reward": 1.0, "checks": {{"add_key_eperm": seen["add_key"] == [-1, 1],
+                                          "unshare_eperm": seen["unshare"] == [-1, 1]}}}}, f)
+'''
+
+
+@pytest.mark.parametrize("sandbox", ["process", "bwrap"])
+def test_the_agents_code_in_an_untrusted_call_runs_under_the_filter_too(tmp_path: Path, sandbox: str) -> None:
+    """The untrusted-run service starts the agent's code in a sandbox of its own, as the agent:
+    the same filter holds there (add_key and unshare(CLONE_NEWUSER) fail with EPERM)."""
+    mark = f"evalrig-key-{secrets.token_hex(6)}"
+    home = tmp_path / "home"
+    add_task(tmp_path / "tasks", "fixed", "probe",
+             verifier='kind = "command"\ncommand = ["python3", "check.py"]\nuntrusted = true',
+             verifier_files={"check.py": UNTRUSTED_PROBE_VERIFIER.format(add_key=_NR[0], mark=mark.encode())})
+    ck = make_checkpoint(tmp_path / "ck")
+    assert eval_sh(home, "seal", ck).code == 0
+    try:
+        step = eval_sh(home, "run", "--checkpoint", ck, "--tasks", tmp_path / "tasks", "--out", tmp_path / "out",
+                       "--sandbox", sandbox, "--repeat", "1")
+        [r] = results(tmp_path / "out")
+        assert step.code == 0, (step, r)
+        assert r["status"] == "passed", r
+        assert r["checks"] == {"add_key_eperm": True, "unshare_eperm": True}, r["checks"]
+    finally:
+        _forget_key(mark)
