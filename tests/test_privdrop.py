@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -194,3 +195,19 @@ def test_a_helper_that_does_not_run_is_not_used(tmp_path: Path) -> None:
     assert privdrop.built(sandbox.BASE_UID, cache=cache) is None
     Path(built).write_bytes(b"#!/bin/sh\nexit 3\n")
     assert privdrop.built(sandbox.BASE_UID, cache=cache) is None
+
+
+X32_GETPID = "import ctypes; ctypes.CDLL(None).syscall(0x40000000 | 39); print('ran on')"
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x32 is an ABI of x86_64")
+@pytest.mark.parametrize("level", ["process", "bwrap"])
+def test_a_system_call_of_another_abi_kills_the_agent(tmp_path: Path, level: str) -> None:
+    """The seccomp filter (evalrig.attempt.seccomp) knows the calls by their x86_64 numbers;
+    an x32 call, numbered otherwise, could pass it unseen, so it ends the process (SIGSYS)."""
+    box = make_box(tmp_path, level)
+    spec = replace(box.spec("sandbox_env.py", unprivileged=True), argv=[SYSTEM_PY, "-I", "-c", X32_GETPID])
+    done = launch(spec)
+    assert done.error is None, done
+    assert done.signal == signal.SIGSYS or done.exit_code == 128 + signal.SIGSYS, done
+    assert "ran on" not in box.stdout()

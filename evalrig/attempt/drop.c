@@ -22,6 +22,11 @@
  * namespaces die with the last process in them, and with them every file and IPC object the
  * agent made there (docs/security.md, "What `process` leaves on the host").
  *
+ * Last, right before the exec: the seccomp filter of evalrig/attempt/seccomp.py (no kernel
+ * keyrings, no user namespaces, no clone3, no other ABI), which privdrop.py hands to the compiler
+ * as EVALRIG_FILTER, the initializer of a struct sock_filter array (EVALRIG_NO_FILTER: none for
+ * this architecture; the run then says so). The filter outlives every exec of the agent.
+ *
  * It is started by the rig, as root, with the agent's environment (the loader's variables
  * held back, as for the helpers it replaces); it reads no file and no variable. Static where
  * the C library allows it: a dynamic loader costs an exec about what the agent's own start does.
@@ -30,6 +35,8 @@
 #include <errno.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +59,10 @@
 #endif
 #define EVALRIG_ATTR_RDONLY 0x00000001ULL
 #define EVALRIG_ATTR_NOSUID 0x00000002ULL
+
+#if !defined(EVALRIG_FILTER) && !defined(EVALRIG_NO_FILTER)
+#error "build with -DEVALRIG_FILTER=... (evalrig/attempt/privdrop.py does)"
+#endif
 
 struct evalrig_mount_attr {
     unsigned long long attr_set, attr_clr, propagation, userns_fd;
@@ -227,6 +238,13 @@ int main(int argc, char **argv) {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
         fail("pdeathsig");
     umask(077);
+#ifdef EVALRIG_FILTER
+    /* After no_new_privs, which lets an unprivileged process install it. */
+    static struct sock_filter filter[] = {EVALRIG_FILTER};
+    struct sock_fprog program = {(unsigned short)(sizeof filter / sizeof filter[0]), filter};
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program, 0, 0) != 0)
+        fail("the seccomp filter");
+#endif
     execvp(argv[dashes + 1], argv + dashes + 1);
     fail(argv[dashes + 1]);
     return 127;

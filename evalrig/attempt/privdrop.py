@@ -2,7 +2,8 @@
 (drop.c beside this file; docs/security.md, "The two sandboxes").
 
 It does in one exec what util-linux `prlimit` and `setpriv` do in two: the limits, the
-capabilities, the uid drop, no new privileges and the parent-death signal. Each exec of a
+capabilities, the uid drop, no new privileges and the parent-death signal; then, what neither
+does, the seccomp filter of evalrig.attempt.seccomp, compiled in. Each exec of a
 dynamically linked helper costs about what the agent's own start does, and an attempt of a
 quick agent is mostly its starts, so this is a good part of an attempt's cost (bench/bench_run.py).
 
@@ -10,7 +11,8 @@ It is built from source by the C compiler on first use, once per machine and ver
 source, into the cache of the user the rig runs as (`~/.cache/evalrig/`, owned by it, closed
 to others), and used only when that copy is the rig user's own, closed to others, and runs.
 Where no compiler builds it, the rig keeps the `prlimit` and `setpriv` chain, which does the
-same in two execs: what runs inside is the same either way; only its cost differs.
+same in two execs, without the seccomp filter (the run says so in its sandbox warnings:
+`evalrig.attempt.sandbox.plan.seccomp_why`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import stat
 import subprocess
 import tempfile
 from pathlib import Path
+
+from evalrig.attempt import seccomp
 
 SOURCE = Path(__file__).with_name("drop.c")
 COMPILE_FLAGS = (("-O2", "-static"), ("-O2",))
@@ -38,11 +42,13 @@ def built(drop_to: int, cache: Path | None = None) -> str | None:
         source = SOURCE.read_bytes()
     except OSError:
         return None
+    define = _filter_define()
     cache = _own_cache() if cache is None else cache if _owned_and_closed(cache, directory=True) else None
     if cache is None:
         return None
-    path = cache / f"evalrig-drop-{hashlib.sha256(source).hexdigest()[:16]}"
-    if not os.path.lexists(path) and not _compile(path):
+    # The filter is part of what is built: a new filter is a new helper.
+    path = cache / f"evalrig-drop-{hashlib.sha256(source + define.encode()).hexdigest()[:16]}"
+    if not os.path.lexists(path) and not _compile(path, define):
         return None
     if not _owned_and_closed(path, directory=False) or not _runs(path, drop_to):
         return None
@@ -72,7 +78,14 @@ def _owned_and_closed(path: Path, directory: bool) -> bool:
     return kind_ok and st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
-def _compile(path: Path) -> bool:
+def _filter_define() -> str:
+    """The compiler's -D of the seccomp filter (evalrig.attempt.seccomp), or of its absence
+    on an architecture it has no table for."""
+    program = seccomp.program()
+    return "-DEVALRIG_NO_FILTER" if program is None else f"-DEVALRIG_FILTER={seccomp.c_initializer(program)}"
+
+
+def _compile(path: Path, define: str) -> bool:
     """Build into a temporary file beside `path`, then rename it into place (two rigs that
     build at once each rename a whole file)."""
     cc = shutil.which("cc") or shutil.which("gcc")
@@ -82,7 +95,7 @@ def _compile(path: Path) -> bool:
     os.close(fd)
     try:
         for flags in COMPILE_FLAGS:
-            done = subprocess.run([cc, *flags, "-o", tmp, str(SOURCE)], stdin=subprocess.DEVNULL,
+            done = subprocess.run([cc, *flags, define, "-o", tmp, str(SOURCE)], stdin=subprocess.DEVNULL,
                                   capture_output=True, timeout=120)
             if done.returncode == 0:
                 os.chmod(tmp, 0o755)

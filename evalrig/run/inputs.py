@@ -19,7 +19,13 @@ from typing import Literal
 
 import evalrig
 from evalrig.attempt.canary import CANARY_ENV
-from evalrig.attempt.sandbox import LevelChoice, egress_enforced, private_view_why, resolve_level
+from evalrig.attempt.sandbox import (
+    LevelChoice,
+    egress_enforced,
+    private_view_why,
+    resolve_level,
+    seccomp_why,
+)
 from evalrig.attempt.trial import scratch_base
 from evalrig.core.environment import DRIVER_RIG_SET, RIG_SET
 from evalrig.core.errors import EvalrigError, Problem, invalid
@@ -249,13 +255,22 @@ def run_warnings(inputs: Inputs) -> list[str]:
                 f"{len(exposed)} planned task(s) (first: {exposed[0]}): every user may read them "
                 "where they lie; make the task set its owner's alone (chmod -R go-rwx on it) "
                 "or use --sandbox bwrap")
-    if inputs.level.level == "process" and os.geteuid() != 0:
+    why = seccomp_why(inputs.level.level)
+    # docs/security.md, "Kernel state outside the sandbox"
+    unfiltered = None if why is None else (
+        f"the agent runs without the seccomp filter here ({why}): it can keep keys in its "
+        "uid's kernel keyrings, which outlive the attempt, and make user namespaces of its "
+        "own, whose mounts the disk allowance does not see")
+    not_root = inputs.level.level == "process" and os.geteuid() != 0
+    if unfiltered is not None and not not_root:
+        warnings.append(f"under --sandbox {inputs.level.level} {unfiltered}")
+    if not_root:
         # As root the agent gets an unprivileged uid of the pool (docs/attempts.md).
         warnings.append(
             f"under --sandbox process the agent runs as the rig's own user (uid {os.geteuid()}): "
             f"it can write the rig's home ({inputs.home}) and every bundle that user may "
             "write; run the rig as root (the agent then gets an unprivileged uid of its own) "
-            "or use --sandbox bwrap")
+            "or use --sandbox bwrap" + (f"; and {unfiltered}" if unfiltered else ""))
         if any(t.spec.episode is not None for t in inputs.tasks.values()):
             warnings.append(
                 "under --sandbox process the agent runs as the same user as its episode's "

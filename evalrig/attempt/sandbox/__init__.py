@@ -89,8 +89,14 @@ as root without an egress grant makes its namespaces on the launching thread ins
 (unshare(2); the agent is PID 1 of them as under ``unshare``): ``evalrig-drop AS FSIZE
 NPROC U -- [env -- HELD=...] AGENT``, one helper, since each exec costs about as much as the
 agent's own start (evalrig.attempt.privdrop builds it; where it cannot, ``prlimit ... --
-setpriv --pdeathsig KILL --reuid=U ... -- [env ...] AGENT``). Every setpriv also sets
-no_new_privs: a set-user-ID program the agent runs runs as the agent. Under process ``env`` runs only with
+setpriv --pdeathsig KILL --reuid=U ... -- [env ...] AGENT``). As root behind ``unshare`` too,
+evalrig-drop takes the place of ``prlimit ... setpriv ...`` wherever it is built. Every setpriv
+also sets no_new_privs: a set-user-ID program the agent runs runs as the agent.
+
+Seccomp (evalrig.attempt.seccomp: no kernel keyrings, no user namespaces, no clone3): under
+bwrap on every launch (``--seccomp FD``, a pipe the handshake fills); under process as root
+on every launch through evalrig-drop, which installs it last, before its exec. Without it (no
+evalrig-drop, the rig not root, another architecture) the run says so (`plan.seccomp_why`). Under process ``env`` runs only with
 variables to hand over (no helper of this level sets ``PWD``). As root,
 ``bwrap ... -- setpriv --reuid=U ... -- env -u PWD -- [HELD=...] AGENT`` (bwrap always
 sets ``PWD``; ``env`` takes it out again so that the environment is exactly the one given).
@@ -122,7 +128,7 @@ Where each part lives:
 from evalrig.attempt.sandbox.disk import MAX_NEW_ENTRIES, disk_allowance, entry_bytes
 from evalrig.attempt.sandbox.host import HOST
 from evalrig.attempt.sandbox.levels import containment_for, egress_enforced, resolve_level
-from evalrig.attempt.sandbox.plan import private_view_why
+from evalrig.attempt.sandbox.plan import private_view_why, seccomp_why
 from evalrig.attempt.sandbox.running import launch
 from evalrig.attempt.sandbox.spec import BASE_UID, Channel, Finished, Launch, Level, LevelChoice
 from evalrig.attempt.sandbox.uids import POOLS, Lease, Pool, lease_uid
@@ -150,4 +156,5 @@ __all__ = [
     "POOLS",
     "private_view_why",
     "resolve_level",
+    "seccomp_why",
 ]

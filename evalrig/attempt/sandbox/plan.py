@@ -6,6 +6,7 @@ the slot uid as root and the variables held back from the helpers that run as ro
 from __future__ import annotations
 
 import os
+import platform
 import resource
 import subprocess
 import tempfile
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from evalrig.attempt import privdrop
+from evalrig.attempt import privdrop, seccomp
 from evalrig.attempt.sandbox.host import _CLONE_NEWNET, _CLONE_NEWPID, HOST, _is_root, _tool
 from evalrig.attempt.sandbox.levels import (
     _bwrap_has_size,
@@ -117,6 +118,7 @@ class _Plan:
     unshare_flags: int = 0  # process as root: namespaces the launching thread makes (unshare(2))
     status_fd: bool = False  # bwrap: --json-status-fd (did it reach the command?)
     private: bool = False  # process as root: evalrig-drop --private (own mounts, IPC, tmpfs)
+    seccomp: bytes | None = None  # bwrap: the filter it loads before the command (--seccomp)
 
 
 # Variables that make the dynamic loader or libc load code or data: the agent may set
@@ -167,7 +169,7 @@ def _plan(spec: Launch, leased: int | None = None) -> _Plan:
         argv = prefix + chain + list(spec.argv)
         return _Plan(argv, None, "namespace", uid, True, limits,
                      {k: v for k, v in spec.env.items() if k not in held},
-                     status_fd=_bwrap_has_status(bwrap))
+                     status_fd=_bwrap_has_status(bwrap), seccomp=seccomp.program())
     unshare = _unshare_argv()
     limits_argv = _prlimit(_rlimits(spec, own_uid=uid is not None))
     helpers_env: Mapping[str, str] | None = None
@@ -197,17 +199,16 @@ def _plan(spec: Launch, leased: int | None = None) -> _Plan:
         return _Plan(chain + list(spec.argv), spec.cwd, "namespace", uid, env=helpers_env,
                      unshare_flags=flags, private=private)
     private = False
-    if uid is not None and unshare is not None:
-        helper = _drop_helper()
-        if helper is not None and private_view_why() is None:
-            # After `unshare --pid --fork`, as PID 1 of the new namespace: evalrig-drop makes
-            # the same private view as above, and sets the limits and the uid as prlimit and
-            # setpriv would.
-            given = dict(_rlimits(spec, own_uid=True))
-            limits_argv = []
-            drop = [helper, *(str(given[r]) if r in given else "-" for r in _DROP_LIMITS), str(uid),
-                    *_private_args(spec), "--", *_process_env(spec.env, _held(spec))]
-            private = True
+    helper = _drop_helper() if uid is not None else None
+    if helper is not None:
+        # evalrig-drop sets the limits and the uid as prlimit and setpriv would, and the
+        # seccomp filter, which they cannot. After `unshare --pid --fork`, as PID 1 of the
+        # new namespace, it also makes the same private view as above.
+        private = unshare is not None and private_view_why() is None
+        given = dict(_rlimits(spec, own_uid=True))
+        limits_argv = []
+        drop = [helper, *(str(given[r]) if r in given else "-" for r in _DROP_LIMITS), str(uid),
+                *(_private_args(spec) if private else []), "--", *_process_env(spec.env, _held(spec))]
     top = _pdeathsig()
     # A grant the rig can enforce: the agent joins the namespace the rig made for its proxy
     # (nsenter goes right after the top helper, while it is still root). Unenforced
@@ -255,6 +256,21 @@ def private_view_why() -> str | None:
     if not _is_root():
         return "the rig is not root"
     return HOST.get("private view", ask)
+
+
+def seccomp_why(level: str) -> str | None:
+    """None where every agent's launch at `level` runs under the seccomp filter of
+    evalrig.attempt.seccomp (bwrap's --seccomp; evalrig-drop under process as root); else
+    why not, said in the run's sandbox warnings."""
+    if seccomp.program() is None:
+        return f"the rig has no seccomp filter for this architecture ({platform.machine()})"
+    if level == "bwrap":
+        return None
+    if not _is_root():
+        return "the rig is not root; evalrig-drop, which installs it, is used as root only"
+    if _drop_helper() is None:
+        return "the compiled helper evalrig-drop could not be built (no C compiler?)"
+    return None
 
 
 def _namespaces_on_thread(unshare: list[str], spec: Launch) -> bool:

@@ -205,7 +205,8 @@ class _Run:
         self.streams_s += time.perf_counter() - began
         egress = _Egress(spec.egress) if spec.egress is not None and (
             self.plan.handshake or self.plan.netns_at is not None) else None
-        shake = _Handshake(self.plan.rlimits, egress, status=self.plan.status_fd) if self.plan.handshake else None
+        shake = _Handshake(self.plan.rlimits, egress, status=self.plan.status_fd,
+                           seccomp=self.plan.seccomp) if self.plan.handshake else None
         argv = self.plan.argv
         if shake is not None:
             argv = [argv[0], *shake.args(), *argv[1:]]

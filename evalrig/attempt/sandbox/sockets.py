@@ -44,15 +44,25 @@ class _Handshake:
     it writes an "exit-code" record only when its setup finished and the exec was reached,
     so a sandbox that failed to finish itself (a mount, the loopback) is the rig's fault,
     never counted against the agent (`reached_command`, set by `finish`).
+
+    With `seccomp` (the program of evalrig.attempt.seccomp), bwrap reads it from a pipe
+    (--seccomp) and loads it right before it runs the command.
     """
 
     def __init__(self, rlimits: tuple[tuple[int, int], ...], egress: _Egress | None = None,
-                 *, status: bool = False) -> None:
+                 *, status: bool = False, seccomp: bytes | None = None) -> None:
         self.rlimits = rlimits
         self.egress = egress
         self.info_r, self._info_w = os.pipe()
         self._block_r, self._block_w = os.pipe() if rlimits or egress else (-1, -1)
         self._status_r, self._status_w = os.pipe() if status else (-1, -1)
+        self._seccomp_r = -1
+        if seccomp is not None:  # a few hundred bytes: far below a pipe's buffer
+            self._seccomp_r, write = os.pipe()
+            try:
+                os.write(write, seccomp)
+            finally:
+                os.close(write)
         self._text = b""
         self._read_all = False
         self.pid: int | None = None
@@ -64,14 +74,16 @@ class _Handshake:
             args += ["--block-fd", str(self._block_r)]
         if self._status_w >= 0:
             args += ["--json-status-fd", str(self._status_w)]
+        if self._seccomp_r >= 0:
+            args += ["--seccomp", str(self._seccomp_r)]
         return args
 
     def child_fds(self) -> tuple[int, ...]:
-        return tuple(fd for fd in (self._info_w, self._block_r, self._status_w) if fd >= 0)
+        return tuple(fd for fd in (self._info_w, self._block_r, self._status_w, self._seccomp_r) if fd >= 0)
 
     def spawned(self) -> None:
         """After the spawn: the child's ends belong to bwrap now."""
-        for name in ("_info_w", "_block_r", "_status_w"):
+        for name in ("_info_w", "_block_r", "_status_w", "_seccomp_r"):
             fd = getattr(self, name)
             if fd >= 0:
                 os.close(fd)
@@ -128,7 +140,7 @@ class _Handshake:
     def close(self) -> None:
         # Closing the block pipe unheld would let the init go on: by now every process of
         # the sandbox is dead or being killed, so nothing unlimited can run.
-        for name in ("info_r", "_info_w", "_block_r", "_block_w", "_status_r", "_status_w"):
+        for name in ("info_r", "_info_w", "_block_r", "_block_w", "_status_r", "_status_w", "_seccomp_r"):
             fd = getattr(self, name)
             if fd >= 0:
                 os.close(fd)
