@@ -212,7 +212,9 @@ def _host_view(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.usefixtures("_host_view")
 def test_verifier_crashing_once_is_rerun_on_the_same_evidence(tmp_path: Path) -> None:
     counter = _shared(tmp_path) / "agent-runs"
-    state = tmp_path / "verifier-crashed"
+    # the verifier's mark of its first run: where a judges'-pool uid may write it (as root,
+    # under process, a verifier runs as one, never as the rig)
+    state = counter.parent / "verifier-crashed"
     spec, got = attempt(
         tmp_path, {"kind": "command", "command": ["python3", "check.py", "crash-once", str(state)]},
         {"MODE": "answer", "ANSWER": "ok", "COUNTER": str(counter)}, with_verifier_script=True)
