@@ -399,6 +399,10 @@ class _Member:
 
 # Blocks the normalised passes look at, and what of one block is looked at again with the
 # next (a form, or an escaped or encoded text, across the boundary).
+NORMALISED_BYTES = 64 << 20
+"""How much of one stream or file the normalised pass looks at (the evidence cap's worth):
+past it, the plain, hex-digit and rot13 forms and containers only, so that a gigabyte of
+stdout costs the rig what it did before the normalised forms (docs/attempts.md)."""
 BLOCK_BYTES = 1 << 20
 _OVERLAP = 4096
 _RUN_CARRY = 64 << 10  # an encoded run that reaches the block's end is carried whole, up to this
@@ -479,12 +483,21 @@ def _lines_joined(runs: list[bytes]) -> list[bytes]:
     return out
 
 
+def _monotone(run: bytes) -> bool:
+    """A run of fewer than 8 distinct characters (a flood of one letter, say): its decoding
+    cannot carry the canary's 16 random bytes in any form, and decoding a megabyte of it
+    costs what a megabyte of real text does (a gigabyte of `x` on stdout slowed the rig
+    to 6 MB/s)."""
+    seen = set(run[:4096])
+    return len(seen) < 8 and not run.translate(None, bytes(seen))
+
+
 def _decode_runs(text: bytes) -> list[bytes]:
     """What each long run of base64, base32, ascii85 or base85 characters decodes to."""
     out: list[bytes] = []
     for run in _lines_joined(_runs(text, _B64_CLASS)):
         for piece in run.split(b"=") if b"=" in run else (run,):
-            if len(piece) < _MIN_RUN:
+            if len(piece) < _MIN_RUN or _monotone(piece):
                 continue
             if piece[:4].lower() in _CONTAINER_HEX:  # the hex of a container (`xxd -p` of a gzip)
                 digits = _HEX_RUN.match(piece).group()  # type: ignore[union-attr]
@@ -502,7 +515,7 @@ def _decode_runs(text: bytes) -> list[bytes]:
                 except (binascii.Error, ValueError):
                     pass
     for run in _lines_joined(_runs(text, _B85_CLASS)):
-        if not run.translate(None, _B64_CHARS):
+        if _monotone(run) or not run.translate(None, _B64_CHARS):
             continue  # base64's alphabet: decoded as base64 above
         body = run.removeprefix(b"<~").removesuffix(b"~>")
         for alphabet, decode in ((_A85_CHARS, base64.a85decode), (_B85_CHARS, base64.b85decode)):
@@ -663,6 +676,7 @@ class StreamScanner:
         self.head = b""
         self.tail = b""
         self._found = False
+        self._normal_room = NORMALISED_BYTES
 
     @property
     def found(self) -> bool:
@@ -687,6 +701,9 @@ class StreamScanner:
         self._containers(chunk)
         if self._found:
             return
+        if self._normal_room <= 0:
+            return  # past NORMALISED_BYTES: the forms above only (a flood's cost stays flat)
+        self._normal_room -= len(chunk)
         self._pending.append(chunk)
         self._pending_size += len(chunk)
         if self._pending_size >= BLOCK_BYTES:
