@@ -281,6 +281,17 @@ _MAGICS: tuple[tuple[bytes, str], ...] = (
     (b"PK\x03\x04", "zip"),
 )
 _MAGIC_TAIL = max(len(m) for m, _ in _MAGICS) - 1
+
+
+def _find_magic(data: bytes, magic: bytes, start: int) -> int:
+    """data.find(magic, start), for zlib's magics by their second byte: their first is `x`,
+    and a flood of `x` made each search crawl (four of them cost 1.2 ms per 64 KiB)."""
+    if magic[0] != 0x78:
+        return data.find(magic, start)
+    at = data.find(magic[1:], start + 1)
+    while at != -1 and data[at - 1] != 0x78:
+        at = data.find(magic[1:], at + 1)
+    return -1 if at == -1 else at - 1
 _CONTAINER_HEX = frozenset(m[:2].hex().encode() for m, _ in _MAGICS)
 _HEX_RUN = re.compile(rb"[0-9a-fA-F]*")
 _BODY_STEP = 64 << 10
@@ -754,7 +765,7 @@ class StreamScanner:
         self._members = [m for m in self._members if not m.done]
         data = self._magic_tail + chunk if self._magic_tail else chunk
         for magic, kind in _MAGICS:
-            at = data.find(magic)
+            at = _find_magic(data, magic, 0)
             while at != -1 and self._budget.room > 0:
                 # at most _GZIP_ACTIVE open at once in the whole scan, nested ones included:
                 # each holds a decompressor's window and a nested scanner's carry
@@ -770,7 +781,7 @@ class StreamScanner:
                         member.close()
                     else:
                         self._members.append(member)
-                at = data.find(magic, at + 1)
+                at = _find_magic(data, magic, at + 1)
         self._magic_tail = data[-_MAGIC_TAIL:]
 
     def close(self) -> None:
