@@ -51,27 +51,34 @@ _REAP_WAIT_S = 5.0
 _MAX_WAIT_S = 1.0  # the longest select(): an infinite limit must not reach epoll
 
 
-def _unstartable(spec: Launch) -> str | None:
-    """Why argv[0] cannot start (the agent's fault), or None."""
+NOT_FOUND = 127
+"""A shell's status for a command that is not there (Finished.shell_status)."""
+NOT_EXECUTABLE = 126
+"""...and for one that is there but cannot be executed."""
+
+
+def _unstartable(spec: Launch) -> tuple[str, int | None] | None:
+    """Why argv[0] cannot start (the agent's fault) and the status a shell would give it
+    (NOT_FOUND, NOT_EXECUTABLE, or None), or None."""
     if not spec.argv:
-        return "the command is empty"
+        return "the command is empty", None
     argv0 = spec.argv[0]
     if "/" in argv0:
         path: str | None = str(spec.cwd / argv0) if not os.path.isabs(argv0) else argv0
         assert path is not None
         if not os.path.isfile(path):
-            return f"{argv0}: no such file (from {spec.cwd})"
+            return f"{argv0}: no such file (from {spec.cwd})", NOT_FOUND
     else:
         path = shutil.which(argv0, path=spec.env.get("PATH", os.defpath))
         if path is None:
-            return f"{argv0}: not found on PATH={spec.env.get('PATH', os.defpath)}"
+            return f"{argv0}: not found on PATH={spec.env.get('PATH', os.defpath)}", NOT_FOUND
     if not os.access(path, os.X_OK):
-        return f"{argv0}: not executable"
+        return f"{argv0}: not executable", NOT_EXECUTABLE
     if spec.level == "bwrap" and not _visible_in_sandbox(Path(path), spec):
         return (
             f"{argv0} resolves to {path}, which is not visible inside the bwrap sandbox; "
             "name its installation with run --interpreter-prefix"
-        )
+        ), None
     return None
 
 
@@ -91,7 +98,8 @@ def _missing_paths(spec: Launch) -> str | None:
     return None
 
 
-def _failed(spec: Launch, message: str, kind: Literal["agent", "infra"]) -> Finished:
+def _failed(spec: Launch, message: str, kind: Literal["agent", "infra"],
+            shell_status: int | None = None) -> Finished:
     return Finished(
         exit_code=None,
         signal=None,
@@ -111,6 +119,7 @@ def _failed(spec: Launch, message: str, kind: Literal["agent", "infra"]) -> Fini
         network=spec.network,
         error=message,
         error_kind=kind,
+        shell_status=shell_status,
     )
 
 
@@ -133,7 +142,7 @@ def _launch(spec: Launch) -> Finished:
         return _failed(spec, missing, "infra")
     why = _unstartable(spec)
     if why is not None:
-        return _failed(spec, why, "agent")
+        return _failed(spec, why[0], "agent", why[1])
     lease: Lease | None = None
     try:
         _become_subreaper()

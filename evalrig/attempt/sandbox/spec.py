@@ -170,3 +170,6 @@ class Finished:
     # Under process as root without private namespaces (evalrig.attempt.sandbox.leftovers):
     # what the launch's uid left outside its own directories, removed after it ended.
     removed: tuple[str, ...] = ()
+    # For an "agent" error: the status a shell gives the same failure, 127 (argv[0] not
+    # found) or 126 (found, not executable); None for any other reason it cannot start.
+    shell_status: int | None = None
