@@ -27,7 +27,7 @@ from evalrig.attempt.sandbox.sockets import _Egress, _Handshake, _nsenter
 from evalrig.attempt.sandbox.spec import Finished, Launch
 from evalrig.attempt.sandbox.uids import Lease, lease_uid
 from evalrig.attempt.sandbox.view import _visible_in_sandbox
-from evalrig.attempt.streams import CappedSink, StreamScanner
+from evalrig.attempt.streams import CappedSink, ScanBudget, StreamScanner
 from evalrig.core.errors import EvalrigError
 
 _READ_SIZE = 1 << 20
@@ -190,6 +190,8 @@ class _Run:
         self.plan = plan
         self.killed_for: str | None = None
         self.streams_s = 0.0  # the rig's own time on the streams (Finished.streams_s)
+        # the streams' canary scans spend from it (the attempt's, shared with its evidence)
+        self.scan = spec.scan_budget if spec.scan_budget is not None else ScanBudget()
         # The namespace's init when it is not our direct child: pid -> pidfd. Its exit
         # means the namespace is empty; as the rig is a subreaper, we reap it (rusage).
         self.inner: dict[int, int] = {}
@@ -210,7 +212,7 @@ class _Run:
             "stdout": CappedSink(spec.stdout_path, spec.max_output_bytes, secrets),
             "stderr": CappedSink(spec.stderr_path, spec.max_output_bytes, secrets),
         }
-        scanners = {name: StreamScanner(spec.scan_for) for name in sinks}
+        scanners = {name: StreamScanner(spec.scan_for, shared=self.scan) for name in sinks}
         self.streams_s += time.perf_counter() - began
         egress = _Egress(spec.egress) if spec.egress is not None and (
             self.plan.handshake or self.plan.netns_at is not None) else None
@@ -249,6 +251,7 @@ class _Run:
             self.proc = proc
             status, usages = self._supervise(proc, sinks, scanners, start, shake)
         finally:
+            self.scan.tick = None
             began = time.perf_counter()
             for sink in sinks.values():
                 sink.close()
@@ -369,6 +372,21 @@ class _Run:
             if spec.channel is not None:
                 selector.register(spec.channel.stop_r, selectors.EVENT_READ, "stop")
             ended_at: float | None = None  # when the top process exited
+
+            def tick() -> None:
+                """Between slices of a stream's scan (a bomb on stdout may keep it busy
+                for seconds): the limits are watched as the loop watches them."""
+                nonlocal deadline
+                if ended_at is not None or self.killed_for is not None:
+                    return
+                now = time.monotonic()
+                if spec.paused is not None:
+                    deadline = start + spec.timeout_s + spec.paused()
+                reason = self._limit_reached(now, deadline, watch)
+                if reason is not None:
+                    self._kill(reason)
+
+            self.scan.tick = tick  # let go of in run()
             open_pipes = len(pipes)
             while open_pipes or ended_at is None:
                 now = time.monotonic()
