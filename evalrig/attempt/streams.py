@@ -9,7 +9,8 @@ rig in bounded memory (docs/attempts.md, "Limits" and "The canary"):
   the raw bytes it spells, at every alignment inside longer encoded text, also when
   wrapped or spaced out; in the hex digits of the stream alone (so separators between
   them hide nothing) and rot13-ed; inside zip, gzip, zlib, bz2 and xz containers found
-  in the stream (3 deep, decompressed within a byte budget); and in the stream
+  in the stream (3 deep, decompressed within a byte budget an attempt's scans share:
+  ScanBudget); and in the stream
   normalised (UTF-16/32 runs, escapes and entities decoded, NFKC, escape codes taken
   out) and in what its long base64/base32/base85 runs decode to. `scan()` does the
   same for a whole buffer, `scan_body()` for a request body within a CPU bound,

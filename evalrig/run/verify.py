@@ -154,7 +154,8 @@ def termination_problems(dir: Path, b: RunBundle) -> list[Problem]:
 def canary_problems(dir: Path, b: RunBundle) -> list[Problem]:
     """A result that says the canary was not found where its stored evidence holds it.
 
-    The scan is re-run over what was kept (evidence.rederive_canary); a finding in what
+    The scan is re-run over what was kept (evidence.rederive_canary), within the byte
+    budget the attempt had: a scan of it that cannot finish is a problem too; a finding in what
     was not kept (a stream's dropped excess, a link's target) cannot be re-derived, and
     a recorded `found: true` is taken as it is: it can only block a release.
     """
