@@ -182,11 +182,11 @@ def test_members_open_at_once_are_bounded_across_nesting() -> None:
     """Truncated containers nested three deep, forty times over, then a gzip of the
     value: every member that ended (or was cut short) is let go, so the last one is still
     opened, and no more than 16 are ever open at once in the whole scan."""
-    from evalrig.attempt.streams import _Budget
+    from evalrig.attempt.streams import ScanBudget
 
     cut = b"".join(gzip.compress(gzip.compress(gzip.compress(os.urandom(1000))))[:-5] for _ in range(40))
-    budget = _Budget(64 << 20)
-    scanner = StreamScanner([HEX], _shared=budget)
+    budget = ScanBudget(64 << 20)
+    scanner = StreamScanner([HEX], shared=budget)
     data = cut + gzip.compress(b"log line " * 50 + VALUE.encode())
     most = 0
     for at in range(0, len(data), 100):

@@ -368,3 +368,18 @@ def test_no_walk_leaves_a_descriptor_open(tmp_path: Path) -> None:
     evidence.collect(root, tmp_path / "evidence", [], 1 << 20, {}, [b"0123456789abcdef" * 2])
     evidence.remove_tree(root)
     assert _open_fds() == before
+
+
+def test_rederive_canary_spends_one_budget_over_the_stored_evidence_and_says_when_it_runs_out(
+        tmp_path: Path) -> None:
+    """`verify`'s re-scan shares one decompression budget across the files as the attempt's
+    scan did: two files of 40 MiB of zeros each fit a per-file budget, not one in all."""
+    import bz2
+
+    bomb = bz2.compress(bytes(40 << 20))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "a.bin").write_bytes(bomb)
+    assert evidence.rederive_canary(tmp_path, b"0123456789abcdef0123456789abcdef") == []
+    (tmp_path / "out" / "b.bin").write_bytes(bomb)
+    assert evidence.rederive_canary(tmp_path, b"0123456789abcdef0123456789abcdef") == [
+        "scan incomplete: decompression budget"]

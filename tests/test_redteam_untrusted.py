@@ -340,6 +340,42 @@ def test_a_call_the_rig_cannot_start_is_125_and_a_final_verifier_fault(
     assert line["exit"] == 125 and "no-such-program-here" in line["rig_error"], line
 
 
+# A verifier that runs the agent's program by its path in the evidence (the red team's
+# finding 3): an agent that left no program there, or one without its exec bit, turned
+# its failure into an unscored infra_error (125, a final verifier fault).
+SQUARE_VERIFIER = r'''
+import os, subprocess, sys
+p = subprocess.run([os.environ["EVALRIG_RUN_UNTRUSTED"], "--", "out/solve", "3"], capture_output=True)
+print("exit", p.returncode, p.stderr[-300:])
+sys.exit(0 if p.returncode == 0 and p.stdout.strip() == b"9" else 1)
+'''
+GIVES_UP = 'import os\nopen(os.path.join(os.environ["EVALRIG_OUT"], "answer.txt"), "w").write("no\\n")\n'
+LEAVES_A_SCRIPT = ('import os\np = os.path.join(os.environ["EVALRIG_OUT"], "solve")\n'
+                   'open(p, "w").write("#!/bin/sh\\necho 9\\n")\nos.chmod(p, 0o755)\n')
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.parametrize(("agent", "code"), [(GIVES_UP, 127), (LEAVES_A_SCRIPT, 126)],
+                         ids=["no-program", "not-executable"])
+def test_a_program_the_agent_did_not_leave_is_127_or_126_and_a_failure_not_a_fault(
+        tmp_path: Path, evalrig_home: Path, sandbox: str, agent: str, code: int) -> None:
+    skip_without(sandbox)
+    tasks = tmp_path / "tasks"
+    add_task(tasks, "fixed", "square", prompt="Write out/solve: prints the square of its argument.\n",
+             verifier='kind = "command"\ncommand = ["python3", "check.py"]\nuntrusted = true',
+             verifier_files={"check.py": SQUARE_VERIFIER})
+    ck = make_checkpoint(tmp_path / "cand", agent, name="cand")
+    assert eval_sh(evalrig_home, "seal", ck).code == 0
+    eval_sh(evalrig_home, "run", "--checkpoint", ck, "--tasks", tasks, "--out", tmp_path / "run",
+            "--sandbox", sandbox, "--repeat", "1")
+    (r,) = results(tmp_path / "run")
+    assert r["status"] == "failed" and r["passed"] is False, r
+    evidence = tmp_path / "run" / "attempts" / str(r["attempt_id"]) / "verifier"
+    (line,) = [orjson.loads(x) for x in (evidence / "untrusted.jsonl").read_bytes().splitlines()]
+    assert line["exit"] == code and "rig_error" not in line, line
+    assert "out/solve" in line["unstartable"], line
+
+
 # -- process without root: nothing separates the sandboxes ---------------------------------
 
 AS_NON_ROOT = ["unshare", "--user", "--map-user=1000", "--map-group=1000"]

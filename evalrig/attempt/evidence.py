@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from evalrig.attempt.streams import Forms, Redactor, StreamScanner, needle_forms
+from evalrig.attempt.streams import Forms, Redactor, ScanBudget, StreamScanner, needle_forms
 from evalrig.core.digest import canonical_json, sha256_bytes
 from evalrig.models.globs import glob_regex, segment_regex
 from evalrig.store.layout import AGENT_DIR, EVIDENCE_INDEX, EVIDENCE_RESERVED, VERIFIER_DIR
@@ -74,6 +74,11 @@ _NAME_BATCH = 1 << 16
 _HOLD = 16  # folders of the walk's current path kept open (deeper: re-entered through ..)
 LOOK_MAX = 32 << 20
 """Bytes of names and link targets the canary scan looks at beyond the index, per attempt."""
+SCAN_CPU_S = 10.0
+"""Seconds of thread CPU the canary scan of an attempt's evidence may take (the backstop
+of its ScanBudget: past it the scan is incomplete, so not clean)."""
+VERIFY_SCAN_CPU_S = 3 * SCAN_CPU_S
+"""...and `evalrig verify`'s re-derivation of it, with room for a slower machine."""
 
 
 def cut(text: str, limit: int) -> str:
@@ -333,9 +338,9 @@ class _Looker:
     names and targets in all: a scan must not cost an attempt more than its walk.
     """
 
-    def __init__(self, forms: Forms) -> None:
-        self.names = StreamScanner(forms)
-        self.links = StreamScanner(forms)
+    def __init__(self, forms: Forms, budget: ScanBudget | None = None) -> None:
+        self.names = StreamScanner(forms, shared=budget)
+        self.links = StreamScanner(forms, shared=budget)
         self._names: list[bytes] = []
         self._links: list[bytes] = []
         self._targets: set[bytes] = set()
@@ -557,7 +562,7 @@ class _Copy:
 
 
 def _copy_one(opener: _Opener, rel: str, dst: Path, budget: int, secrets: Mapping[str, bytes],
-              forms: Forms) -> _Copy:
+              forms: Forms, scan: ScanBudget) -> _Copy:
     """Copy one regular file within `budget` bytes; refuse anything fstat says is not regular.
 
     An error reading the attempt root skips the file (the agent's doing); an error
@@ -576,7 +581,7 @@ def _copy_one(opener: _Opener, rel: str, dst: Path, budget: int, secrets: Mappin
         dst.parent.mkdir(parents=True, exist_ok=True)
         out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         red = Redactor(secrets)
-        scanner = StreamScanner(forms)
+        scanner = StreamScanner(forms, shared=scan)
         kept = 0
         scan_s = 0.0
         try:
@@ -660,6 +665,7 @@ def collect(
     already: int = 0,
     make_out: bool = True,
     exclude: frozenset[str] = frozenset(),
+    scan: ScanBudget | None = None,
 ) -> EvidenceReport:
     """Copy the attempt's evidence into `evidence_dir`, write its evidence_index.json and
     scan for the canary; `already` bytes of the cap are spent.
@@ -667,12 +673,16 @@ def collect(
     `canary` holds the needles (the canary's random part). `make_out=False` creates out/
     only when something lands in it (a directory costs an mkdir on the hot path, and only
     a command verifier would look at an empty one). `exclude` names files the rig itself
-    planted (the canary file), never taken. Raises OSError only for a failure to write
-    the evidence (the rig's); whatever the agent left is skipped and noted.
+    planted (the canary file), never taken. `scan` is the attempt's ScanBudget (its
+    streams' scans spent from it too); this scan may take SCAN_CPU_S more of it. Whether
+    it ran out is the caller's to read (`scan.incomplete`). Raises OSError only for a
+    failure to write the evidence (the rig's); whatever the agent left is skipped and noted.
     """
     rep = EvidenceReport(bytes=already)
     forms = needle_forms(canary)
-    look = _Looker(forms) if forms else None
+    scan = scan if scan is not None else ScanBudget()
+    scan.limit_cpu(SCAN_CPU_S)
+    look = _Looker(forms, scan) if forms else None
     if make_out:
         (evidence_dir / "out").mkdir(parents=True, exist_ok=True)
     try:
@@ -713,7 +723,7 @@ def collect(
                 continue
             if rep.truncated or opener is None:
                 continue
-            got = _copy_one(opener, rel, evidence_dir / rel, cap - rep.bytes, secrets, forms)
+            got = _copy_one(opener, rel, evidence_dir / rel, cap - rep.bytes, secrets, forms, scan)
             rep.scan_s += got.scan_s
             if not got.ok:
                 if got.skip_reason == "over the evidence cap":
@@ -732,7 +742,7 @@ def collect(
             os.close(root_fd)
     index = _write_index(evidence_dir, w, kept, rep)
     began = time.perf_counter()
-    if forms and StreamScanner(forms).feed_found(index):
+    if forms and StreamScanner(forms, shared=scan).feed_found(index):
         rep.canary_in.append(EVIDENCE_INDEX)
     if look is not None:
         look.flush()
@@ -794,11 +804,15 @@ def rederive_canary(evidence_dir: Path, needle: bytes) -> list[str]:
 
     The scan the attempt ran, over what it kept: every file but the verifier's output
     (`stdout.txt`, `stderr.txt`, the copies, `evidence_index.json`), and the end of
-    `stdout.txt` followed by the start of `stderr.txt`.
+    `stdout.txt` followed by the start of `stderr.txt`, within one ScanBudget: what the
+    attempt kept is at most what it scanned, so a scan the attempt finished spends no more
+    bytes here; a budget that runs out (or the CPU backstop, VERIFY_SCAN_CPU_S) is named
+    in the answer as the attempt names it (streams.INCOMPLETE_BYTES, INCOMPLETE_CPU).
     """
     forms = needle_forms([needle])
     if not forms or not evidence_dir.is_dir():
         return []
+    budget = ScanBudget(cpu_s=VERIFY_SCAN_CPU_S)
     where: list[str] = []
     scanners: dict[str, StreamScanner] = {}
     root = os.fspath(evidence_dir)
@@ -809,7 +823,7 @@ def rederive_canary(evidence_dir: Path, needle: bytes) -> list[str]:
     for v in iter_tree(root, descend):
         if not isinstance(v, Visit) or not stat.S_ISREG(v.st.st_mode):
             continue
-        scanner = StreamScanner(forms)
+        scanner = StreamScanner(forms, shared=budget)
         try:
             fd = os.open(v.name, _FILE, dir_fd=v.dir_fd)
         except OSError:
@@ -826,4 +840,4 @@ def rederive_canary(evidence_dir: Path, needle: bytes) -> list[str]:
     out, err = scanners.get("stdout.txt"), scanners.get("stderr.txt")
     if not where and out is not None and err is not None and out.seam_found(err):
         where.append("stdout+stderr")
-    return where
+    return where + list(budget.incomplete)

@@ -9,7 +9,8 @@ rig in bounded memory (docs/attempts.md, "Limits" and "The canary"):
   the raw bytes it spells, at every alignment inside longer encoded text, also when
   wrapped or spaced out; in the hex digits of the stream alone (so separators between
   them hide nothing) and rot13-ed; inside zip, gzip, zlib, bz2 and xz containers found
-  in the stream (3 deep, decompressed within a byte budget); and in the stream
+  in the stream (3 deep, decompressed within a byte budget an attempt's scans share:
+  ScanBudget); and in the stream
   normalised (UTF-16/32 runs, escapes and entities decoded, NFKC, escape codes taken
   out) and in what its long base64/base32/base85 runs decode to. `scan()` does the
   same for a whole buffer, `scan_body()` for a request body within a CPU bound,
@@ -35,7 +36,7 @@ import struct
 import time
 import unicodedata
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -224,8 +225,8 @@ def scan_body(body: bytes, needles: Sequence[bytes], *, cpu_s: float = 5.0) -> b
     finds, or its scan did not finish within `cpu_s` seconds of this thread's CPU time
     (for the model gateway, docs/attempts.md "The canary": a body the scan cannot finish
     is not forwarded)."""
-    budget = _Budget(GZIP_BUDGET, deadline=time.thread_time() + cpu_s)
-    scanner = StreamScanner(needles, _shared=budget)
+    budget = ScanBudget(GZIP_BUDGET, cpu_s=cpu_s)
+    scanner = StreamScanner(needles, shared=budget)
     for at in range(0, len(body), _BODY_STEP):
         scanner.feed(body[at : at + _BODY_STEP])
         if scanner._found or budget.expired():
@@ -261,9 +262,10 @@ class _Window:
 # -- containers: zip, gzip, zlib, bz2, xz -------------------------------------------------
 
 GZIP_MAGIC = b"\x1f\x8b\x08"
-# Decompressed bytes looked at per scan (per file or stream: a bomb must not cost more
-# than this), and members decompressed at once (each false start on stray magic bytes
-# fails in a few).
+# Decompressed bytes looked at per scan: of one attempt, its two streams and every
+# evidence file together (a ScanBudget shared by them: a bomb, or a thousand, must not
+# cost more than this), and members decompressed at once (each false start on stray
+# magic bytes fails in a few).
 GZIP_BUDGET = 64 << 20
 _GZIP_ACTIVE = 16
 _XZ_MEMORY = 64 << 20  # an xz stream asking for a larger dictionary is not opened
@@ -297,20 +299,69 @@ _HEX_RUN = re.compile(rb"[0-9a-fA-F]*")
 _BODY_STEP = 64 << 10
 
 
-class _Budget:
-    """What one top-level scan may still spend: decompressed bytes, and (for a request
-    body) this thread's CPU time."""
+SCAN_INCOMPLETE = "scan incomplete"
+INCOMPLETE_BYTES = f"{SCAN_INCOMPLETE}: decompression budget"
+"""A `Canary.where` entry: a container was left unread, the attempt's GZIP_BUDGET spent."""
+INCOMPLETE_CPU = f"{SCAN_INCOMPLETE}: CPU bound"
+"""A `Canary.where` entry: the scan stopped at its CPU backstop (ScanBudget.cpu_s)."""
 
-    def __init__(self, room: int, deadline: float | None = None) -> None:
+
+class ScanBudget:
+    """What the scans sharing it may still spend (docs/attempts.md, "The canary").
+
+    `room`: decompressed bytes, the deciding bound (the same bytes cost the same
+    wherever they are scanned, so `evalrig verify` re-derives the same answer). `cpu_s`:
+    seconds of thread CPU time spent inside top-level scans sharing it (None: no bound),
+    a backstop for what the byte bound lets through; it is not deterministic. Once
+    either runs out the scan is incomplete (`incomplete`), which is not clean. `tick`,
+    when set, is called between slices of a long scan (the supervisor's limits keep
+    being watched while a stream's scan is busy).
+    """
+
+    def __init__(self, room: int = GZIP_BUDGET, cpu_s: float | None = None) -> None:
         self.room = room
-        self.deadline = deadline
+        self.cpu_s = cpu_s
+        self.spent_s = 0.0  # thread CPU inside top-level scans
         self.open = 0  # members being decompressed, at every level of nesting
+        self.short_of_bytes = False  # a member or container left unread for want of room
+        self.tick: Callable[[], None] | None = None
+        self._since: float | None = None  # thread_time() when the current top-level scan began
         self._expired = False
 
+    def limit_cpu(self, cpu_s: float) -> None:
+        """From now on, at most `cpu_s` more seconds of scanning."""
+        self.cpu_s = self.spent_s + cpu_s
+
+    def enter(self) -> bool:
+        """A top-level scan begins (False: one is already under way on this budget)."""
+        if self._since is not None:
+            return False
+        self._since = time.thread_time()
+        return True
+
+    def leave(self) -> None:
+        if self._since is not None:
+            self.spent_s += time.thread_time() - self._since
+            self._since = None
+
     def expired(self) -> bool:
-        if self.deadline is not None and not self._expired:
-            self._expired = time.thread_time() > self.deadline
+        """Whether the CPU backstop is reached (then nothing more is scanned)."""
+        if self.cpu_s is not None and not self._expired:
+            now = self.spent_s + (time.thread_time() - self._since if self._since is not None else 0.0)
+            self._expired = now > self.cpu_s
         return self._expired
+
+    def out_of_room(self) -> None:
+        self.short_of_bytes = True
+
+    def slice_done(self) -> None:
+        if self.tick is not None:
+            self.tick()
+
+    @property
+    def incomplete(self) -> tuple[str, ...]:
+        """The `Canary.where` entries saying why the scan is not complete (none: it is)."""
+        return ((INCOMPLETE_BYTES,) if self.short_of_bytes else ()) + ((INCOMPLETE_CPU,) if self._expired else ())
 
 
 class _Inflater:
@@ -348,7 +399,7 @@ class _Inflater:
 class _Member:
     """One container member being decompressed; its output goes to a nested scanner."""
 
-    def __init__(self, kind: str, inner: StreamScanner, budget: _Budget) -> None:
+    def __init__(self, kind: str, inner: StreamScanner, budget: ScanBudget) -> None:
         self._kind = kind
         self._header = b"" if kind == "zip" else None  # a zip entry's local header, gathered
         self._z: _Inflater | None = None if kind == "zip" else _Inflater(kind)
@@ -373,12 +424,15 @@ class _Member:
         more = True
         try:
             while (data or more) and not self.done:
+                if self._budget.room <= 0:
+                    self._budget.out_of_room()
                 if self._budget.room <= 0 or self._budget.expired():
                     self.done = True
                     return
                 out, data, more = self._z.step(data, min(self._budget.room, 1 << 20))
                 self._budget.room -= len(out)
                 self._inner.feed(out)
+                self._budget.slice_done()
                 if self._z.eof or self._inner.found:
                     self.done = True
                 elif not out and not data and not more:
@@ -668,7 +722,7 @@ class StreamScanner:
     """
 
     def __init__(self, needles: Sequence[bytes] | Forms, *, budget: int = GZIP_BUDGET,
-                 _depth: int = 0, _shared: _Budget | None = None) -> None:
+                 _depth: int = 0, shared: ScanBudget | None = None) -> None:
         self.forms = needles if isinstance(needles, Forms) else needle_forms(needles)
         raw, exact, folded, hexed = self.forms.longest
         self._raw = _Window(self.forms.raw, raw)
@@ -678,7 +732,7 @@ class StreamScanner:
         self._rot = _Window(self.forms.hexed, hexed)
         self._active = bool(self.forms)
         self._depth = _depth
-        self._budget = _shared or _Budget(budget)
+        self._budget = shared or ScanBudget(budget)
         self._members: list[_Member] = []
         self._magic_tail = b""
         self._pending: list[bytes] = []
@@ -693,10 +747,23 @@ class StreamScanner:
     def found(self) -> bool:
         """Whether a needle was found; reading it finishes the pending block first."""
         if not self._found and self._pending_size:
-            self._block()
+            top = self._budget.enter()
+            try:
+                self._block()
+            finally:
+                if top:
+                    self._budget.leave()
         return self._found
 
     def feed(self, chunk: bytes) -> None:
+        top = self._budget.enter()
+        try:
+            self._feed(chunk)
+        finally:
+            if top:
+                self._budget.leave()
+
+    def _feed(self, chunk: bytes) -> None:
         if not chunk or self._found or not self._active or self._budget.expired():
             return
         if len(self.head) < SEAM_BYTES:
@@ -722,7 +789,7 @@ class StreamScanner:
 
     def _nested(self, data: bytes) -> bool:
         """Whether `data` (a normalised or decoded text) holds a needle, one level down."""
-        inner = StreamScanner(self.forms, _depth=self._depth + 1, _shared=self._budget)
+        inner = StreamScanner(self.forms, _depth=self._depth + 1, shared=self._budget)
         try:
             for at in range(0, len(data), BLOCK_BYTES):
                 inner.feed(data[at : at + BLOCK_BYTES])
@@ -739,6 +806,7 @@ class StreamScanner:
         self._carry = _carry(data)
         if self._budget.expired():
             return
+        self._budget.slice_done()
         wide = _wide(data)
         if wide is not None and self._nested(wide):
             self._found = True
@@ -766,11 +834,14 @@ class StreamScanner:
         data = self._magic_tail + chunk if self._magic_tail else chunk
         for magic, kind in _MAGICS:
             at = _find_magic(data, magic, 0)
-            while at != -1 and self._budget.room > 0:
+            while at != -1:
+                if self._budget.room <= 0:
+                    self._budget.out_of_room()  # a container (or stray magic) left unread
+                    break
                 # at most _GZIP_ACTIVE open at once in the whole scan, nested ones included:
                 # each holds a decompressor's window and a nested scanner's carry
                 if self._budget.open < _GZIP_ACTIVE:
-                    inner = StreamScanner(self.forms, _depth=self._depth + 1, _shared=self._budget)
+                    inner = StreamScanner(self.forms, _depth=self._depth + 1, shared=self._budget)
                     member = _Member(kind, inner, self._budget)
                     self._budget.open += 1
                     member.push(data[at:])
@@ -794,7 +865,7 @@ class StreamScanner:
         """Whether a needle lies across the end of this stream and the start of `following`."""
         if not self._active or not self.tail or not following.head:
             return False
-        return StreamScanner(self.forms, _shared=_Budget(0)).feed_found(self.tail + following.head)
+        return StreamScanner(self.forms, shared=ScanBudget(0)).feed_found(self.tail + following.head)
 
     def feed_found(self, data: bytes) -> bool:
         self.feed(data)

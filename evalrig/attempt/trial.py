@@ -55,7 +55,7 @@ from evalrig.attempt.canary import (
 )
 from evalrig.attempt.evidence import collect, evidence_digest
 from evalrig.attempt.evidence import remove_tree as _remove_tree
-from evalrig.attempt.streams import scan
+from evalrig.attempt.streams import ScanBudget, scan
 from evalrig.attempt.verifiers import (
     VERIFIER_OUTPUT_CAP,
     Verdict,
@@ -421,7 +421,8 @@ def _disk_allowance(spec: AttemptSpec) -> int:
 def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, str],
             timeout_s: float, max_output: int, stdout: Path, stderr: Path,
             scan_for: list[bytes], networked: bool = False,
-            channel: sandbox.Channel | None = None, spare: str = "") -> Any:
+            channel: sandbox.Channel | None = None, spare: str = "",
+            scan_budget: ScanBudget | None = None) -> Any:
     allowance = _disk_allowance(spec)
     return sandbox.launch(
         sandbox.Launch(
@@ -446,6 +447,7 @@ def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, st
             attempt_tag=spec.attempt_id,
             spare=spare,
             scan_for=scan_for,
+            scan_budget=scan_budget,
             redact=_secret_bytes(spec),
             cancel=spec.cancel,
             unprivileged=True,
@@ -705,6 +707,8 @@ class _Record:
     final: bool = False  # an unscored attempt never run or verified again, whatever its fault
     driver_hosts: tuple[str, ...] | None = None  # an episode's driver had network: the hosts it reached
     turn_usage: dict[str, Any] | None = None  # an episode's per-turn usage, summed
+    # the canary scans of the agent's streams and evidence, in all (docs/attempts.md "The canary")
+    scan: ScanBudget = field(default_factory=ScanBudget)
 
 
 def run_attempt(spec: AttemptSpec) -> AttemptOutcome:
@@ -750,7 +754,7 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
         rec.fin = _launch(spec, ws, argv, agent_env(spec, ws, canary), spec.deadline_s,
                           spec.task.spec.max_output_bytes, spec.evidence_dir / "stdout.txt",
                           spec.evidence_dir / "stderr.txt", [needle(canary)],
-                          networked=network_of(spec))
+                          networked=network_of(spec), scan_budget=rec.scan)
         rec.status, rec.error = _status_of(rec.fin, spec.cancel)
         rec.fault = "start"  # an infra_error here: the sandbox never ran the agent
     assert rec.fin is not None
@@ -769,7 +773,7 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
                       already=_spent_on_streams(spec.evidence_dir),
                       make_out=spec.task.spec.verifier.kind == "command",
                       # the planted file is the rig's, not a leak (a copy of it elsewhere is)
-                      exclude=frozenset({f"home/{CANARY_FILE}"}))
+                      exclude=frozenset({f"home/{CANARY_FILE}"}), scan=rec.scan)
     except OSError as e:  # writing the evidence failed (what the agent left is only skipped)
         # after the agent ran: its tree may be what failed the copy, so never a new attempt
         rec.status, rec.error, rec.fault = "infra_error", f"the rig could not copy the evidence: {e}", "agent"
@@ -778,6 +782,8 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
         laps.lap(stages.EVIDENCE)
     laps.move(got.scan_s, stages.EVIDENCE, stages.CANARY)
     rec.canary_where += tuple(got.canary_in)
+    # a scan that ran out of its budget is not clean: it is not known what it did not read
+    rec.canary_where += rec.scan.incomplete
     rec.evidence_truncated, rec.evidence_skipped = got.truncated, tuple(got.skipped)
     rec.evidence_skipped_count = got.skipped_count
     if rec.status in ("interrupted", "infra_error"):  # infra_error here: an episode's driver fault
@@ -863,7 +869,7 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
                        spec.task.spec.max_output_bytes, spec.evidence_dir / "stdout.txt",
                        spec.evidence_dir / "stderr.txt", [needle(canary)],
                        networked=network_of(spec), channel=channel,
-                       spare=f"{environment.DRIVER_TAG_ENV}={tag}")
+                       spare=f"{environment.DRIVER_TAG_ENV}={tag}", scan_budget=rec.scan)
 
     got = episode.Relay(
         episode=ep, max_output_bytes=spec.task.spec.max_output_bytes, deadline_s=spec.deadline_s,

@@ -9,7 +9,8 @@ uid** (the attempt's slot), with a fresh writable copy of the agent's evidence a
 when the attempt ended as its directory (never the verifier's output, `driver/` or the
 model lines), no network, a minimal environment (nothing of the verifier's), the task's
 memory and process limits and `untrusted_timeout_s`; it answers with the exit status
-(124 time-out, 128+N signal N, 125 the rig could not start it: `rig_error`), stdout and
+(124 time-out, 128+N signal N, 127/126 a program named by a path into the evidence
+is not there / not executable, 125 the rig could not start it: `rig_error`), stdout and
 stderr (each capped at 1 MiB). The verifier's own time limit stops while a call runs.
 
 The socket is the verifier's only way in: its folder is the judge's uid's alone (under
@@ -225,6 +226,11 @@ class Service:
         stderr = _read_capped(root.parent / f"{root.name}.stderr")
         record.update(wall_s=round(time.monotonic() - began, 3), stdout_bytes=got.total,
                       stderr_bytes=fin.stderr_bytes)
+        if fin.error and fin.shell_status is not None and _in_evidence(argv[0]):
+            # The agent left no such program, or one without its exec bit, where the
+            # verifier looks for it: the agent's failure, answered as a shell would.
+            record.update(exit=fin.shell_status, unstartable=fin.error)
+            return Call(fin.shell_status, b"", fin.error.encode() + b"\n", record)
         if fin.error:
             return self._rig_error(record, began, fin.error)
         if fin.timed_out:
@@ -269,6 +275,14 @@ class _Drain:
     def join(self) -> bytes:
         self.thread.join()
         return bytes(self.kept)
+
+
+def _in_evidence(argv0: str) -> bool:
+    """Whether a call's program is named by a path relative to its working directory, the
+    copy of the agent's evidence: whether it is there, and executable, is the agent's
+    doing. A bare name (looked up on the call's PATH) or an absolute path is the
+    verifier's and the rig's: one that cannot start is a rig_error."""
+    return "/" in argv0 and not argv0.startswith("/")
 
 
 def _tree_size(root: Path) -> tuple[int, int]:

@@ -371,7 +371,9 @@ class Canary(Strict):
     where: list[str] = Field(
         default_factory=list,
         description="Where it was found (the first 20): stdout, stderr, stdout+stderr (split "
-        "across the two), evidence paths, evidence_index.json, entry names, link targets.")
+        "across the two), evidence paths, evidence_index.json, entry names, link targets; or "
+        "why the scan is incomplete, which is not clean: 'scan incomplete: decompression "
+        "budget', 'scan incomplete: CPU bound'.")
 
 
 class EvidenceIndexEntry(Strict):

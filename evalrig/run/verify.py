@@ -13,6 +13,7 @@ from evalrig.attempt.canary import needle
 from evalrig.attempt.episode import read_transcript
 from evalrig.attempt.evidence import evidence_digest, rederive_canary
 from evalrig.attempt.sandbox import resolve_level
+from evalrig.attempt.streams import SCAN_INCOMPLETE
 from evalrig.attempt.verifiers import verify_evidence
 from evalrig.core.episode import termination_of
 from evalrig.core.errors import Problem, invalid
@@ -153,7 +154,8 @@ def termination_problems(dir: Path, b: RunBundle) -> list[Problem]:
 def canary_problems(dir: Path, b: RunBundle) -> list[Problem]:
     """A result that says the canary was not found where its stored evidence holds it.
 
-    The scan is re-run over what was kept (evidence.rederive_canary); a finding in what
+    The scan is re-run over what was kept (evidence.rederive_canary), within the byte
+    budget the attempt had: a scan of it that cannot finish is a problem too; a finding in what
     was not kept (a stream's dropped excess, a link's target) cannot be re-derived, and
     a recorded `found: true` is taken as it is: it can only block a release.
     """
@@ -162,7 +164,13 @@ def canary_problems(dir: Path, b: RunBundle) -> list[Problem]:
         if r.canary.found or not r.canary.value:
             continue
         where = rederive_canary(dir / layout.ATTEMPTS_DIR / r.attempt_id, needle(r.canary.value))
-        if where:
+        if where and all(w.startswith(SCAN_INCOMPLETE) for w in where):
+            # the attempt's scan, within the same byte budget, finished on these bytes
+            out.append(Problem(str(dir / layout.RESULTS_JSONL),
+                               f"trial {r.trial_id}: the canary scan of the stored evidence of "
+                               f"{r.attempt_id} could not finish ({', '.join(where)}); the "
+                               "result records the canary not found", line=i))
+        elif where:
             out.append(Problem(str(dir / layout.RESULTS_JSONL),
                                f"trial {r.trial_id}: the stored evidence of {r.attempt_id} holds "
                                f"the canary ({', '.join(where[:5])}); the result records it not "

@@ -27,7 +27,7 @@ from evalrig.attempt.sandbox.sockets import _Egress, _Handshake, _nsenter
 from evalrig.attempt.sandbox.spec import Finished, Launch
 from evalrig.attempt.sandbox.uids import Lease, lease_uid
 from evalrig.attempt.sandbox.view import _visible_in_sandbox
-from evalrig.attempt.streams import CappedSink, StreamScanner
+from evalrig.attempt.streams import CappedSink, ScanBudget, StreamScanner
 from evalrig.core.errors import EvalrigError
 
 _READ_SIZE = 1 << 20
@@ -51,27 +51,34 @@ _REAP_WAIT_S = 5.0
 _MAX_WAIT_S = 1.0  # the longest select(): an infinite limit must not reach epoll
 
 
-def _unstartable(spec: Launch) -> str | None:
-    """Why argv[0] cannot start (the agent's fault), or None."""
+NOT_FOUND = 127
+"""A shell's status for a command that is not there (Finished.shell_status)."""
+NOT_EXECUTABLE = 126
+"""...and for one that is there but cannot be executed."""
+
+
+def _unstartable(spec: Launch) -> tuple[str, int | None] | None:
+    """Why argv[0] cannot start (the agent's fault) and the status a shell would give it
+    (NOT_FOUND, NOT_EXECUTABLE, or None), or None."""
     if not spec.argv:
-        return "the command is empty"
+        return "the command is empty", None
     argv0 = spec.argv[0]
     if "/" in argv0:
         path: str | None = str(spec.cwd / argv0) if not os.path.isabs(argv0) else argv0
         assert path is not None
         if not os.path.isfile(path):
-            return f"{argv0}: no such file (from {spec.cwd})"
+            return f"{argv0}: no such file (from {spec.cwd})", NOT_FOUND
     else:
         path = shutil.which(argv0, path=spec.env.get("PATH", os.defpath))
         if path is None:
-            return f"{argv0}: not found on PATH={spec.env.get('PATH', os.defpath)}"
+            return f"{argv0}: not found on PATH={spec.env.get('PATH', os.defpath)}", NOT_FOUND
     if not os.access(path, os.X_OK):
-        return f"{argv0}: not executable"
+        return f"{argv0}: not executable", NOT_EXECUTABLE
     if spec.level == "bwrap" and not _visible_in_sandbox(Path(path), spec):
         return (
             f"{argv0} resolves to {path}, which is not visible inside the bwrap sandbox; "
             "name its installation with run --interpreter-prefix"
-        )
+        ), None
     return None
 
 
@@ -91,7 +98,8 @@ def _missing_paths(spec: Launch) -> str | None:
     return None
 
 
-def _failed(spec: Launch, message: str, kind: Literal["agent", "infra"]) -> Finished:
+def _failed(spec: Launch, message: str, kind: Literal["agent", "infra"],
+            shell_status: int | None = None) -> Finished:
     return Finished(
         exit_code=None,
         signal=None,
@@ -111,6 +119,7 @@ def _failed(spec: Launch, message: str, kind: Literal["agent", "infra"]) -> Fini
         network=spec.network,
         error=message,
         error_kind=kind,
+        shell_status=shell_status,
     )
 
 
@@ -133,7 +142,7 @@ def _launch(spec: Launch) -> Finished:
         return _failed(spec, missing, "infra")
     why = _unstartable(spec)
     if why is not None:
-        return _failed(spec, why, "agent")
+        return _failed(spec, why[0], "agent", why[1])
     lease: Lease | None = None
     try:
         _become_subreaper()
@@ -181,6 +190,8 @@ class _Run:
         self.plan = plan
         self.killed_for: str | None = None
         self.streams_s = 0.0  # the rig's own time on the streams (Finished.streams_s)
+        # the streams' canary scans spend from it (the attempt's, shared with its evidence)
+        self.scan = spec.scan_budget if spec.scan_budget is not None else ScanBudget()
         # The namespace's init when it is not our direct child: pid -> pidfd. Its exit
         # means the namespace is empty; as the rig is a subreaper, we reap it (rusage).
         self.inner: dict[int, int] = {}
@@ -201,7 +212,7 @@ class _Run:
             "stdout": CappedSink(spec.stdout_path, spec.max_output_bytes, secrets),
             "stderr": CappedSink(spec.stderr_path, spec.max_output_bytes, secrets),
         }
-        scanners = {name: StreamScanner(spec.scan_for) for name in sinks}
+        scanners = {name: StreamScanner(spec.scan_for, shared=self.scan) for name in sinks}
         self.streams_s += time.perf_counter() - began
         egress = _Egress(spec.egress) if spec.egress is not None and (
             self.plan.handshake or self.plan.netns_at is not None) else None
@@ -240,6 +251,7 @@ class _Run:
             self.proc = proc
             status, usages = self._supervise(proc, sinks, scanners, start, shake)
         finally:
+            self.scan.tick = None
             began = time.perf_counter()
             for sink in sinks.values():
                 sink.close()
@@ -360,6 +372,21 @@ class _Run:
             if spec.channel is not None:
                 selector.register(spec.channel.stop_r, selectors.EVENT_READ, "stop")
             ended_at: float | None = None  # when the top process exited
+
+            def tick() -> None:
+                """Between slices of a stream's scan (a bomb on stdout may keep it busy
+                for seconds): the limits are watched as the loop watches them."""
+                nonlocal deadline
+                if ended_at is not None or self.killed_for is not None:
+                    return
+                now = time.monotonic()
+                if spec.paused is not None:
+                    deadline = start + spec.timeout_s + spec.paused()
+                reason = self._limit_reached(now, deadline, watch)
+                if reason is not None:
+                    self._kill(reason)
+
+            self.scan.tick = tick  # let go of in run()
             open_pipes = len(pipes)
             while open_pipes or ended_at is None:
                 now = time.monotonic()

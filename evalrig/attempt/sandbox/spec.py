@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:  # the egress proxy needs pydantic; a launch without one must not
+    from evalrig.attempt.streams import ScanBudget
     from evalrig.models.run import NetworkConnection
 
 
@@ -65,6 +66,9 @@ class Launch:
     tag_var: str = "EVALRIG_ATTEMPT_ID"
     spare: str = ""
     scan_for: Sequence[bytes] = ()  # canary values looked for in the complete streams
+    # The attempt's canary-scan budget, shared with its evidence scan (streams.ScanBudget);
+    # None: one of the launch's own. While a stream's scan is busy the limits are watched.
+    scan_budget: ScanBudget | None = None
     redact: Mapping[str, bytes] | None = None  # secret name -> value, redacted when kept
     cancel: threading.Event | None = None  # set: kill everything now, interrupted=True
     bwrap_path: str | None = None  # from resolve_level(); None: find it again
@@ -170,3 +174,6 @@ class Finished:
     # Under process as root without private namespaces (evalrig.attempt.sandbox.leftovers):
     # what the launch's uid left outside its own directories, removed after it ended.
     removed: tuple[str, ...] = ()
+    # For an "agent" error: the status a shell gives the same failure, 127 (argv[0] not
+    # found) or 126 (found, not executable); None for any other reason it cannot start.
+    shell_status: int | None = None
