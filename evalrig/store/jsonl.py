@@ -298,15 +298,19 @@ _RECORD_HINT = "the record does not match its schema (evalrig schema shows it)"
 
 def read_checked(path: Path, major: str, fast: Callable[[dict[str, Any]], T | None],
                  check: Callable[[dict[str, Any]], T], key: str = "attempt_id",
-                 ) -> tuple[list[tuple[str, T]], int | None]:
+                 data: bytes | None = None) -> tuple[list[tuple[str, T]], int | None]:
     """(the line's `key`, its record) for every whole line, and the torn line: the reader of
     files that were verified against their digests just before, so only the fields the caller
     uses are checked. `fast` takes the common case in one expression (None: not sure);
     `check` then names the field (raising LineProblem). Errors name `file:line` and the field;
-    a line whose `schema_version` is not of this `major` ("1") is refused."""
-    if not path.exists():
-        return [], None
-    lines, torn = whole_lines(path.read_bytes())
+    a line whose `schema_version` is not of this `major` ("1") is refused. `data`: the file's
+    bytes as the caller read them to verify their digest (parsed instead of reading `path`
+    again, which another writer could have changed in between); `path` then only names it."""
+    if data is None:
+        if not path.exists():
+            return [], None
+        data = path.read_bytes()
+    lines, torn = whole_lines(data)
     out: list[tuple[str, T]] = []
     decode, prefix = orjson.loads, f"{major}."
     for i, raw in enumerate(lines, start=1):
