@@ -9,13 +9,17 @@ test proves.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 import orjson
 import pytest
-from redteam import Train, bwrap_works, eval_sh, make_checkpoint, run_train
+from redteam import EVAL_SH, Train, bwrap_works, eval_sh, make_checkpoint, run_train
 
 WRONG_AGENT = """\
 import os
@@ -98,3 +102,80 @@ def test_a_results_file_swapped_after_compares_digest_read_is_never_counted(mine
     assert gate.json["verdict"] == "keep-champion", gate  # type: ignore[index]
     # what compare counted is what the rig verified: none of the candidate's trials passed
     assert all(not line["passed"] for line in map(orjson.loads, real.splitlines()))
+
+
+SLOW_WRONG_AGENT = """\
+import os, time
+time.sleep(1.5)
+with open(os.path.join(os.environ["EVALRIG_OUT"], "answer.txt"), "w") as f:
+    f.write("no\\n")
+"""
+
+
+def forge_while_running(results: Path, proc: subprocess.Popen[str]) -> bool:
+    """The red team's bundle writer (a16_forge_during_run.py): as soon as the run has written
+    a result line, and while it is still going, make every failed line so far a pass."""
+    while proc.poll() is None:
+        time.sleep(0.05)
+        try:
+            data = results.read_bytes()
+        except FileNotFoundError:
+            continue
+        if data.endswith(b"\n") and b'"status":"failed"' in data:
+            results.write_bytes(all_passed(data))
+            return proc.poll() is None
+    return False
+
+
+def test_results_edited_while_the_run_is_going_are_refused_at_finish_and_never_registered(
+        mine: Train, tmp_path: Path) -> None:
+    slow = make_checkpoint(mine.root / "slow", SLOW_WRONG_AGENT, name="slow")
+    assert eval_sh(mine.home, "seal", slow).code == 0
+    out = mine.root / "runs" / "slow"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALRIG_")}
+    env.update(EVALRIG_HOME=str(mine.home), NO_COLOR="1")
+    proc = subprocess.Popen([str(EVAL_SH), "run", "--checkpoint", str(slow), "--tasks", str(mine.tasks),
+                             "--out", str(out), "--policy", str(mine.policy), "--repeat", "1",
+                             "--sandbox", "bwrap", "--jobs", "1"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    forged_midway = forge_while_running(out / "results.jsonl", proc)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert forged_midway, (stdout, stderr)
+    assert proc.returncode == 4, (stdout, stderr)
+    assert "results.jsonl" in stderr and "changed by another writer while the run was going" in stderr, stderr
+    manifest = orjson.loads((out / "manifest.json").read_bytes())
+    runs = (mine.home / "runs.jsonl").read_text()
+    assert manifest["run_id"] not in runs  # never registered
+    # compare will not take it, nor will a resume keep the forged lines
+    compared = eval_sh(mine.home, "compare", mine.bundle("champion"), out, "--out", tmp_path / "cmp")
+    assert compared.code == 5, compared  # the run is not complete
+    compared = eval_sh(mine.home, "compare", mine.bundle("champion"), out, "--out", tmp_path / "cmp",
+                       "--allow-incomplete")
+    assert compared.code == 4 and "results.jsonl" in compared.stderr, compared
+    resumed = eval_sh(mine.home, "run", "--out", out, "--resume")
+    assert resumed.code == 4 and "results.jsonl" in resumed.stderr, resumed
+    assert manifest["run_id"] not in (mine.home / "runs.jsonl").read_text()
+
+
+def test_results_edited_between_a_stopped_run_and_its_resume_are_refused(mine: Train) -> None:
+    slow = make_checkpoint(mine.root / "slow", SLOW_WRONG_AGENT, name="slow")
+    assert eval_sh(mine.home, "seal", slow).code == 0
+    out = mine.root / "runs" / "slow"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALRIG_")}
+    env.update(EVALRIG_HOME=str(mine.home), NO_COLOR="1")
+    proc = subprocess.Popen([str(EVAL_SH), "run", "--checkpoint", str(slow), "--tasks", str(mine.tasks),
+                             "--out", str(out), "--policy", str(mine.policy), "--repeat", "1",
+                             "--sandbox", "bwrap", "--jobs", "1"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = out / "results.jsonl"
+    while proc.poll() is None and not (results.exists() and results.read_bytes().count(b"\n") >= 1):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # stopped: it finishes incomplete, signed and registered
+    stdout, stderr = proc.communicate(timeout=300)
+    manifest = orjson.loads((out / "manifest.json").read_bytes())
+    assert manifest["status"] == "incomplete" and manifest["files"], (stdout, stderr)
+    results.write_bytes(all_passed(results.read_bytes()))
+    resumed = eval_sh(mine.home, "run", "--out", out, "--resume")
+    assert resumed.code == 4, resumed
+    assert "results.jsonl" in resumed.stderr and "changed by another writer" in resumed.stderr, resumed
+    assert b'"status":"failed"' not in results.read_bytes()  # nothing was appended to the forgery
