@@ -9,6 +9,7 @@ test proves.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -22,6 +23,7 @@ import pytest
 from redteam import EVAL_SH, Train, bwrap_works, eval_sh, make_checkpoint, run_train
 
 WRONG_AGENT = """\
+import hashlib
 import os
 with open(os.path.join(os.environ["EVALRIG_OUT"], "answer.txt"), "w") as f:
     f.write("no\\n")
@@ -179,3 +181,90 @@ def test_results_edited_between_a_stopped_run_and_its_resume_are_refused(mine: T
     assert resumed.code == 4, resumed
     assert "results.jsonl" in resumed.stderr and "changed by another writer" in resumed.stderr, resumed
     assert b'"status":"failed"' not in results.read_bytes()  # nothing was appended to the forgery
+
+
+# -- release logs: what the home signed and recorded binds (A1, A2, A3) ---------------------
+
+
+@pytest.fixture(scope="module")
+def promoting(tmp_path_factory: pytest.TempPathFactory) -> Train:
+    """A train that promotes its candidate (the champion answers wrong), approved by alice."""
+    if not bwrap_works():
+        pytest.skip("bwrap cannot run on this machine")
+    base = tmp_path_factory.mktemp("promoting")
+    root = base / "t"
+    root.mkdir()
+    champion = make_checkpoint(root / "champion", WRONG_AGENT, name="champ")
+    candidate = make_checkpoint(root / "candidate", name="cand")
+    t = run_train(base / "home", root, champion, candidate, sandbox="bwrap", repeat=1)
+    assert t.steps["gate"].code == 0, t.steps["gate"]
+    assert eval_sh(t.home, "sign", t.decision, "--approve", "--by", "alice").code == 0
+    return t
+
+
+@pytest.fixture
+def shipper(promoting: Train, tmp_path: Path) -> Train:
+    home, root = tmp_path / "home", tmp_path / "t"
+    shutil.copytree(promoting.home, home, symlinks=True)
+    shutil.copytree(promoting.root, root, symlinks=True)
+    return Train(home, root, root / "champion", root / "candidate", root / "tasks",
+                 root / "policies" / "redteam.toml", {})
+
+
+def test_a_hand_written_unsigned_release_log_serves_nothing_and_is_never_appended_to(shipper: Train) -> None:
+    log = shipper.root / "shared" / "releases.jsonl"
+    log.parent.mkdir()
+    decision = orjson.loads(shipper.decision.read_bytes())
+    evil = "sha256:" + hashlib.sha256(b"evil").hexdigest()
+    row = {"schema_version": "1.0", "seq": 0, "kind": "ship", "at": "2026-12-01T10:00:00.000000Z",
+           "decision": {"path": "/nowhere.json", "digest": "sha256:" + "1" * 64}, "verdict": "promote",
+           "reason": "quality", "tripwires": {}, "watch": {}, "candidate": {"checkpoint_id": evil, "name": "evil"},
+           "replaces": decision["champion"]["checkpoint_id"],
+           "policy": {"name": "redteam", "version": 1, "digest": "sha256:" + "0" * 64},
+           "signed_by": "mallory", "prev": None}
+    log.write_bytes(orjson.dumps(row, option=orjson.OPT_SORT_KEYS) + b"\n")
+    for where in (("--log", log), ()):
+        if not where:  # the home's own releases.jsonl, before the home wrote one
+            shutil.copy(log, shipper.home / "releases.jsonl")
+        champ = eval_sh(shipper.home, "champion", *where, "--json")
+        assert evil not in champ.stdout, champ
+        rolled = eval_sh(shipper.home, "rollback", *where, "--to", "previous", "--by", "bob", "--reason", "x")
+        assert rolled.code == 4, rolled
+        shipped = eval_sh(shipper.home, "ship", shipper.decision, "--checkpoint", shipper.candidate, *where)
+        assert shipped.code == 4 and "never signed" in shipped.stderr, shipped
+    assert log.read_bytes().count(b"\n") == 1  # nothing signed after the forgery
+
+
+def test_a_release_log_cut_back_or_removed_is_refused(shipper: Train) -> None:
+    log = shipper.root / "shared" / "releases.jsonl"
+    log.parent.mkdir()
+    sh = shipper
+    assert eval_sh(sh.home, "ship", sh.decision, "--checkpoint", sh.candidate, "--log", log).code == 0
+    assert eval_sh(sh.home, "rollback", "--log", log, "--to", "previous", "--by", "bob", "--reason", "x").code == 0
+    # the rollback cut off, its head file removed: the rolled-back candidate must not serve again
+    log.write_bytes(log.read_bytes().splitlines(keepends=True)[0])
+    (log.parent / ".releases.jsonl.head").unlink()
+    for args in (("champion", "--log", log), ("history", "--log", log, "--verify-only"),
+                 ("rollback", "--log", log, "--to", "previous", "--by", "bob", "--reason", "x")):
+        got = eval_sh(sh.home, *args)
+        assert got.code == 4 and "this home last verified or appended" in got.stderr, got
+    # the log removed with its head: a ship onto it (a stale train) is refused
+    log.unlink()
+    got = eval_sh(sh.home, "ship", sh.decision, "--checkpoint", sh.candidate, "--log", log)
+    assert got.code == 4 and "missing" in got.stderr, got
+    assert not log.exists() or log.read_bytes() == b""  # nothing shipped onto it
+
+
+def test_the_homes_release_log_cut_under_later_heads_is_refused_by_every_reader(shipper: Train) -> None:
+    sh = shipper
+    assert eval_sh(sh.home, "ship", sh.decision, "--checkpoint", sh.candidate).code == 0
+    assert eval_sh(sh.home, "rollback", "--to", "previous", "--by", "bob", "--reason", "x").code == 0
+    assert eval_sh(sh.home, "gate", sh.cmp, "--policy", sh.policy).code == 0  # its heads record both lines
+    log = sh.home / "releases.jsonl"
+    log.write_bytes(log.read_bytes().splitlines(keepends=True)[0])
+    (sh.home / ".releases.jsonl.head").unlink()
+    shutil.rmtree(sh.home / "verified-logs")  # the heads alone must see it
+    for args in (("champion",), ("history", "--verify-only"),
+                 ("rollback", "--to", "previous", "--by", "carol", "--reason", "x")):
+        got = eval_sh(sh.home, *args)
+        assert got.code == 4 and "releases.jsonl" in got.stderr, got
