@@ -263,8 +263,21 @@ def test_the_homes_release_log_cut_under_later_heads_is_refused_by_every_reader(
     log = sh.home / "releases.jsonl"
     log.write_bytes(log.read_bytes().splitlines(keepends=True)[0])
     (sh.home / ".releases.jsonl.head").unlink()
-    shutil.rmtree(sh.home / "verified-logs")  # the heads alone must see it
+    shutil.rmtree(sh.home / "verified-logs", ignore_errors=True)  # the heads alone must see it
     for args in (("champion",), ("history", "--verify-only"),
                  ("rollback", "--to", "previous", "--by", "carol", "--reason", "x")):
         got = eval_sh(sh.home, *args)
         assert got.code == 4 and "releases.jsonl" in got.stderr, got
+
+
+def test_a_run_relabelled_with_another_run_id_after_compare_is_refused_by_the_gate(shipper: Train) -> None:
+    cmp = shipper.root / "cmp2"  # compared here, so that the comparison names this copy's bundles
+    assert eval_sh(shipper.home, "compare", shipper.bundle("champion"), shipper.bundle("candidate"),
+                   "--out", cmp).code == 0
+    manifest = shipper.bundle("candidate") / "manifest.json"
+    m = orjson.loads(manifest.read_bytes())
+    m["checkpoint"]["name"] = "champ"
+    m["run_id"] = "run-relabelled"
+    manifest.write_bytes(orjson.dumps(m, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    gate = eval_sh(shipper.home, "gate", cmp, "--policy", shipper.policy)
+    assert gate.code == 4 and "run-relabelled" in gate.stderr, gate
