@@ -238,13 +238,18 @@ def test_a_kill_between_the_tripwire_event_and_its_rollback_is_finished_by_the_n
     add_task(tasks, "inv-0", "answer: yes\n", suite="invariant", expected="yes")
     argv = ["tripwire", "--checkpoint", c, "--tasks", tasks, "--out", tmp_path / "tw", "--log", log,
             "--repeat", "1", "--sandbox", "bwrap", "--json"]
+    record = Path(os.environ["EVALRIG_HOME"]) / "verified-logs"
+    before = {p.name: p.read_bytes() for p in record.iterdir()}
     ok(cli(*argv), 3)
     # What a kill after the tripwire line and before the rollback line leaves: the rollback
-    # line missing, the head still naming the line before the tripwire event.
+    # line missing, the head still naming the line before the tripwire event, and the home's
+    # record of the log (written after the head) as it was before the tripwire's appends.
     lines = log.read_bytes().split(b"\n")[:-1]
     assert json.loads(lines[-1])["kind"] == "rollback"
     log.write_bytes(b"".join(x + b"\n" for x in lines[:-1]))
     head_path(log).write_text(chain_hash(lines[-3]) + "\n")
+    for name, data in before.items():
+        (record / name).write_bytes(data)
     r = ok(cli(*argv), 3)
     got = json.loads(r.stdout)  # type: ignore[attr-defined]
     assert got["already"] and got["rollback"]["evidence"] == got["event"]["seq"]

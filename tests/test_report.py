@@ -222,9 +222,20 @@ def test_a_line_that_is_not_the_rigs_is_a_problem_shown_not_a_refusal(train, eva
     assert "the run&#x27;s lines are not shown" in html and "run-cand" in html
 
 
+def _signed_log(path: Path, lines: list[dict], home: Path) -> Path:
+    """The events appended by the rig's own writer, each signed by the home (a log the rig
+    appends to, as `watch` does, holds no unsigned line)."""
+    from evalrig.models.releases import ReleaseLine
+    from evalrig.store.releases import append_event
+
+    for row in lines:
+        append_event(path, ReleaseLine.model_validate({k: v for k, v in row.items() if k != "prev"}).root, home)
+    return path
+
+
 def test_the_release_curves_are_the_ones_watch_computes(tmp_path: Path, evalrig_home: Path) -> None:
     write_curves(evalrig_home, (0.81, 0.84, 0.79, 0.83, 0.86, 0.85, 0.88, 0.9, 0.7, 0.72, 0.71))
-    log = _log(tmp_path / "releases.jsonl", release_events(8))
+    log = _signed_log(tmp_path / "releases.jsonl", release_events(8), evalrig_home)
     html, out = _report(evalrig_home, "--log", log)
     assert out["banners"] == []
     drawn = json.loads(re.search(r'<script type="application/json" id="curves-data">(.*?)</script>', html,

@@ -23,7 +23,7 @@ import os
 import secrets as pysecrets
 import stat
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -37,7 +37,7 @@ from evalrig.attempt.trial import (
     scratch_owner,
     scratch_owner_dead,
 )
-from evalrig.core.errors import invalid
+from evalrig.core.errors import Problem, invalid
 from evalrig.core.plan import Trial
 from evalrig.models.run import (
     CheckpointRef,
@@ -66,14 +66,16 @@ from evalrig.run.settings import Resolved, RunRequest, resolve_settings
 from evalrig.store.bundle import (
     BundleLock,
     bundle_digest,
+    check_run_digests,
     file_digests,
     is_atomic_temp,
     manifest_digest,
     write_run_manifest,
 )
 from evalrig.store.clock import utcnow
+from evalrig.store.compare import refuse_unregistered
 from evalrig.store.files import read_json, why_no_dir_here, write_json_atomic
-from evalrig.store.jsonl import cut_torn_tail
+from evalrig.store.jsonl import cut_torn_tail, tallying
 from evalrig.store.layout import HISTORY, LOCK, LOCK_HOLDER, MANIFEST, PROVENANCE, RUN_JSONL
 from evalrig.store.ledger import register_run
 
@@ -127,9 +129,29 @@ def run_eval(req: RunRequest, home: Path, environ: Mapping[str, str],
         turn = _checked_turn(req, manifest, home, "resume", environ, reporter, hooks)
         for name in RUN_JSONL:
             cut_torn_tail(out / name)
-        rows = read_bundle_rows(out)
-        refuse_other_inputs(manifest, turn.inputs, {ev["trial_id"] for ev in rows.attempts}, out)
-        return _resume(turn, manifest, rows)
+        found = _records_as_registered(out, manifest, home)
+        with tallying(found) as tallied:
+            rows = read_bundle_rows(out)
+            refuse_other_inputs(manifest, turn.inputs, {ev["trial_id"] for ev in rows.attempts}, out)
+            return _resume(turn, manifest, rows, tallied)
+
+
+def _records_as_registered(out: Path, manifest: RunManifest, home: Path) -> dict[Path, bytes]:
+    """The bundle's record files as a resume finds them, read once. A run that finished
+    (incomplete, or complete) has digests, signed and registered in the home: its files must
+    still be the ones they name, or the resume would keep lines another writer changed
+    (exit 4, naming the file). A run killed before its first finish has none to check
+    (docs/security.md, "A run's records are the rig's")."""
+    kept: dict[str, bytes | None] = dict.fromkeys(RUN_JSONL)
+    problems = check_run_digests(out, manifest, kept=kept)
+    if manifest.status != "running":
+        if problems:
+            first = problems[0]
+            raise invalid(f"does not verify: {first.message}: changed by another writer since the run "
+                          "last finished", file=first.file, field=first.field, problems=problems[1:],
+                          hint="the run's results are void; restore the bundle, or run again into a new --out")
+        refuse_unregistered(out, manifest, home)
+    return {out / n: b or b"" for n, b in kept.items()}
 
 
 def _new_bundle(req: RunRequest, home: Path, environ: Mapping[str, str], reporter: Reporter,
@@ -208,7 +230,7 @@ def _start_leftover(p: Path) -> bool:
 
 
 def _start(turn: Turn) -> RunSummary:
-    out, r, inputs = turn.out, turn.resolved, turn.inputs
+    out, inputs = turn.out, turn.inputs
     warnings = run_warnings(inputs)
     for w in warnings:
         turn.reporter.warning(w)
@@ -217,6 +239,12 @@ def _start(turn: Turn) -> RunSummary:
     for name in RUN_JSONL:
         (out / name).touch()
     book = TrialBook(inputs.plan)
+    with tallying({out / name: b"" for name in RUN_JSONL}) as tallied:
+        return _start_run(turn, book, history, tallied)
+
+
+def _start_run(turn: Turn, book: TrialBook, history: str, tallied: Callable[[Path], str]) -> RunSummary:
+    out, r, inputs = turn.out, turn.resolved, turn.inputs
     manifest = RunManifest(
         run_id=f"run-{pysecrets.token_hex(8)}", rig_version=__version__,
         checkpoint=CheckpointRef(id=inputs.sealed.checkpoint_id, name=inputs.sealed.name,
@@ -229,10 +257,10 @@ def _start(turn: Turn) -> RunSummary:
     )
     manifest = write_run_manifest(out, manifest, inputs.home)
     turn.reporter.started(len(inputs.plan), 0)
-    return _run(turn, manifest, book, book.to_run(), kept=0)
+    return _run(turn, manifest, book, book.to_run(), 0, tallied)
 
 
-def _resume(turn: Turn, manifest: RunManifest, rows: BundleRows) -> RunSummary:
+def _resume(turn: Turn, manifest: RunManifest, rows: BundleRows, tallied: Callable[[Path], str]) -> RunSummary:
     out, inputs = turn.out, turn.inputs
     was_running = manifest.status == "running"
     book = book_from_rows(inputs.plan, rows)
@@ -262,11 +290,12 @@ def _resume(turn: Turn, manifest: RunManifest, rows: BundleRows) -> RunSummary:
     # A manifest still `running` is one its run never finished: killed (kill -9, the machine
     # went down), since a run that stops in any other way writes its last manifest.
     turn.reporter.started(len(inputs.plan), kept, interrupted=was_running)
-    return _run(turn, manifest, book, to_run, kept=kept, to_reverify=to_reverify)
+    return _run(turn, manifest, book, to_run, kept, tallied, to_reverify=to_reverify)
 
 
 def _run(turn: Turn, manifest: RunManifest, book: TrialBook, to_run: list[Trial],
-         kept: int, to_reverify: list[tuple[Trial, str]] | None = None) -> RunSummary:
+         kept: int, tallied: Callable[[Path], str],
+         to_reverify: list[tuple[Trial, str]] | None = None) -> RunSummary:
     """The re-verifications a resume owes, then the loop, in a scratch directory of its own
     that goes when the loop ends."""
     s = turn.resolved.settings
@@ -289,7 +318,7 @@ def _run(turn: Turn, manifest: RunManifest, book: TrialBook, to_run: list[Trial]
             from evalrig.run.executors.ray import KEPT_WHERE  # the optional extra's module
 
             turn.reporter.warning(f"--keep-workspaces: the attempt workspaces are {KEPT_WHERE}")
-    return _finish(turn, manifest, book, stop.signal is not None, kept, loop.ran)
+    return _finish(turn, manifest, book, stop.signal is not None, kept, loop.ran, tallied)
 
 
 SCRATCH_PREFIXES = ("evalrig-attempts-", "evalrig-verify-")
@@ -345,7 +374,7 @@ def _remove_scratch(scratch: Path) -> None:
 
 
 def _finish(turn: Turn, manifest: RunManifest, book: TrialBook, stopped: bool, kept: int,
-            ran: int) -> RunSummary:
+            ran: int, tallied: Callable[[Path], str]) -> RunSummary:
     counts = book.counts()
     checks = list(manifest.seal_checks)
     error = None
@@ -354,9 +383,28 @@ def _finish(turn: Turn, manifest: RunManifest, book: TrialBook, stopped: bool, k
         checks.append(check)
     # complete: every trial scored or final unscored (docs/attempts.md); run still exits 5
     status = "complete" if counts.unscored == counts.final_unscored else "incomplete"
+    files = file_digests(turn.out, kept=dict.fromkeys(RUN_JSONL))
+    # The record files' digests are of what the rig wrote; another writer's edit is refused.
+    wrote = {name: tallied(turn.out / name) for name in RUN_JSONL}
+    changed = [name for name in RUN_JSONL if files.get(name) != wrote[name]]
+    if changed:
+        # Signed with the digests of what the rig wrote, never registered: compare refuses it
+        # (not registered) and so does a resume (its files do not verify).
+        void = manifest.model_copy(update={
+            "status": "incomplete", "counts": counts, "seal_checks": checks, "finished_at": utcnow(),
+            "files": {**files, **wrote}})
+        write_run_manifest(turn.out, void, turn.inputs.home)
+        name = changed[0]
+        raise invalid(f"changed by another writer while the run was going: its digest "
+                      f"{files.get(name, '(missing)')} is not that of the lines the rig wrote, {wrote[name]}",
+                      file=turn.out / name,
+                      problems=[Problem(str(turn.out / n), "changed by another writer while the run was going")
+                                for n in changed[1:]],
+                      hint="the run's results are void and it is not registered; run it again into a new "
+                      "--out, in a directory no other process may write")
     final = manifest.model_copy(update={
         "status": status, "counts": counts, "seal_checks": checks, "finished_at": utcnow(),
-        "files": file_digests(turn.out)})
+        "files": files})
     final = write_run_manifest(turn.out, final, turn.inputs.home)
     register_finished(turn.inputs.home, final)
     if error is not None:

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from evalrig.core.digest import canonical_line, loads, sha256_json
+from evalrig.core.digest import canonical_line, loads, sha256_bytes, sha256_json
 from evalrig.core.errors import Problem, invalid
 from evalrig.core.outcomes import final_of
 from evalrig.models.run import Actual, AttemptEvent, Estimate, Result, RunManifest
@@ -178,10 +178,15 @@ def final_results(bundle: RunBundle) -> dict[str, Result]:
     return final_of(bundle.results)
 
 
-def file_digests(dir: Path, exclude: frozenset[str] = NOT_DIGESTED) -> dict[str, str]:
+def file_digests(dir: Path, exclude: frozenset[str] = NOT_DIGESTED,
+                 kept: dict[str, bytes | None] | None = None) -> dict[str, str]:
     """{relative path: sha256} of every regular file under `dir` except top-level `exclude`.
 
-    Temp files of an interrupted atomic write (`.name.tmp.PID`) are left out too.
+    Temp files of an interrupted atomic write (`.name.tmp.PID`) are left out too. The files
+    keyed in `kept` are read whole, once: their digest is of the bytes stored in `kept`
+    (None stays for a file that is not there), so
+    that a caller parses exactly the bytes it verified (never a second read another writer
+    could have swapped in between).
     """
     dir = Path(dir)
     out: dict[str, str] = {}
@@ -195,7 +200,13 @@ def file_digests(dir: Path, exclude: frozenset[str] = NOT_DIGESTED) -> dict[str,
             path = os.path.join(root, name)
             if not os.path.isfile(path) or os.path.islink(path):
                 continue
-            out[rel] = sha256_file(Path(path))
+            if kept is not None and rel in kept:
+                with open(path, "rb") as f:
+                    data = f.read()
+                kept[rel] = data
+                out[rel] = sha256_bytes(data)
+            else:
+                out[rel] = sha256_file(Path(path))
     return out
 
 
@@ -204,23 +215,30 @@ def is_atomic_temp(name: str) -> bool:
     return name.startswith(".") and ".tmp." in name
 
 
-def check_run_digests(dir: Path) -> list[Problem]:
+def check_run_digests(dir: Path, manifest: RunManifest | None = None,
+                      kept: dict[str, bytes | None] | None = None) -> list[Problem]:
     """Every file of a finished run against `manifest.files`: changed, missing, or extra.
 
     A run that never finished (status `running`) has no digests to check; that is a
-    problem in itself, since its files may still change.
+    problem in itself, since its files may still change. `manifest`: the one the caller
+    already read (read here otherwise), so that the digests checked are those of the
+    manifest the caller goes on to use. `kept`: files to hand back as the bytes whose
+    digest was checked (see `file_digests`).
     """
     dir = Path(dir)
-    manifest = read_json(dir / MANIFEST, RunManifest)
+    if manifest is None:
+        manifest = read_json(dir / MANIFEST, RunManifest)
     mpath = str(dir / MANIFEST)
     if manifest.status == "running":
         # Without the holder's pid or the bundle's path: compare records this text.
         state = ("still running" if lock_is_held(dir) else
                  "interrupted (no process holds the bundle); resume it with "
                  "`evalrig run --out BUNDLE --resume`")
+        if kept is not None:
+            file_digests(dir, kept=kept)  # nothing to check them against; still read once
         return [Problem(mpath, f"the run never finished (status running), so its files have no "
                         f"recorded digests: {state}", "status")]
-    actual = file_digests(dir)
+    actual = file_digests(dir, kept=kept)
     problems: list[Problem] = []
     for rel, want in sorted(manifest.files.items()):
         got = actual.get(rel)

@@ -26,7 +26,7 @@ from evalrig.store.comparison_file import RECOMPARE_HINT
 from evalrig.store.files import read_json, write_bytes_atomic, write_json_atomic
 from evalrig.store.layout import COMPARISON_JSON, COMPARISON_MD, HISTORY, MANIFEST
 from evalrig.store.ledger import registered_run, runs_path
-from evalrig.store.runlines import no_gc, read_run_lines
+from evalrig.store.runlines import RUN_LINE_FILES, no_gc, read_run_lines
 from evalrig.store.tasks import load_taskset
 
 # What to do about a comparison that changed after compare wrote it, said the same way by
@@ -49,9 +49,12 @@ def _relative(text: str, dir: Path) -> str:
     return text.replace(str(dir) + "/", "")
 
 
-def _integrity(dir: Path, manifest: RunManifest, allow_incomplete: bool) -> Integrity:
-    """Every digest of the run; a mismatch refuses the comparison (exit 4, naming the file)."""
-    problems = bundle.check_run_digests(dir)
+def _integrity(dir: Path, manifest: RunManifest, allow_incomplete: bool,
+               kept: dict[str, bytes | None]) -> Integrity:
+    """Every digest of the run (those of `manifest`, as load_side read it); a mismatch refuses
+    the comparison (exit 4, naming the file). The record files keyed in `kept` are read once:
+    their verified bytes are handed back there, for the statistics to parse (docs/security.md)."""
+    problems = bundle.check_run_digests(dir, manifest, kept=kept)
     if problems and manifest.status == "running" and allow_incomplete:
         # A run that never finished has no digests: recorded, and the gate's
         # bundle-integrity (and complete) will not hold.
@@ -98,14 +101,14 @@ def load_side(dir: Path, home: Path, allow_incomplete: bool) -> LoadedRun:
             hint=f"resume it with `evalrig run --out {dir} --resume`, or compare with --allow-incomplete "
             "(the gate never promotes on an incomplete comparison)",
         )
-    integrity = _integrity(dir, manifest, allow_incomplete)
+    kept: dict[str, bytes | None] = dict.fromkeys((*RUN_LINE_FILES, HISTORY))
+    integrity = _integrity(dir, manifest, allow_incomplete, kept)
     refuse_unregistered(dir, manifest, home)
-    lines = read_run_lines(dir)
+    lines = read_run_lines(dir, kept)
     integrity = integrity.model_copy(update={"torn": [f"{n}:{t}" for n, t in sorted(lines.torn.items())]})
     history = None
     if manifest.history == "declared":
-        path = dir / HISTORY
-        history = path.read_bytes() if path.is_file() else b""
+        history = kept[HISTORY] or b""
     seal = registered_seal(home, manifest.checkpoint.id)
     view = run_view(manifest, lines.records, integrity, seal, bundle.bundle_digest(dict(manifest.files)))
     return LoadedRun(view=view, manifest=manifest, history=history)

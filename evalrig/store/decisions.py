@@ -97,8 +97,13 @@ def refuse_unlike_run_manifests(dir: Path, comparison: Comparison, home: Path) -
         if where is None or not (Path(where) / MANIFEST).is_file():
             continue
         manifest = read_json(Path(where) / MANIFEST, RunManifest)
+        if manifest.run_id != ref.run_id:  # a relabel that changed the run id too
+            raise invalid(f"the {role}'s run bundle here is {manifest.run_id}, but the comparison is of "
+                          f"{ref.run_id}: it was relabelled or replaced after compare",
+                          file=Path(where) / MANIFEST, field="run_id",
+                          hint="restore the run bundle as compare found it, or compare the runs again")
         entry = ledger.registered_run(home, ref.bundle_digest)
-        if entry is not None and manifest.run_id == ref.run_id:
+        if entry is not None:
             refuse_unlike_registration(Path(where), manifest, home, entry.manifest_digest)
 
 

@@ -15,8 +15,10 @@ appended under an exclusive lock.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import operator
 import os
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +60,7 @@ def append_lines(path: Path, records: list[Any]) -> None:
     data = b"".join(canonical_line(r) for r in records)
     fd = open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
+        _tally(path, data)
         write_all(fd, data)
         os.fsync(fd)
     finally:
@@ -75,6 +78,7 @@ class Journal:
 
     def __init__(self, dir: Path, names: tuple[str, ...]) -> None:
         self._fds: dict[str, int] = {}
+        self._paths = {n: Path(dir) / n for n in names}
         try:
             for n in names:
                 self._fds[n] = open_nofollow(Path(dir) / n, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
@@ -88,7 +92,9 @@ class Journal:
     def write(self, name: str, records: list[Any]) -> None:
         if not records:
             return
-        write_all(self._fds[name], b"".join(canonical_line(r) for r in records))
+        data = b"".join(canonical_line(r) for r in records)
+        _tally(self._paths[name], data)
+        write_all(self._fds[name], data)
         self._dirty.add(name)
 
     def sync(self) -> None:
@@ -112,6 +118,54 @@ class Journal:
             self._fds = {}
             if self._pool is not None:
                 self._pool.shutdown()
+
+
+# -- what the rig wrote (docs/security.md, "A run's records are the rig's") ---------------
+#
+# A run's record files lie in a directory other processes may write. While a run (or a
+# resume) has them open, the rig keeps the sha256 of their bytes as it found and checked
+# them plus every byte it appended since; at finish it digests what the rig wrote, and a
+# file on disk that differs was changed by another writer.
+
+_tallies: dict[str, Any] = {}
+_tally_lock = threading.Lock()
+
+
+def _key(path: Path) -> str:
+    return os.path.abspath(os.fspath(path))
+
+
+def _tally(path: Path, data: bytes) -> None:
+    if not _tallies:
+        return
+    with _tally_lock:
+        h = _tallies.get(_key(path))
+        if h is not None:
+            h.update(data)
+
+
+@contextlib.contextmanager
+def tallying(found: dict[Path, bytes]) -> Iterator[Callable[[Path], str]]:
+    """Keep the sha256 of each file in `found`: the bytes given (as the caller read and
+    checked them), then every byte `append_lines` and `Journal` append to it, until the
+    block ends. Yields `tallied(path)`: that digest now, "sha256:HEX" as `file_digests` has it."""
+    keys = {_key(p): p for p in found}
+    with _tally_lock:
+        for k, p in keys.items():
+            h = hashlib.sha256()
+            h.update(found[p])
+            _tallies[k] = h
+
+    def tallied(path: Path) -> str:
+        with _tally_lock:
+            return "sha256:" + _tallies[_key(path)].hexdigest()
+
+    try:
+        yield tallied
+    finally:
+        with _tally_lock:
+            for k in keys:
+                _tallies.pop(k, None)
 
 
 def cut_torn_tail(path: Path) -> bool:
@@ -298,15 +352,19 @@ _RECORD_HINT = "the record does not match its schema (evalrig schema shows it)"
 
 def read_checked(path: Path, major: str, fast: Callable[[dict[str, Any]], T | None],
                  check: Callable[[dict[str, Any]], T], key: str = "attempt_id",
-                 ) -> tuple[list[tuple[str, T]], int | None]:
+                 data: bytes | None = None) -> tuple[list[tuple[str, T]], int | None]:
     """(the line's `key`, its record) for every whole line, and the torn line: the reader of
     files that were verified against their digests just before, so only the fields the caller
     uses are checked. `fast` takes the common case in one expression (None: not sure);
     `check` then names the field (raising LineProblem). Errors name `file:line` and the field;
-    a line whose `schema_version` is not of this `major` ("1") is refused."""
-    if not path.exists():
-        return [], None
-    lines, torn = whole_lines(path.read_bytes())
+    a line whose `schema_version` is not of this `major` ("1") is refused. `data`: the file's
+    bytes as the caller read them to verify their digest (parsed instead of reading `path`
+    again, which another writer could have changed in between); `path` then only names it."""
+    if data is None:
+        if not path.exists():
+            return [], None
+        data = path.read_bytes()
+    lines, torn = whole_lines(data)
     out: list[tuple[str, T]] = []
     decode, prefix = orjson.loads, f"{major}."
     for i, raw in enumerate(lines, start=1):

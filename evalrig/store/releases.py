@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from evalrig.core.digest import canonical_json, loads
 from evalrig.core.errors import EvalrigError, invalid
 from evalrig.core.releases import RELEASE_KINDS, Move, Serving, serving
+from evalrig.core.words import count
 from evalrig.store.chain import Chain, chain_hash, verify_chain, whole_lines
 from evalrig.store.layout import RELEASES, VERIFIED_LOGS
 
@@ -38,7 +39,7 @@ if TYPE_CHECKING:  # the models and pydantic are imported when an event is valid
     from evalrig.store.signing import Keyring
 
 E = TypeVar("E", bound="Event")
-RECORD_VERSION = "2.0"
+RECORD_VERSION = "3.0"
 """2.0: the record also says the lines it covers had their signatures checked (`signed`)."""
 
 BROKEN_HINT = ("the release log is append-only and only the rig writes it: something else edited it; nothing "
@@ -106,6 +107,8 @@ def _move(path: Path, line: int, row: dict[str, Any]) -> Move | None:
     if row["seq"] != line - 1:
         raise invalid(f"its seq is {row['seq']}, but it is event {line - 1} of the log (seq counts lines from 0)",
                       file=path, line=line, field="seq", hint=BROKEN_HINT)
+    if "sig" not in row:
+        return None  # a legacy (unsigned) line: shown, never believed for what serves
     if row["kind"] == "ship":
         return Move(line - 1, "ship", row["candidate"]["checkpoint_id"], row["replaces"])
     if row["kind"] == "rollback":
@@ -295,9 +298,42 @@ def keys_home(home: Path | None) -> Path:
     return Path(home) if home is not None else home_path(os.environ)
 
 
+def _unlike_record(path: Path, data: bytes, home: Path) -> EvalrigError | None:
+    """The home's record of a log binds (docs/security.md): a log shorter than, or not an
+    extension of, what this home last verified or appended is refused (exit 4), missing too."""
+    rec = _read_record(home, path)
+    if rec is None or rec["lines"] == 0:
+        return None
+    start = rec["bytes"]
+    if len(data) < start or hashlib.sha256(data[:start]).hexdigest() != rec["sha256"]:
+        what = "is missing or empty" if not data else "does not begin with"
+        return invalid(f"the log {what} the {count(rec['lines'], 'line')} this home last verified or appended "
+                      f"({_record_path(home, path)}): lines were removed or replaced", file=path,
+                      hint="restore the log from a backup; the rig never shortens or rewrites a release log")
+    return None
+
+
+def _check_home_heads(path: Path, data: bytes, end: int, home: Path) -> None:
+    """The home's own releases.jsonl is held to the other home files' `heads`, as each of them is."""
+    from evalrig.store.signing import check_heads
+
+    if Path(path).resolve() == (Path(home) / RELEASES).resolve():
+        check_heads(home, {RELEASES: whole_lines(data[:end])[0]})
+
+
 def _verify(path: Path, data: bytes, head: str | None, home: Path | None) -> _Verified:
     """The log's bytes verified (exit 4 naming the first bad line), through the home's record
     of what was verified before where it still holds; the record brought up to date."""
+    home = keys_home(home)
+    unlike = _unlike_record(path, data, home)
+    v = _verify_all(path, data, head, home, unlike is None)  # a broken line is named first
+    if unlike is not None:
+        raise unlike
+    _check_home_heads(path, data, v.end, home)
+    return v
+
+
+def _verify_all(path: Path, data: bytes, head: str | None, home: Path, record: bool) -> _Verified:
     fast = _verify_after_record(path, data, head, home)
     if fast is not None:
         return fast
@@ -309,7 +345,7 @@ def _verify(path: Path, data: bytes, head: str | None, home: Path | None) -> _Ve
     rows = list(chain.objs)
     moves = _moves(path, rows)
     signed = _signed(path, rows, keys_home(home))
-    if chain.objs:
+    if chain.objs and record:
         _write_record(home, path, hashlib.sha256(data[:chain.end]).hexdigest(), chain.end, len(rows),
                       chain.next_prev, moves, signed)
     return _Verified(rows, moves, chain.end, chain.torn_line, chain.next_prev)
@@ -451,6 +487,10 @@ def read_log(path: Path, home: Path | None = None) -> ReleaseLog:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
+        unlike = _unlike_record(path, b"", keys_home(home))
+        if unlike is not None:
+            raise unlike from None
+        _check_home_heads(path, b"", 0, keys_home(home))
         return ReleaseLog(path, [], None)
     except OSError as e:
         raise _refused_unreadable(path, e) from None
@@ -520,10 +560,16 @@ def appending(path: Path, home: Path | None = None) -> Iterator[LogWriter]:
     _refuse_dir(path)
     ensure_dir(path.parent)
     seen: list[_Verified] = []
+    found: list[bytes] = []
 
     def verify(p: Path, data: bytes) -> Chain:
         v = _verify(p, data, _read_head(p), home)
+        if len(v.rows) and "sig" not in v.rows[0]:  # after a signed line, every line is (store/signing.py)
+            raise invalid("the log holds lines this home never signed (legacy lines, never believed): the "
+                          "rig appends no signed line after them", file=p, line=1,
+                          hint="start a new release log (--log) from a ship this home signs")
         seen.append(v)
+        found.append(data[:v.end])
         return Chain(v.rows, [], data[v.end:], v.end, v.torn_line, v.last_hash)
 
     with contextlib.ExitStack() as stack:
@@ -538,9 +584,11 @@ def appending(path: Path, home: Path | None = None) -> Iterator[LogWriter]:
             yield writer
         finally:
             if chain.last_hash != before and chain.last_hash is not None:
-                # The record stays at what was verified: the next reader checks the lines
-                # appended here (a few) and records them, off this command's time.
                 write_bytes_atomic(head_path(path), chain.last_hash.encode() + b"\n")
+                # The home's record now holds what it appended: a log cut back is refused.
+                wrote = found[-1] + b"".join(line + b"\n" for line in chain.appended)
+                _write_record(keys_home(home), path, hashlib.sha256(wrote).hexdigest(), len(wrote),
+                              len(writer.rows), chain.last_hash, writer.moves, True)
 
 
 def append_event(path: Path, event: E, home: Path | None = None) -> E:

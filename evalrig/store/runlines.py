@@ -10,7 +10,7 @@ the field. `evalrig validate BUNDLE` checks every field of every line.
 from __future__ import annotations
 
 import gc
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,10 +204,17 @@ def _fast_estimate(d: Line) -> EstimateRecord | None:
     return None
 
 
-def read_run_lines(dir: Path) -> RunLines:
-    """The result, actual and estimate lines of a run (attempts.jsonl is not needed)."""
+RUN_LINE_FILES = (RESULTS_JSONL, ACTUALS_JSONL, ESTIMATES_JSONL)
+"""The files `read_run_lines` parses."""
+
+
+def read_run_lines(dir: Path, data: Mapping[str, bytes | None] | None = None) -> RunLines:
+    """The result, actual and estimate lines of a run (attempts.jsonl is not needed).
+
+    `data`: {file name: its bytes, None when absent} as the caller read them to check their
+    digests (`bundle.check_run_digests(kept=...)`): parsed as they are, never read again."""
     with no_gc():
-        return _read_run_lines(dir)
+        return _read_run_lines(dir, data)
 
 
 @contextmanager
@@ -223,11 +230,18 @@ def no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _read_run_lines(dir: Path) -> RunLines:
+def _read_run_lines(dir: Path, data: Mapping[str, bytes | None] | None) -> RunLines:
     major = str(SCHEMA_MAJOR)
-    results, t1 = read_checked(dir / RESULTS_JSONL, major, _fast_result, _result_line)
-    actuals, t2 = read_checked(dir / ACTUALS_JSONL, major, _fast_actual, _actual_line)
-    estimates, t3 = read_checked(dir / ESTIMATES_JSONL, major, _fast_estimate, _estimate_line)
+
+    def given(name: str) -> bytes | None:
+        if data is None:
+            return None
+        return data[name] if data[name] is not None else b""
+
+    results, t1 = read_checked(dir / RESULTS_JSONL, major, _fast_result, _result_line, data=given(RESULTS_JSONL))
+    actuals, t2 = read_checked(dir / ACTUALS_JSONL, major, _fast_actual, _actual_line, data=given(ACTUALS_JSONL))
+    estimates, t3 = read_checked(dir / ESTIMATES_JSONL, major, _fast_estimate, _estimate_line,
+                                 data=given(ESTIMATES_JSONL))
     torn = {n: t for n, t in ((RESULTS_JSONL, t1), (ACTUALS_JSONL, t2), (ESTIMATES_JSONL, t3)) if t}
     records = RunRecords(results=[r for _, r in results], actuals=dict(actuals), estimates=dict(estimates))
     return RunLines(records, torn)
