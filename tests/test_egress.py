@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from redteam import ROOT, Listener, bwrap_works
+from redteam import ROOT, Listener, bwrap_program, bwrap_works
 
 from evalrig.attempt import egress, sandbox
 from evalrig.attempt.egress import AllowList, open_session, parse_allow_host
@@ -177,7 +177,7 @@ def test_bwrap_sets_up_its_own_loopback_while_the_proxy_binds_there() -> None:
     for _ in range(150):
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe()
-        bwrap = subprocess.Popen(["bwrap", "--unshare-net", "--unshare-pid", "--ro-bind", "/", "/",
+        bwrap = subprocess.Popen([bwrap_program(), "--unshare-net", "--unshare-pid", "--ro-bind", "/", "/",
                                   "--info-fd", str(info_w), "--block-fd", str(block_r), "--", "/bin/true"],
                                  pass_fds=(info_w, block_r), stderr=subprocess.PIPE)
         os.close(info_w)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from redteam import EVAL_SH, add_task, bwrap_works, eval_sh, make_checkpoint, results
+from redteam import EVAL_SH, add_task, bwrap_program, bwrap_works, eval_sh, make_checkpoint, results
 
 from evalrig.attempt.trial import scratch_base
 
@@ -212,7 +212,7 @@ def test_an_out_in_a_directory_that_cannot_be_written_is_the_users_input(
     ro.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVALRIG_")}
     env.update(EVALRIG_HOME=str(evalrig_home), NO_COLOR="1")
-    p = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--ro-bind", str(ro), str(ro), str(EVAL_SH),
+    p = subprocess.run([bwrap_program(), "--dev-bind", "/", "/", "--ro-bind", str(ro), str(ro), str(EVAL_SH),
                         *map(str, run_args(ck, tasks, ro / "b"))],
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 4, p.stderr

@@ -943,7 +943,7 @@ def test_bwrap_says_whether_it_reached_the_command(setup: list[str], command: li
     """A sandbox whose setup dies after bwrap reported its init (a mount, the loopback) must
     not be read as the agent's exit: launch() makes that an infra error."""
     shake = sandbox.sockets._Handshake((), status=True)
-    bwrap = subprocess.Popen(["bwrap", "--unshare-pid", "--ro-bind", "/", "/", *shake.args(), *setup,
+    bwrap = subprocess.Popen([bwrap_or_skip(), "--unshare-pid", "--ro-bind", "/", "/", *shake.args(), *setup,
                               "--", *command], pass_fds=shake.child_fds(), stderr=subprocess.DEVNULL)
     shake.spawned()
     try:
