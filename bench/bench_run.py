@@ -261,7 +261,9 @@ def build_resume_bundle(root: Path, home: Path, n_results: int) -> Any:
             fr.write(canonical_line(template.model_copy(update={
                 "trial_id": t.trial_id, "attempt_id": aid, "task_id": t.task_id, "rep": t.rep,
                 "inputs_id": t.inputs_id, "canary": Canary(value="c", found=False)})))
-    m = b.manifest.model_copy(update={"repeat": repeat, "plan_digest": plan.digest})
+    # as a run killed before its first finish leaves it ("running", no digests to hold the
+    # records to): a finished run's records must be the ones it registered, and these are made
+    m = b.manifest.model_copy(update={"repeat": repeat, "plan_digest": plan.digest, "status": "running"})
     write_json_atomic(out / "manifest.json", m)
     del s
     return RunRequest(out=out, checkpoint=ck, tasks=tasks, repeat=repeat, sandbox="process", jobs=2)
