@@ -290,10 +290,13 @@ def test_reserved_names_at_the_root_are_never_taken_and_always_noted(tmp_path: P
     (root / "evidence_index.json").write_text('{"entries": []}')
     (root / "driver").mkdir()
     (root / "network.jsonl").write_text("{}\n")
+    (root / "model.jsonl").write_text("{}\n")  # the gateway's names, too: an agent cannot forge its calls
+    (root / "model").mkdir()
     ev = tmp_path / "ev"
-    rep = _collect(root, ev, ["*", "driver/**"])
+    rep = _collect(root, ev, ["*", "driver/**", "model/**"])
     assert {"evidence_index.json (reserved name)", "driver (reserved name)",
-            "network.jsonl (reserved name)"} <= set(rep.skipped)
+            "network.jsonl (reserved name)", "model.jsonl (reserved name)",
+            "model (reserved name)"} <= set(rep.skipped)
     assert orjson.loads((ev / "evidence_index.json").read_bytes())["entries"]  # the rig's own
 
 

@@ -38,7 +38,7 @@ import orjson
 
 from evalrig.core.digest import canonical_line
 from evalrig.core.environment import MINIMAL_PATH
-from evalrig.store.layout import DRIVER_DIR, VERIFIER_DIR
+from evalrig.store.layout import DRIVER_DIR, MODEL_DIR, MODEL_JSONL, VERIFIER_DIR
 
 RUN_UNTRUSTED_ENV = "EVALRIG_RUN_UNTRUSTED"
 CLIENT = "evalrig-run-untrusted"
@@ -51,7 +51,7 @@ EXIT_TIMEOUT = 124
 EXIT_RIG_ERROR = 125
 # Evidence the agent's code never gets back: the verifier's output and what the
 # counterpart or the gateway wrote (docs/tasks.md).
-NOT_COPIED = frozenset({VERIFIER_DIR, DRIVER_DIR, "model.jsonl", "model"})
+NOT_COPIED = frozenset({VERIFIER_DIR, DRIVER_DIR, MODEL_JSONL, MODEL_DIR})
 _CLIENT_SOURCE = Path(__file__).with_name("untrusted_client.py")
 
 

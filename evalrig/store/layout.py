@@ -44,10 +44,15 @@ NETWORK_JSONL = "network.jsonl"
 """attempts/<attempt_id>/network.jsonl: the egress proxy's records (docs/security.md)."""
 EVIDENCE_INDEX = "evidence_index.json"
 """attempts/<attempt_id>/evidence_index.json: every entry of the attempt root, kept or not."""
+MODEL_JSONL = "model.jsonl"
+"""attempts/<attempt_id>/model.jsonl: the model gateway's record of each call (docs/security.md)."""
+MODEL_DIR = "model"
+"""attempts/<attempt_id>/model/: the bodies of the gateway's calls."""
 AGENT_DIR = "agent"
 """The checkpoint copy inside an attempt root: not indexed, walked only when a glob reaches it."""
 EVIDENCE_RESERVED = frozenset({
     STDOUT_TXT, STDERR_TXT, TRANSCRIPT, DRIVER_DIR, NETWORK_JSONL, EVIDENCE_INDEX, VERIFIER_DIR,
+    MODEL_JSONL, MODEL_DIR,
 })
 """Names the rig writes at an evidence folder's root: an attempt-root entry so named is never kept."""
 LOCK = ".lock"
