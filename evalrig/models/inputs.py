@@ -29,6 +29,69 @@ Suite = Literal["fixed", "fresh", "invariant", "public"]
 SUITES: tuple[Suite, ...] = ("fixed", "fresh", "invariant", "public")
 
 
+# -- the model gateway's hand-written parts (docs/gateway.md) ------------------------------
+
+UPSTREAM_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+"""An upstream's name: the first segment of the gateway's routes, so no `/`, `.` or `%`."""
+
+_UPSTREAM_NAME = re.compile(UPSTREAM_NAME_PATTERN)
+_MODEL_CHARS = re.compile(r"^[\x21-\x7e]{1,256}$")  # printable ASCII, no space
+
+
+def _qualified_model(name: str) -> str:
+    upstream, sep, model = name.partition("/")
+    if not sep or not _UPSTREAM_NAME.match(upstream) or not model:
+        raise ValueError(f"{name!r} is not <upstream>/<model> (like \"openai/gpt-4.1-mini\"; the "
+                         "upstream is a name of the operator's gateway file)")
+    if not _MODEL_CHARS.match(model):
+        raise ValueError(f"{name!r}: the model name must be printable ASCII without spaces, "
+                         "at most 256 characters")
+    return name
+
+
+QualifiedModel = Annotated[str, AfterValidator(_qualified_model)]
+"""`<upstream>/<model>`, exact (no patterns): what `allowed` lists and a call resolves to."""
+
+
+def split_model(qualified: str) -> tuple[str, str]:
+    """`("openai", "gpt-4.1-mini")` from `"openai/gpt-4.1-mini"`."""
+    upstream, _, model = qualified.partition("/")
+    return upstream, model
+
+
+Role = Literal["candidate", "driver", "judge"]
+"""Who made a model call: the agent (candidate), an episode's driver, a command verifier (judge)."""
+
+
+def _unique(values: list[str]) -> list[str]:
+    seen = set()
+    for v in values:
+        if v in seen:
+            raise ValueError(f"{v!r} is listed twice")
+        seen.add(v)
+    return values
+
+
+
+
+class ModelsSection(HandWritten):
+    """`[models]` of checkpoint.toml: the models the agent may call through the gateway.
+    Part of the checkpoint's identity (the seal), so a model swap is a new build."""
+
+    allowed: Annotated[list[QualifiedModel], AfterValidator(_unique)] = Field(
+        min_length=1, description="\"<upstream>/<model>\", exact; the only models the agent's calls may name.")
+
+
+class Budget(HandWritten):
+    """Bounds on one role's gateway calls in one attempt. A call that would start after a
+    bound is reached gets 429 `budget_exhausted`; one in flight finishes."""
+
+    max_cost_usd: float | None = Field(default=None, gt=0, description="Metered cost, USD.")
+    max_tokens: int | None = Field(default=None, gt=0, description="Input plus output tokens of forwarded calls.")
+    max_calls: int | None = Field(default=None, gt=0, description="Calls forwarded.")
+
+
+
 # -- checkpoint.toml ---------------------------------------------------------------------
 
 STARTUP_VARS = frozenset({
@@ -101,6 +164,9 @@ class CheckpointFile(HandWritten):
     name: str = Field(min_length=1)
     agent: AgentSection
     history: HistorySection = Field(default_factory=HistorySection)
+    models: ModelsSection | None = Field(
+        default=None, description="The models the agent may call through the model gateway (docs/gateway.md); "
+        "absent: it may call none.")
 
 
 # -- task.toml ---------------------------------------------------------------------------
@@ -178,6 +244,10 @@ class CommandVerifier(HandWritten):
         "untrusted-run service); `run` refuses it where a sandbox would run as the rig's own uid."))
     untrusted_timeout_s: float = Field(default=10, gt=0, le=MAX_SECONDS, description=(
         "Each untrusted call's wall-clock limit, scaled by --timeout-scale (exit 124 past it)."))
+    models: bool = Field(default=False, description="The verifier reaches the model gateway (role judge).")
+    models_allowed: Annotated[list[QualifiedModel], AfterValidator(_unique)] = Field(
+        default_factory=list, description="The models its calls may name, \"<upstream>/<model>\".")
+    budget: Budget | None = Field(default=None, description="Bounds on its gateway calls per attempt.")
 
 
 VerifierSpec = Annotated[
@@ -224,6 +294,10 @@ class EpisodeSection(HandWritten):
     network: bool = Field(default=False, description="The driver may reach the network (granted like the agent's).")
     secrets: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(default_factory=list,
                                description="run --driver-secret names handed to the driver.")
+    models: bool = Field(default=False, description="The driver reaches the model gateway (role driver).")
+    models_allowed: Annotated[list[QualifiedModel], AfterValidator(_unique)] = Field(
+        default_factory=list, description="The models its calls may name, \"<upstream>/<model>\".")
+    budget: Budget | None = Field(default=None, description="Bounds on its gateway calls per attempt.")
 
 
 class TaskFile(HandWritten):
@@ -245,6 +319,8 @@ class TaskFile(HandWritten):
     verifier: VerifierSpec
     episode: EpisodeSection | None = Field(
         default=None, description="A conversation with a driver (docs/episodes.md); absent: one prompt, one answer.")
+    budget: Budget | None = Field(
+        default=None, description="Bounds on the candidate's gateway calls per attempt (docs/gateway.md).")
 
     @model_validator(mode="after")
     def _fresh_dated(self) -> TaskFile:
@@ -384,3 +460,4 @@ class RunDefaultsFile(Strict):
     repeat: int | None = Field(default=None, ge=1, description="Default --repeat.")
     jobs: int | None = Field(default=None, ge=1, description="Default --jobs.")
     sandbox: Literal["auto", "bwrap", "process"] | None = Field(default=None, description="Default --sandbox.")
+    gateway: str | None = Field(default=None, description="Default --gateway (the model gateway's file).")

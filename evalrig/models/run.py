@@ -19,6 +19,7 @@ from evalrig.models.base import (
     without_null,
     without_nulls,
 )
+from evalrig.models.gateway import GatewayFacts, ReplayOf
 from evalrig.models.inputs import Suite
 
 Status = Literal["passed", "failed", "agent_error", "timeout", "infra_error", "interrupted"]
@@ -173,10 +174,15 @@ class RunSettings(Strict):
     allow_hosts: list[str] = Field(
         default_factory=list, description="--allow-host HOST[:PORT] values, normalised and sorted."
     )
+    max_cost_usd_per_attempt: float | None = Field(default=None, gt=0, description=(
+        "--max-cost-usd-per-attempt: every task's candidate budget in metered USD (the lower of it and "
+        "the task's [budget] wins). Absent when not given."))
+    max_cost_usd: float | None = Field(default=None, gt=0, description=(
+        "--max-cost-usd: no attempt starts once the run's metered spend reaches it. Absent when not given."))
 
     @model_serializer(mode="wrap")
     def _no_null_driver_secrets(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return without_null(handler(self), "driver_secrets")
+        return without_nulls(handler(self), ("driver_secrets", "max_cost_usd_per_attempt", "max_cost_usd"))
 
 
 MAY_CHANGE_ON_RESUME = frozenset({"jobs", "executor", "ray_address", "keep_workspaces"})
@@ -301,14 +307,23 @@ class Estimate(Record):
     level: float = Field(default=0.8, gt=0, lt=1)
     error: str | None = None
     at: Timestamp
+    gateway: GatewayFacts | None = Field(default=None, description=(
+        "The model gateway that served the run's calls (docs/gateway.md); absent: none did."))
+    replay_of: ReplayOf | None = Field(default=None, description=(
+        "run --replay: the registered run whose recorded calls were served; absent otherwise."))
+
+    @model_serializer(mode="wrap")
+    def _no_null_gateway(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_nulls(handler(self), ("gateway", "replay_of"))
 
 
-UsageSource = Literal["reported", "missing", "metered"]
-"""reported: the agent's own usage.json (shown, never grants); metered: the rig measured the
-spend itself (a later step: a metering proxy holding the model key); missing: no figure."""
+UsageSource = Literal["reported", "missing", "metered", "replayed"]
+"""reported: the agent's own usage.json (shown, never grants); metered: the model gateway
+measured the spend itself (docs/gateway.md); replayed: a `run --replay`'s recorded spend
+(shown, never grants); missing: no figure."""
 
 
-SpendSource = Literal["reported", "metered"]
+SpendSource = Literal["reported", "metered", "replayed"]
 
 
 class RoleSpend(Strict):
@@ -320,6 +335,9 @@ class RoleSpend(Strict):
     input_tokens: int | None = Field(default=None, ge=0)
     output_tokens: int | None = Field(default=None, ge=0)
     source: SpendSource
+    calls: int | None = Field(default=None, ge=0, description="Gateway calls (metered or replayed only).")
+    estimated: bool | None = Field(default=None, description=(
+        "Some call's usage was the rig's own estimate (no usage from the provider): metered only."))
 
 
 class Spend(Strict):
@@ -330,6 +348,8 @@ class Spend(Strict):
         default=None, description="The agent's out/usage.json, else the sum of its per-turn usage.")
     driver: RoleSpend | None = Field(default=None, description="The episode driver's driver/usage.json.")
     judge: RoleSpend | None = Field(default=None, description="The command verifier's usage.json.")
+    reported: RoleSpend | None = Field(default=None, description=(
+        "When the gateway metered the candidate: what the agent reported itself, kept beside, never used."))
 
 
 class Actual(Record):
