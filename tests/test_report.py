@@ -257,3 +257,28 @@ def test_a_release_log_is_shown_up_to_its_first_line_the_store_refuses(tmp_path:
     assert html.count('<tr class="ev-') == 3
     r = cli(evalrig_home, "history", "--log", log)  # the same line every other reader refuses
     assert r.exit_code == 4 and f"{log}:4" in r.output
+
+
+def test_sign_remakes_the_report_beside_the_decision_and_its_lines_name_eval_sh(train, evalrig_home: Path) -> None:
+    """The README sends the signer to report.html: after `sign` it says who signed, not
+    "Not signed yet"; its commands are the ones the person typed (`…/eval.sh`), never a
+    bare `evalrig` that is not on their PATH."""
+    from redteam import EVAL_SH, eval_sh
+
+    decision = next((train.cmp / "decisions").glob("*.json"))
+    made = eval_sh(evalrig_home, "report", train.cmp, "--tasks", train.taskset)
+    assert made.code == 0, made
+    html = (train.cmp / "report.html").read_text()
+    assert "Not signed yet" in html and f"<code>{EVAL_SH} sign {decision} --approve|--reject" in html
+    assert "<code>evalrig " not in html
+    s = eval_sh(evalrig_home, "sign", decision, "--reject", "--by", "Ada", "--reason", "looked at it")
+    assert s.code == 0, s
+    assert f"report: {train.cmp / 'report.html'} (made again" in s.stdout
+    html = (train.cmp / "report.html").read_text()
+    assert "Not signed yet" not in html and "Signed: rejected by Ada" in html
+    assert "<code>evalrig " not in html
+    # a comparison without a report gets none from sign; the sign-off is all it does
+    (train.cmp / "report.html").unlink()
+    s = eval_sh(evalrig_home, "sign", decision, "--reject", "--by", "Bo", "--reason", "again")
+    assert s.code == 0 and "report:" not in s.stdout, s
+    assert not (train.cmp / "report.html").exists()

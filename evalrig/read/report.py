@@ -39,6 +39,7 @@ from evalrig.models.run import RunManifest
 from evalrig.read.bundle import compared_run, not_compared
 from evalrig.store import bundle, ledger
 from evalrig.store.files import parse_json, read_json, write_bytes_atomic
+from evalrig.store.invocation import command_name, quoted
 from evalrig.store.jsonl import whole_lines
 from evalrig.store.layout import (
     ADVISORY,
@@ -444,7 +445,7 @@ def _signed(path: Path, d: Decision, home: Path) -> str:
         return f"<p>Sign-offs cannot be read from this rig's home ({esc(e)}).</p>"
     if not signoffs:
         return (f"<p><strong>Not signed yet</strong> (in this rig's home, {esc(home)}). A person signs it: "
-                f"<code>evalrig sign {esc(path)} --approve|--reject --by NAME</code>.</p>")
+                f"<code>{esc(command_name())} sign {esc(quoted(path))} --approve|--reject --by NAME</code>.</p>")
     last = signoffs[-1]
     stance = "agrees with the gate" if last.agrees_with_gate else f"overrides the gate: {last.reason or ''}"
     return (f"<p><strong>Signed: {'approved' if last.action == 'approve' else 'rejected'} by {esc(last.by)}</strong> "
@@ -454,7 +455,7 @@ def _signed(path: Path, d: Decision, home: Path) -> str:
 def _verdict_section(dir: Path, decisions: list[tuple[Path, Decision]], home: Path) -> str:
     if not decisions:
         return (f'<section id="verdict"><h2 class="verdict pending">Not gated yet</h2><p>No decision in '
-                f"{esc(dir / DECISIONS)}. <code>evalrig gate {esc(dir)} --policy FILE</code> applies a policy "
+                f"{esc(dir / DECISIONS)}. <code>{esc(command_name())} gate {esc(quoted(dir))} --policy FILE</code> applies a policy "
                 "and writes the verdict.</p></section>")
     path, d = decisions[-1]
     cls = {"promote": "good", "promote-maintenance": "good", "keep-champion": "neutral", "block": "bad"}[d.verdict]
