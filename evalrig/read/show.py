@@ -363,7 +363,9 @@ def chat_message(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def show_comparison(b: Opened, id: str | None, tasks_dir: Path | None = None) -> dict[str, Any]:
-    from evalrig.core.report import rule_outcome  # the verdict file's words; not on a run summary's path
+    from evalrig.core.report import (
+        rule_outcome,  # the verdict file's words; not on a run summary's path
+    )
     from evalrig.models.comparison import Comparison, Decision
 
     m = b.comparison
