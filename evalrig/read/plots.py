@@ -20,6 +20,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display: the report is a file
 
 from matplotlib import pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 plt.rcParams.update({
     "svg.fonttype": "none",  # text stays text: smaller, and searchable in the page
@@ -123,7 +124,7 @@ def pass_k(by_suite: Mapping[str, Mapping[str, tuple[Mapping[str, float | None],
             ax.set_ylim(-0.02, 1.02)
             ax.set_xlabel("k (attempts)")
             ax.set_ylabel("rate")
-            ax.xaxis.get_major_locator().set_params(integer=True)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             if legend:  # the first drawn panel carries the key, below its axes
                 ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2, frameon=False, fontsize=7)
                 legend = False

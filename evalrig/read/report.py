@@ -203,6 +203,9 @@ MAX_INLINE = 4000
 """Characters of one evidence file shown inline."""
 MAX_INLINE_ATTEMPT = 16000
 """Characters of evidence files shown inline per attempt (the page stays one file to open)."""
+MAX_INLINE_PAGE = 4_000_000
+"""Characters of evidence files and stream tails shown inline in one page: a train of many
+thousand attempts lists the rest by name, and `evalrig show ATTEMPT` shows them."""
 FAILED = frozenset({"failed", "agent_error", "timeout", "infra_error"})
 """Statuses whose trial shows the tails of the agent's stdout and stderr."""
 
@@ -217,7 +220,8 @@ def _file_text(path: Path, budget: int) -> tuple[int | None, str | None, str | N
     if not size:
         return size, None, "empty"
     if budget <= 0:
-        return size, None, f"not shown inline: the page keeps {MAX_INLINE_ATTEMPT:,} characters of files per attempt"
+        return size, None, (f"not shown inline: the page keeps {MAX_INLINE_ATTEMPT:,} characters of files per "
+                            f"attempt and {MAX_INLINE_PAGE:,} in all (`show BUNDLE ATTEMPT` shows the attempt)")
     if b"\0" in data[:8192]:
         return size, None, f"binary ({size:,} bytes): not shown"
     text = data.decode("utf-8", "replace")
@@ -230,7 +234,14 @@ def _file_text(path: Path, budget: int) -> tuple[int | None, str | None, str | N
     return size, shown, None
 
 
-def _evidence(run_dir: Path, attempt_id: str, status: str) -> dict[str, Any] | None:
+@dataclass
+class _Budget:
+    """What is left of the characters the page shows inline (MAX_INLINE_PAGE)."""
+
+    left: int = field(default_factory=lambda: MAX_INLINE_PAGE)
+
+
+def _evidence(run_dir: Path, attempt_id: str, status: str, page: _Budget) -> dict[str, Any] | None:
     """An attempt's evidence: its files (at most MAX_FILES, then a count), text files inline
     (escaped, capped, with a note of what was cut), its answer, the tails of the agent's
     stdout and stderr when the trial failed or errored, and its transcript when it is an
@@ -240,7 +251,8 @@ def _evidence(run_dir: Path, attempt_id: str, status: str) -> dict[str, Any] | N
         return None
     files: list[list[Any]] = []
     more = 0
-    budget = MAX_INLINE_ATTEMPT
+    budget = min(MAX_INLINE_ATTEMPT, page.left)
+    spent = budget
     for dirpath, dirs, names in os.walk(root):
         dirs.sort()
         rel = os.path.relpath(dirpath, root)
@@ -255,6 +267,7 @@ def _evidence(run_dir: Path, attempt_id: str, status: str) -> dict[str, Any] | N
             size, text, note = _file_text(Path(dirpath) / name, budget)
             budget -= len(text or "")
             files.append([_clip(rel_name, 300), size, text, note])  # names are the agent's
+    page.left -= spent - budget
     answer = None
     for name in ANSWERS:
         got = read_head(root / name, MAX_TEXT * 4 + 4)
@@ -262,11 +275,12 @@ def _evidence(run_dir: Path, attempt_id: str, status: str) -> dict[str, Any] | N
             answer = _clip(got[0].decode("utf-8", "replace"))
             break
     tails = None
-    if status in FAILED:
+    if status in FAILED and page.left > 0:
         tails = {}
         for name in (STDOUT_TXT, STDERR_TXT):
             data = read_regular(root / name)
             tails[name] = tail(data) if data else ""
+            page.left -= len(tails[name])
     transcript = _transcript(root / TRANSCRIPT) if (root / TRANSCRIPT).is_file() else None
     return {"files": files, "more": more, "answer": answer, "tails": tails, "transcript": transcript}
 
@@ -368,7 +382,7 @@ def _transcript(path: Path) -> dict[str, Any]:
     return {"items": t.items, "raw": t.raw}
 
 
-def _trials(run: RunData, side: str) -> dict[str, list[list[Any]]]:
+def _trials(run: RunData, side: str, page: _Budget) -> dict[str, list[list[Any]]]:
     """task id -> its attempts as rows [side, rep, attempt_id, status, reward, wall_s, cost,
     counts, evidence]; `counts` marks the attempt that counts for its trial, `evidence` is
     _evidence's (or None)."""
@@ -377,7 +391,7 @@ def _trials(run: RunData, side: str) -> dict[str, list[list[Any]]]:
     has_evidence = (run.dir / ATTEMPTS_DIR).is_dir()
     for r in run.records.results:
         a = run.records.actuals.get(r.attempt_id)
-        evidence = _evidence(run.dir, r.attempt_id, r.status) if has_evidence else None
+        evidence = _evidence(run.dir, r.attempt_id, r.status, page) if has_evidence else None
         out[r.task_id].append([side, r.rep, r.attempt_id, r.status, r.reward, a.wall_s if a else None,
                                a.cost_usd if a else None, 1 if r.attempt_id in final else 0, evidence])
     for rows in out.values():
@@ -667,8 +681,9 @@ def _comparison_plots(c: Comparison, runs: Mapping[str, RunData]) -> str:
 
 def _comparison_data(c: Comparison, runs: Mapping[str, RunData], settings: _Settings | None) -> dict[str, Any]:
     trials: dict[str, list[list[Any]]] = defaultdict(list)
+    budget = _Budget()
     for side, run in runs.items():
-        for task_id, rows in _trials(run, side).items():
+        for task_id, rows in _trials(run, side, budget).items():
             trials[task_id] += rows
     tasks = []
     for suite, s in c.suites.items():
@@ -745,7 +760,7 @@ def _run_page(dir: Path, tasks_dir: Path | None) -> Page:
         ("The reward channel: predicted p_success against the observed pass rate.",
          plots.calibration({"champion": _calibration_pairs(run)})),
     ]))
-    trials = _trials(run, "run")
+    trials = _trials(run, "run", _Budget())
     tasks = []
     for task_id in sorted(per_task):
         t = per_task[task_id]
