@@ -313,3 +313,23 @@ def test_show_speaks_the_verdict_files_words_orders_by_repetition_and_states_exp
     assert s.stdout.count("expected:") == 1 and s.stdout.splitlines()[1].startswith("expected: ")
     v = json.loads(eval_sh(evalrig_home, "show", tmp_path / "a", "fresh-000", "--json").stdout)
     assert [a["rep"] for a in v["attempts"]] == [0, 1, 2, 3, 4]
+
+
+def test_hints_name_the_rig_as_the_person_invoked_it(tmp_path: Path, evalrig_home: Path) -> None:
+    """Through eval.sh, the commands `show` and `report` suggest are `…/eval.sh …`, never a
+    bare `evalrig` that is not on the person's PATH."""
+    from redteam import EVAL_SH, eval_sh
+
+    gated(tmp_path, evalrig_home, counts_tasks(CHAMP), counts_tasks(BETTER))
+    results = tmp_path / "a" / "results.jsonl"
+    data = results.read_bytes()
+    end = data.index(b"\n")
+    results.write_bytes(data[:end] + b" " + data[end:])  # tampered: the banner says how to see every problem
+    s = eval_sh(evalrig_home, "show", tmp_path / "a")
+    assert s.code == 0 and f"(`{EVAL_SH} verify {tmp_path / 'a'}` lists every problem)" in s.stdout, s
+    s = eval_sh(evalrig_home, "show", tmp_path / "cmp", "fresh-000")
+    assert s.code == 0 and f"`{EVAL_SH} verify" in s.stdout and "`evalrig " not in s.stdout, s
+    s = eval_sh(evalrig_home, "report")
+    assert s.code == 2 and f"{EVAL_SH} report runs/cmp, or {EVAL_SH} report --log" in s.stderr, s
+    s = eval_sh(evalrig_home, "show", tmp_path / "a", "no-such-task")
+    assert s.code == 4 and f"`{EVAL_SH} show BUNDLE` lists the tasks" in s.stderr, s

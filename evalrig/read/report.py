@@ -205,7 +205,7 @@ MAX_INLINE_ATTEMPT = 16000
 """Characters of evidence files shown inline per attempt (the page stays one file to open)."""
 MAX_INLINE_PAGE = 4_000_000
 """Characters of evidence files and stream tails shown inline in one page: a train of many
-thousand attempts lists the rest by name, and `evalrig show ATTEMPT` shows them."""
+thousand attempts lists the rest by name, and `show BUNDLE ATTEMPT` shows them."""
 FAILED = frozenset({"failed", "agent_error", "timeout", "infra_error"})
 """Statuses whose trial shows the tails of the agent's stdout and stderr."""
 
@@ -431,7 +431,7 @@ def _check_comparison(dir: Path) -> tuple[Comparison, ComparisonManifest, list[s
         data = path.read_bytes()
     except OSError as e:
         raise invalid(f"cannot be read ({e.strerror})", file=path,
-                      hint="give the --out directory of `evalrig compare`") from None
+                      hint=f"give the --out directory of `{command_name()} compare`") from None
     return parse_json(path, data, Comparison), manifest, problems
 
 

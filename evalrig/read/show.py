@@ -375,7 +375,7 @@ def show_comparison(b: Opened, id: str | None, tasks_dir: Path | None = None) ->
     c = Comparison.model_validate_json(path.read_bytes()) if path.is_file() else None
     if c is None:
         raise invalid("not a comparison bundle (no comparison.json)", file=b.dir,
-                      hint="give the --out directory of `evalrig compare`")
+                      hint=f"give the --out directory of `{command_name()} compare`")
     digest = sha256_file(path)
     decisions = []
     for p in sorted((b.dir / layout.DECISIONS).glob("*.json")) + sorted(
