@@ -879,6 +879,7 @@ p code,li code{overflow-wrap:anywhere;white-space:pre-wrap}td code{white-space:n
 table{border-collapse:collapse;margin:.5em 0;display:block;max-width:100%;overflow-x:auto}
 td,th{border-bottom:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}tr.bad td{background:#fbe3e4}
 table.rules td:nth-child(3){min-width:12em}
+.scroll{max-width:100%;overflow-x:auto}#task-table{display:table;width:100%}
 figure{margin:1em 0;max-width:100%;min-width:0}svg.plot{max-width:100%;height:auto;display:block}
 figure.wide{flex:1 1 100%}.panels{display:flex;flex-wrap:wrap;gap:0 1em;align-items:flex-end}
 .panels svg.plot{flex:0 1 auto;min-width:0}
@@ -887,7 +888,7 @@ figcaption{max-width:40em;color:#444}
 #tasks th[data-key]{cursor:pointer;user-select:none}#tasks th[data-key]:hover{background:#eef0f4}
 #tasks th[data-sort=asc]::after{content:" ▲"}#tasks th[data-sort=desc]::after{content:" ▼"}
 tr.task{cursor:pointer}tr.task:hover{background:#f6f7f9}.up{color:#2f7d3d}.down{color:#b3363b}
-tr.detail>td{background:#fafafa;max-width:calc(100vw - 3em)}pre{white-space:pre-wrap;word-break:break-word;margin:.2em 0;max-height:20em;
+tr.detail>td{background:#fafafa}pre{white-space:pre-wrap;word-break:break-word;margin:.2em 0;max-height:20em;
 overflow:auto;background:#f3f3f3;padding:.3em}
 .turn{border-left:3px solid #ccc;padding-left:.5em;margin:.3em 0}.turn.error{border-color:#c44e52}
 .vs{display:grid;grid-template-columns:1fr 1fr;gap:1em}.turn.call{border-color:#4c72b0}.turn.end{border-color:#dd8452}
@@ -1036,7 +1037,8 @@ def _tasks_section(data: dict[str, Any]) -> str:
             f'</option>{moved}<option value="failing">a trial failed</option></select> '
             '<button id="prev" type="button">‹ previous</button> <button id="next" type="button">next ›</button> '
             '<span id="count"></span></p>'
-            f'<table id="task-table"><thead><tr>{th}</tr></thead><tbody id="task-body"></tbody></table>'
+            f'<div class="scroll"><table id="task-table"><thead><tr>{th}</tr></thead><tbody id="task-body"></tbody>'
+            '</table></div>'
             f'<script type="application/json" id="report-data">{_json_for_script(data)}</script></section>')
 
 
