@@ -229,3 +229,16 @@ def test_the_release_curves_label_trains_and_set_a_rollback_beside_its_ship(tmp_
         shot = b.screenshot()
         assert not_blank(shot)[1] > 0.02
         _save(shot, "report-releases.png")
+
+
+def test_a_run_bundles_trials_stand_one_per_repetition(tmp_path: Path, evalrig_home: Path) -> None:
+    train = build_train(tmp_path, evalrig_home, files=True)
+    made = eval_sh(evalrig_home, "report", train.candidate, "--tasks", train.taskset)
+    assert made.code == 0, made
+    with Browser(height=1000) as b:
+        b.open(train.candidate / "report.html")
+        _open_task(b, "t002")
+        assert b.eval("document.querySelectorAll('tr.detail .reps > h5').length") == 5
+        assert b.eval("document.querySelectorAll('tr.detail .reps > .side-run .trial').length") == 5
+        assert b.eval("document.querySelector('tr.detail .reps').style.getPropertyValue('--sides')") == "1"
+        assert b.console_errors() == []
