@@ -12,7 +12,8 @@
 # new champion -> retire the train's fresh tasks (the ones the new champion failed graduate
 # into the train's fixed/) -> a second train, a maintenance release of the new champion (no
 # fresh tasks, the policy's security-patch exception) -> sign -> ship -> a person's rollback
-# of it and its ship again -> watch -> the release history. The release log is
+# of it and its ship again -> watch -> the release history -> a summary on stdout (each train's
+# verdict and report.html, which sign made again so it says who signed; what serves now). The release log is
 # TRAIN_DIR/releases.jsonl, so that every train directory has its own history; the train's
 # task set is its own copy, so retire changes only that copy.
 # Exits 0 when both releases shipped and the tripwire held; 1 when the gate keeps the
@@ -29,6 +30,25 @@ candidate=$here/candidate
 
 step() { printf '\n== %s\n' "$*" >&2; }
 stop() { local code=$1; shift; echo "release-train: $* (exit $code); train directory: $train" >&2; exit "$code"; }
+log=$train/releases.jsonl
+
+# The train's last words, on stdout: each train's verdict (the verdict file's headline) and
+# its report (sign makes it again, so it says who signed), then what serves now.
+summary() {  # summary COMPARISON_DIR...
+  local cmp md
+  printf '\n== summary\n'
+  for cmp in "$@"; do
+    for md in "$cmp"/decisions/*.md; do
+      [ -f "$md" ] && echo "verdict: $(head -n 1 "$md" | sed 's/^# //') ($md)"
+    done
+    [ -f "$cmp/report.html" ] && echo "report: $cmp/report.html"
+  done
+  if [ -f "$log" ] && "$ev" champion --log "$log" >/dev/null 2>&1; then
+    "$ev" champion --log "$log" 2>/dev/null | sed -n '1s/^/serving now: /p; 2,3s/^/  /p'
+  else
+    echo "serving now: unchanged (this train directory's release log, $log, has no ship)"
+  fi
+}
 
 mkdir -p "$train" || stop 6 "cannot create $train"
 
@@ -89,10 +109,9 @@ decision=$train/comparison/decisions/default-v2.json
 
 step "report (one HTML file: the verdict, its rules, plots, every task and its trials)"
 "$ev" report "$train/comparison" || stop $? "report could not be made"
-[ "$verdict" = 0 ] || exit "$verdict"
+[ "$verdict" = 0 ] || { summary "$train/comparison"; exit "$verdict"; }
 
 # -- after the gate (docs/release-engineers.md) ------------------------------------------
-log=$train/releases.jsonl
 signer=${SIGNER:-"release-train example (stands in for a person)"}
 
 ship() {  # ship DECISION CHECKPOINT: sign it as $signer (unless approved already), then ship it
@@ -159,6 +178,7 @@ done
 "$ev" gate "$maint/comparison" --policy "$policy" --exception security-patch
 rc=$?
 [ "$rc" = 0 ] || stop "$rc" "the maintenance train was not promoted (gate exit $rc)"
+"$ev" report "$maint/comparison" || stop $? "the maintenance train's report could not be made"
 maint_decision=$maint/comparison/decisions/default-v2+security-patch.json
 ship "$maint_decision" "$patched"
 
@@ -189,5 +209,6 @@ esac
 
 step "the release history"
 "$ev" history --log "$log" || stop $? "the release log does not verify"
-"$ev" champion --log "$log" || stop $? "nothing serves"
+"$ev" champion --log "$log" >/dev/null || stop $? "nothing serves"
+summary "$train/comparison" "$maint/comparison"
 exit 0

@@ -123,6 +123,11 @@ class Browser:
         self.call("Page.navigate", url=Path(path).resolve().as_uri())
         self.wait_for("Page.loadEventFired")
 
+    def emulate(self, width: int, height: int, mobile: bool = False) -> None:
+        """The page laid out at width x height CSS pixels, as a phone shows it when `mobile`."""
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                  mobile=mobile)
+
     def eval(self, expression: str) -> Any:
         r = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
         if "exceptionDetails" in r:

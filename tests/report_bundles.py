@@ -55,8 +55,42 @@ def _transcript() -> bytes:
     return b"".join(canonical_line(x) for x in lines) + orjson.dumps({"seq": 6})[:-2]  # and a torn line
 
 
-def _evidence(dir: Path, name: str, tasks: dict[str, Task]) -> None:
-    """An answer for every attempt (the hostile text for one task), a transcript for the episode."""
+def relayed_transcript() -> bytes:
+    """An episode as the rig records it (docs/episodes.md): every frame in both directions, the
+    rig's hops to and from the driver carrying the same messages again; the agent's first
+    answer is a turn of tool calls only."""
+    say = {"role": "assistant", "content": EPISODE_SAY}
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "find_order", "arguments": '{"id": 417}'}}]}
+    opening = [{"role": "user", "content": "Where is my order?"}]
+    result = [{"role": "tool", "tool_call_id": "c1", "content": "not found", "error": True}]
+    tools = [{"type": "function", "function": {"name": "find_order"}}]
+    hops = [
+        ("rig", "driver", {"type": "start", "task_id": EPISODE_TASK, "attempt_id": "x", "seed": 1}),
+        ("driver", "rig", {"type": "session", "tools": tools, "messages": opening}),
+        ("rig", "agent", {"type": "session", "tools": tools, "messages": opening}),
+        ("agent", "rig", {"type": "message", "message": call}),
+        ("rig", "driver", {"type": "message", "message": call}),
+        ("driver", "rig", {"type": "reply", "messages": result}),
+        ("rig", "agent", {"type": "turn", "messages": result}),
+        ("agent", "rig", {"type": "message", "message": say}),
+        ("rig", "driver", {"type": "message", "message": say}),
+        ("driver", "rig", {"type": "end", "reason": "the user is satisfied"}),
+        ("rig", "agent", {"type": "end", "termination": "driver_end"}),
+        ("rig", "driver", {"type": "finish", "termination": "driver_end"}),
+    ]
+    return b"".join(canonical_line({"seq": i, "from": f, "to": t, "frame": fr, "t_ms": 10 * i})
+                    for i, (f, t, fr) in enumerate(hops))
+
+
+LONG_LINES = 400
+"""Lines of the long text file every attempt of t002 leaves (more than a page shows inline)."""
+
+
+def _evidence(dir: Path, name: str, tasks: dict[str, Task], transcript: bytes | None = None,
+              files: bool = False) -> None:
+    """An answer for every attempt (the hostile text for one task), a transcript for the episode;
+    with `files`, t002's attempts also leave a long text file, a binary one and a stderr."""
     for task_id, t in tasks.items():
         for rep in range(len(t.passes)):
             att = dir / "attempts" / f"{name}-{task_id}-{rep}-1"
@@ -65,10 +99,15 @@ def _evidence(dir: Path, name: str, tasks: dict[str, Task]) -> None:
             (att / "out" / "answer.txt").write_text(answer)
             (att / "stdout.txt").write_text("ok\n")
             if task_id == EPISODE_TASK:
-                (att / "transcript.jsonl").write_bytes(_transcript())
+                (att / "transcript.jsonl").write_bytes(transcript or _transcript())
+            if files and task_id == "t002":
+                (att / "out" / "notes.txt").write_text("".join(f"note line {i}\n" for i in range(LONG_LINES)))
+                (att / "out" / "blob.bin").write_bytes(bytes(range(256)) * 4)
+                (att / "stderr.txt").write_text("".join(f"{name} stderr line {i}\n" for i in range(30)))
 
 
-def build_train(root: Path, home: Path, n: int = 24, k: int = 5, gate: bool = True) -> Train:
+def build_train(root: Path, home: Path, n: int = 24, k: int = 5, gate: bool = True,
+                transcript: bytes | None = None, files: bool = False) -> Train:
     rng = random.Random(3)
     digest = sha256_file(POLICY)
     champ: dict[str, Task] = {}
@@ -86,8 +125,8 @@ def build_train(root: Path, home: Path, n: int = 24, k: int = 5, gate: bool = Tr
         add_task(taskset, t.suite, task_id, expected="42")
     taskset_id = load_taskset(taskset).id
     a, b = root / "champion", root / "candidate"
-    _evidence(a, "champ", champ)
-    _evidence(b, "cand", cand)
+    _evidence(a, "champ", champ, transcript, files)
+    _evidence(b, "cand", cand, transcript, files)
     write_run(a, Side("champ", champ, repeat=k, policy_digest=digest, taskset_id=taskset_id), home, full=True)
     write_run(b, Side("cand", cand, repeat=k, policy_digest=digest, taskset_id=taskset_id), home, full=True)
     cmp = root / "cmp"

@@ -281,3 +281,55 @@ def test_a_comparisons_run_paths_are_shown_escaped(tmp_path: Path, evalrig_home:
     assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
     out = r.stdout  # type: ignore[attr-defined]
     assert "\x1b" not in out and "\r" not in out and "has moved" in out and "gone\\x1b[2J\\r" in out
+
+
+def test_show_speaks_the_verdict_files_words_orders_by_repetition_and_states_expected_once(
+        tmp_path: Path, evalrig_home: Path) -> None:
+    """`show` of a comparison: the rules' outcomes as the verdict file words them ("met",
+    "holds", "no loss shown"), differences in points; a task's trials by repetition (the
+    results' lines are in the order attempts finished), and what was expected said once."""
+    from redteam import eval_sh
+
+    champ = counts_tasks(CHAMP)
+    cand = counts_tasks(BETTER)
+    cand["fresh-000"].passes = [False] * 5
+    gated(tmp_path, evalrig_home, champ, cand)
+    s = eval_sh(evalrig_home, "show", tmp_path / "cmp")
+    assert s.code == 0, s
+    rules = s.stdout[s.stdout.index("rules:"):s.stdout.index("suites:")]
+    assert "fresh.quality                met " in rules and "fresh.loss                   no loss shown" in rules
+    assert "not held" not in rules and " held " not in rules
+    assert "+15.3 points" in s.stdout.split("suites:")[1] and "-100.0 points" in s.stdout
+    v = json.loads(eval_sh(evalrig_home, "show", tmp_path / "cmp", "--json").stdout)
+    assert {r["outcome"] for r in v["decisions"][0]["rules"]} >= {"met", "holds", "no loss shown"}
+    # the champion's attempts finished out of order (jobs > 1): shown by repetition all the same
+    results = tmp_path / "a" / "results.jsonl"
+    results.write_bytes(b"".join(reversed(results.read_bytes().splitlines(keepends=True))))
+    s = eval_sh(evalrig_home, "show", tmp_path / "cmp", "fresh-000")
+    assert s.code == 0, s
+    champion = s.stdout[s.stdout.index("champion attempts:"):s.stdout.index("candidate (")]
+    trials = [ln.split()[0] for ln in champion.splitlines()[2:] if ln.startswith("  fresh-000:")]
+    assert trials == [f"fresh-000:{i}" for i in range(5)], champion
+    assert s.stdout.count("expected:") == 1 and s.stdout.splitlines()[1].startswith("expected: ")
+    v = json.loads(eval_sh(evalrig_home, "show", tmp_path / "a", "fresh-000", "--json").stdout)
+    assert [a["rep"] for a in v["attempts"]] == [0, 1, 2, 3, 4]
+
+
+def test_hints_name_the_rig_as_the_person_invoked_it(tmp_path: Path, evalrig_home: Path) -> None:
+    """Through eval.sh, the commands `show` and `report` suggest are `…/eval.sh …`, never a
+    bare `evalrig` that is not on the person's PATH."""
+    from redteam import EVAL_SH, eval_sh
+
+    gated(tmp_path, evalrig_home, counts_tasks(CHAMP), counts_tasks(BETTER))
+    results = tmp_path / "a" / "results.jsonl"
+    data = results.read_bytes()
+    end = data.index(b"\n")
+    results.write_bytes(data[:end] + b" " + data[end:])  # tampered: the banner says how to see every problem
+    s = eval_sh(evalrig_home, "show", tmp_path / "a")
+    assert s.code == 0 and f"(`{EVAL_SH} verify {tmp_path / 'a'}` lists every problem)" in s.stdout, s
+    s = eval_sh(evalrig_home, "show", tmp_path / "cmp", "fresh-000")
+    assert s.code == 0 and f"`{EVAL_SH} verify" in s.stdout and "`evalrig " not in s.stdout, s
+    s = eval_sh(evalrig_home, "report")
+    assert s.code == 2 and f"{EVAL_SH} report runs/cmp, or {EVAL_SH} report --log" in s.stderr, s
+    s = eval_sh(evalrig_home, "show", tmp_path / "a", "no-such-task")
+    assert s.code == 4 and f"`{EVAL_SH} show BUNDLE` lists the tasks" in s.stderr, s

@@ -67,6 +67,20 @@ def test_the_release_train_runs_a_releases_whole_life_and_again_changes_nothing(
     # watch ran over both trains (nothing to page), and the history verified
     assert "no alert over 2 trains" in p.stdout
 
+    # the README sends the signer to report.html: sign made it again, so it says who signed;
+    # the train ends with a summary: each verdict, each report, what serves now
+    for d in decisions:
+        html = (d.parent.parent / "report.html").read_text()
+        assert "Not signed yet" not in html and "Signed: approved by release-train example" in html
+    summary = p.stdout[p.stdout.rindex("== summary"):].splitlines()
+    assert summary[1:] == [
+        f"verdict: PROMOTE the candidate ({decisions[0].with_suffix('.md')})",
+        f"report: {dir / 'comparison' / 'report.html'}",
+        f"verdict: PROMOTE the candidate (maintenance) ({decisions[1].with_suffix('.md')})",
+        f"report: {dir / 'maintenance' / 'comparison' / 'report.html'}",
+        f"serving now: {again['candidate']['checkpoint_id']}", summary[6], summary[7]]
+    assert summary[6].startswith("  name: ") and summary[7] == "  since: event #4 (ship)"
+
     # the same command again: resumes, skips what it did, and writes nothing new
     def state() -> list[bytes]:
         return [log.read_bytes(), (dir / "comparison" / "retire.json").read_bytes(),

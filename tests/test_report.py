@@ -257,3 +257,49 @@ def test_a_release_log_is_shown_up_to_its_first_line_the_store_refuses(tmp_path:
     assert html.count('<tr class="ev-') == 3
     r = cli(evalrig_home, "history", "--log", log)  # the same line every other reader refuses
     assert r.exit_code == 4 and f"{log}:4" in r.output
+
+
+def test_sign_remakes_the_report_beside_the_decision_and_its_lines_name_eval_sh(train, evalrig_home: Path) -> None:
+    """The README sends the signer to report.html: after `sign` it says who signed, not
+    "Not signed yet"; its commands are the ones the person typed (`…/eval.sh`), never a
+    bare `evalrig` that is not on their PATH."""
+    from redteam import EVAL_SH, eval_sh
+
+    decision = next((train.cmp / "decisions").glob("*.json"))
+    made = eval_sh(evalrig_home, "report", train.cmp, "--tasks", train.taskset)
+    assert made.code == 0, made
+    html = (train.cmp / "report.html").read_text()
+    assert "Not signed yet" in html and f"<code>{EVAL_SH} sign {decision} --approve|--reject" in html
+    assert "<code>evalrig " not in html
+    s = eval_sh(evalrig_home, "sign", decision, "--reject", "--by", "Ada", "--reason", "looked at it")
+    assert s.code == 0, s
+    assert f"report: {train.cmp / 'report.html'} (made again" in s.stdout
+    html = (train.cmp / "report.html").read_text()
+    assert "Not signed yet" not in html and "Signed: rejected by Ada" in html
+    assert "<code>evalrig " not in html
+    # a comparison without a report gets none from sign; the sign-off is all it does
+    (train.cmp / "report.html").unlink()
+    s = eval_sh(evalrig_home, "sign", decision, "--reject", "--by", "Bo", "--reason", "again")
+    assert s.code == 0 and "report:" not in s.stdout, s
+    assert not (train.cmp / "report.html").exists()
+
+
+def test_evidence_shown_inline_is_capped_per_page_and_the_rest_named(train, evalrig_home: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files open inline only up to the page's budget (a train of many thousand attempts would
+    make a page no browser opens); past it each file is still listed, with a note saying why
+    it is not shown and where it is."""
+    from evalrig.read import report
+
+    def inline(html: str) -> list[list]:
+        data = json.loads(re.search(r'id="report-data">(.*?)</script>', html, re.S).group(1))
+        return [f for t in data["tasks"] for a in t[11] if a[8] for f in a[8]["files"]]
+
+    files = inline(_report(evalrig_home, train.cmp)[0])
+    assert all(f[2] is not None for f in files if f[1])  # every non-empty text file, inline
+    monkeypatch.setattr(report, "MAX_INLINE_PAGE", 40)
+    files = inline(_report(evalrig_home, train.cmp)[0])
+    shown = [f for f in files if f[2] is not None]
+    assert shown and sum(len(f[2]) for f in shown) <= 40
+    cut = [f for f in files if f[2] is None and f[1]]
+    assert cut and all("not shown inline" in f[3] and "show BUNDLE ATTEMPT" in f[3] for f in cut)

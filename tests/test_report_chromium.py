@@ -1,9 +1,9 @@
 """The HTML report as a person sees it: headless Chromium loads report.html from disk with
-the network off (docs/report.md). Skipped, never passed, where Chromium cannot be had."""
+the network off (docs/report.md). Skipped, never passed, where Chromium cannot be had. The
+screenshots in docs/img/ are test_report_reading.py's."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,6 @@ from typer.testing import CliRunner
 from evalrig.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
-SHOTS = ROOT / "docs" / "img"
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(why_unavailable() is not None,
                                                    reason=f"headless Chromium: {why_unavailable()}")]
@@ -37,13 +36,6 @@ def _report(tmp_path: Path, home: Path) -> tuple[Path, list[str]]:
     return train.cmp / "report.html", train.tasks
 
 
-def _save(png: bytes, name: str) -> None:
-    """The screenshots in docs/img/ are this test's (EVALRIG_SHOTS=1 refreshes them)."""
-    if os.environ.get("EVALRIG_SHOTS") == "1":
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        (SHOTS / name).write_bytes(png)
-
-
 def test_report_renders_offline_with_verdict_tasks_and_plots(tmp_path: Path, evalrig_home: Path) -> None:
     html, tasks = _report(tmp_path, evalrig_home)
     with Browser(height=1000) as b:
@@ -51,7 +43,6 @@ def test_report_renders_offline_with_verdict_tasks_and_plots(tmp_path: Path, eva
         shot = b.screenshot()
         sd, inked = not_blank(shot)
         assert sd > 0.05 and inked > 0.02, (sd, inked)
-        _save(shot, "report-comparison.png")
         verdict = b.eval("document.querySelector('#verdict h2.verdict').textContent")
         sentence = b.eval("document.querySelector('#verdict p.sentence').textContent")
         md = next((tmp_path / "cmp" / "decisions").glob("*.md")).read_text()
@@ -103,7 +94,6 @@ def test_sorting_filtering_and_a_transcript(tmp_path: Path, evalrig_home: Path) 
         assert "not a frame (not a JSON object)" in text and "line 7 is torn" in text
         assert "alert(1)" in text and "[bold]\\x1b[31m" in text  # shown, escaped; a terminal escape seen, not obeyed
         b.eval("document.querySelector('details.transcript').scrollIntoView()")
-        _save(b.screenshot(full_page=False), "report-transcript.png")
         # a task's trials list their evidence files and the answer got
         b.eval("document.querySelector('#task-body tr.task[data-id=\"t001\"]').click()")
         b.eval("document.querySelectorAll('tr.detail details').forEach(d => d.open = true)")
@@ -127,7 +117,6 @@ def test_release_log_page(tmp_path: Path, evalrig_home: Path) -> None:
         b.open(tmp_path / "releases.html")
         shot = b.screenshot()
         assert not_blank(shot)[1] > 0.02
-        _save(shot, "report-releases.png")
         assert b.eval("document.querySelectorAll('svg.plot').length") == 1
         assert b.eval("document.querySelectorAll('#events tbody tr').length") == len(release_events(8))
         assert b.eval("document.querySelectorAll('tr.ev-rollback').length") == 1

@@ -103,6 +103,7 @@ def sign_cmd(
     if approve == reject:
         raise UsageError("give exactly one of --approve and --reject")
     s = sign(decision, approve, by, reason, utcnow(), evalrig_home())
+    report, report_error = _remake_report(Path(decision))
     if json_out:
         emit_json(s)
     else:
@@ -110,8 +111,38 @@ def sign_cmd(
 
         say([f"{s.action} by {shown(s.by)} recorded ({'agrees with' if s.agrees_with_gate else 'overrides'} "
              f"the gate's {s.verdict})", f"candidate {s.candidate_checkpoint_id}",
-             f"verdict file: {Path(decision).with_suffix('.md')} (now says who signed)"])
+             f"verdict file: {Path(decision).with_suffix('.md')} (now says who signed)"]
+            + ([f"report: {report} (made again: it says who signed)"] if report is not None else []))
+    if report_error is not None:
+        err(f"warning: the sign-off is recorded, but {report_error}")
     return 0
+
+
+def _remake_report(decision: Path) -> tuple[Path | None, str | None]:
+    """Make again the report.html that stands beside a signed decision (the comparison bundle's,
+    docs/report.md), so that the page the signer is sent to says who signed, not "Not signed
+    yet". Only a report that exists is made again; one that cannot be is named, and the
+    sign-off stands. Returns (the report made, or None; why it could not be, or None)."""
+    from evalrig.core.errors import EvalrigError
+    from evalrig.read.report import write_report
+    from evalrig.store.checkpoint import evalrig_home
+    from evalrig.store.clock import utcnow
+    from evalrig.store.invocation import command_name, quoted
+    from evalrig.store.layout import DECISIONS, REPORT_HTML
+
+    folder = decision.parent
+    if folder.name != DECISIONS:
+        return None, None
+    cmp = folder.parent
+    html = cmp / REPORT_HTML
+    if not html.is_file() or html.is_symlink():
+        return None, None
+    try:
+        w = write_report(cmp, None, None, None, evalrig_home(), utcnow())
+    except EvalrigError as e:
+        return None, (f"{html} could not be made again ({e.message}); it still says \"Not signed yet\": "
+                      f"`{command_name()} report {quoted(cmp)}` makes it")
+    return w.path, None
 
 
 @command("check-release", "evalrig check-release trains/t1/decisions/default-v2.json --checkpoint examples/candidate")

@@ -33,8 +33,11 @@ def report_cmd(
     from evalrig.store.clock import utcnow
 
     if (dir is None) == (log is None):
+        from evalrig.store.invocation import command_name
+
+        prog = command_name()
         raise UsageError("give a bundle directory or --log FILE (one of them)",
-                         hint="evalrig report runs/cmp, or evalrig report --log $EVALRIG_HOME/releases.jsonl")
+                         hint=f"{prog} report runs/cmp, or {prog} report --log $EVALRIG_HOME/releases.jsonl")
     w = write_report(dir, out, log, tasks, evalrig_home(), utcnow())
     if json_out:
         emit_json({"report": str(w.path), "kind": w.kind, "tasks": w.tasks, "bytes": w.bytes, "banners": w.banners})

@@ -288,8 +288,12 @@ def checkpoint_label(checkpoint_id: str, names: Mapping[str, str]) -> str:
             else f"`{short_digest(checkpoint_id)}` (no name: not in this home's seal registry)")
 
 
-def _pts(x: Any) -> str:
+def points(x: Any) -> str:
+    """A difference of rates as the verdict file writes it: `+30.0 points` (show says it so too)."""
     return "–" if not isinstance(x, (int, float)) else f"{100 * x:+.1f} points"
+
+
+_pts = points
 
 
 def _figures(d: Decision, names: Mapping[str, str], decision_file: str) -> list[str]:

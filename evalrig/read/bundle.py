@@ -19,6 +19,7 @@ from evalrig.models.run import RunManifest
 from evalrig.store import layout
 from evalrig.store.bundle import check_run_digests
 from evalrig.store.files import parse_json, read_json, sha256_file
+from evalrig.store.invocation import command_name, quoted
 from evalrig.store.jsonl import stream_lines
 from evalrig.store.tasks import LoadedTask, TaskSet, content_digest, load_taskset, read_tags
 
@@ -46,7 +47,7 @@ class Opened:
         first = self.problems[0]
         more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
         return (f"this bundle fails verification: {first.render()}{more}; what follows may have been "
-                f"changed after the rig wrote it (`evalrig verify {self.dir}` lists every problem)")
+                f"changed after the rig wrote it (`{command_name()} verify {quoted(self.dir)}` lists every problem)")
 
     def integrity(self) -> dict[str, Any]:
         return {"verified": not self.problems, "banner": self.banner(),

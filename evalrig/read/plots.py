@@ -20,6 +20,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display: the report is a file
 
 from matplotlib import pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 plt.rcParams.update({
     "svg.fonttype": "none",  # text stays text: smaller, and searchable in the page
@@ -59,42 +60,52 @@ def _note(ax: plt.Axes, text: str) -> None:
     ax.set_yticks([])
 
 
+def _panels(names: Sequence[str]) -> list[tuple[str, plt.Figure, plt.Axes]]:
+    """One small figure per suite: a multi-panel plot is drawn as panels side by side on a
+    wide screen and one per row on a phone (the page lays them out), each readable alone."""
+    out = []
+    for name in names:
+        fig, ax = plt.subplots(figsize=(3.2, 2.6))
+        out.append((name, fig, ax))
+    return out
+
+
 def differences(by_suite: Mapping[str, Sequence[float]]) -> str:
     """Per-task differences d_i (candidate − champion pass rate), sorted, one panel per suite.
     Drawn as a step line over the task's rank (0–1), one segment per run of equal values."""
-    suites = list(by_suite) or ["no suite"]
-    fig, axes = plt.subplots(1, len(suites), figsize=(3.2 * len(suites), 2.6), squeeze=False, sharey=True)
-    for ax, suite in zip(axes[0], suites, strict=True):
+    svgs = []
+    for suite, fig, ax in _panels(list(by_suite) or ["no suite"]):
         ds = sorted(by_suite.get(suite, ()))
         ax.set_title(f"{suite} ({len(ds)} tasks)")
+        ax.set_ylabel("candidate − champion pass rate")
         ax.axhline(0, color="#999", lw=0.8)
-        if not ds:
+        if ds:
+            xs, ys = [0.0], [ds[0]]
+            n = len(ds)
+            for i in range(1, n):
+                if ds[i] != ds[i - 1]:
+                    xs += [i / n, i / n]
+                    ys += [ds[i - 1], ds[i]]
+            xs.append(1.0)
+            ys.append(ds[-1])
+            ax.plot(xs, ys, color="#333", lw=1.4)
+            ax.fill_between(xs, ys, 0, where=[y > 0 for y in ys], color="#55a868", alpha=0.4, step=None)
+            ax.fill_between(xs, ys, 0, where=[y < 0 for y in ys], color="#c44e52", alpha=0.4, step=None)
+            ax.set_xlim(0, 1)
+            ax.set_ylim(-1.05, 1.05)
+            ax.set_xlabel("tasks, sorted (fraction)")
+        else:
             _note(ax, "no tasks")
-            continue
-        xs, ys = [0.0], [ds[0]]
-        n = len(ds)
-        for i in range(1, n):
-            if ds[i] != ds[i - 1]:
-                xs += [i / n, i / n]
-                ys += [ds[i - 1], ds[i]]
-        xs.append(1.0)
-        ys.append(ds[-1])
-        ax.plot(xs, ys, color="#333", lw=1.4)
-        ax.fill_between(xs, ys, 0, where=[y > 0 for y in ys], color="#55a868", alpha=0.4, step=None)
-        ax.fill_between(xs, ys, 0, where=[y < 0 for y in ys], color="#c44e52", alpha=0.4, step=None)
-        ax.set_xlim(0, 1)
-        ax.set_ylim(-1.05, 1.05)
-        ax.set_xlabel("tasks, sorted (fraction)")
-    axes[0][0].set_ylabel("candidate − champion pass rate")
-    return _svg(fig, "per-task differences")
+        svgs.append(_svg(fig, f"per-task differences: {suite}"))
+    return "".join(svgs)
 
 
 def pass_k(by_suite: Mapping[str, Mapping[str, tuple[Mapping[str, float | None], Mapping[str, float | None]]]]) -> str:
     """pass^j and pass@j against j, both sides, one panel per suite. `by_suite[suite][side]`
     is (pass_hat_k, pass_at_k), keyed by j as a string."""
-    suites = list(by_suite) or ["no suite"]
-    fig, axes = plt.subplots(1, len(suites), figsize=(3.2 * len(suites), 2.6), squeeze=False, sharey=True)
-    for ax, suite in zip(axes[0], suites, strict=True):
+    svgs = []
+    legend = True
+    for suite, fig, ax in _panels(list(by_suite) or ["no suite"]):
         ax.set_title(suite)
         drawn = False
         for side, color in SIDES:
@@ -109,18 +120,16 @@ def pass_k(by_suite: Mapping[str, Mapping[str, tuple[Mapping[str, float | None],
                     drawn = True
         if not drawn:
             _note(ax, "no scored tasks")
-            continue
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel("k (attempts)")
-        ax.xaxis.get_major_locator().set_params(integer=True)
-    axes[0][0].set_ylabel("rate")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    for ax in axes[0][1:]:
-        if not handles:
-            handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        fig.legend(handles, labels, loc="upper center", ncol=4, frameon=False, bbox_to_anchor=(0.5, 1.12))
-    return _svg(fig, "pass^k and pass@k")
+        else:
+            ax.set_ylim(-0.02, 1.02)
+            ax.set_xlabel("k (attempts)")
+            ax.set_ylabel("rate")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            if legend:  # the first drawn panel carries the key, below its axes
+                ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2, frameon=False, fontsize=7)
+                legend = False
+        svgs.append(_svg(fig, f"pass^k and pass@k: {suite}"))
+    return "".join(svgs)
 
 
 def cost_vs_pass(points: Mapping[str, Sequence[TaskPoint]]) -> str:
@@ -193,18 +202,18 @@ def calibration(pairs: Mapping[str, Sequence[tuple[float, bool]]], bins: int = 1
 
 def histogram(by_suite: Mapping[str, Sequence[float]]) -> str:
     """A run bundle's per-task pass rates, one panel per suite (a run has nothing to pair)."""
-    suites = list(by_suite) or ["no suite"]
-    fig, axes = plt.subplots(1, len(suites), figsize=(3.2 * len(suites), 2.6), squeeze=False)
-    for ax, suite in zip(axes[0], suites, strict=True):
+    svgs = []
+    for suite, fig, ax in _panels(list(by_suite) or ["no suite"]):
         rates = by_suite.get(suite, ())
         ax.set_title(f"{suite} ({len(rates)} tasks)")
-        if not rates:
+        if rates:
+            ax.hist(rates, bins=[i / 10 for i in range(11)], color=SIDES[0][1], edgecolor="white")
+            ax.set_xlabel("pass rate of the task")
+            ax.set_ylabel("tasks")
+        else:
             _note(ax, "no tasks")
-            continue
-        ax.hist(rates, bins=[i / 10 for i in range(11)], color=SIDES[0][1], edgecolor="white")
-        ax.set_xlabel("pass rate of the task")
-    axes[0][0].set_ylabel("tasks")
-    return _svg(fig, "per-task pass rates")
+        svgs.append(_svg(fig, f"per-task pass rates: {suite}"))
+    return "".join(svgs)
 
 
 @dataclass(frozen=True)
@@ -215,14 +224,33 @@ class Mark:
     label: str
 
 
+def spread(marks: Sequence[Mark], width: float = 0.3) -> list[Mark]:
+    """Marks that fall at one place (a ship and its rollback between the same two trains) set
+    side by side around it, in their order, so that each line shows."""
+    groups: dict[float, list[int]] = {}
+    for i, m in enumerate(marks):
+        groups.setdefault(round(m.at, 6), []).append(i)
+    out = list(marks)
+    for at, idx in groups.items():
+        if len(idx) < 2:
+            continue
+        step = width / (len(idx) - 1)
+        for j, i in enumerate(idx):
+            out[i] = Mark(at - width / 2 + j * step, marks[i].kind, marks[i].label)
+    return out
+
+
 def curves(series: Mapping[str, Sequence[float | None]], labels: Sequence[str], marks: Sequence[Mark],
            bands: Mapping[str, Sequence[tuple[float, float] | None]] | None = None) -> str:
     """The release curves (docs/report.md): one panel per series over the trains, with ships,
-    rollbacks and alerts marked as vertical lines; `bands` shades a series' bounds."""
+    rollbacks and alerts marked as vertical lines, each labelled with its event number above
+    the first panel (marks at one place are set side by side); `bands` shades a series'
+    bounds. Each panel is named by its title, which is never clipped as a long y label is."""
     names = list(series)
     fig, axes = plt.subplots(len(names) or 1, 1, figsize=(7.5, 1.9 * max(len(names), 1)), squeeze=False,
                              sharex=True)
     style = {"ship": ("#55a868", "-"), "rollback": ("#c44e52", "--"), "alert": ("#dd8452", ":")}
+    placed = spread(marks)
     for ax, name in zip(axes[:, 0], names, strict=False):
         ys = series[name]
         pts = [(i, y) for i, y in enumerate(ys) if y is not None]
@@ -233,19 +261,29 @@ def curves(series: Mapping[str, Sequence[float | None]], labels: Sequence[str], 
             ax.fill_between([i for i, _ in band], [b[0] for _, b in band], [b[1] for _, b in band],
                             color="#4c72b0", alpha=0.2, lw=0)
             ax.axhline(0, color="#999", lw=0.6)
-        ax.set_ylabel(name, fontsize=8)
-        for m in marks:
+        ax.set_title(name, loc="left", fontsize=8, pad=3)
+        ax.tick_params(axis="y", labelsize=7)
+        for m in placed:
             color, ls = style.get(m.kind, ("#999", "-"))
-            ax.axvline(m.at, color=color, ls=ls, lw=1)
+            ax.axvline(m.at, color=color, ls=ls, lw=1.2)
     if not names:
         _note(axes[0][0], "no trains in the gate ledger")
+    top = axes[0][0]
+    for m in placed:  # each mark's event number, above the first panel, in its colour
+        color, _ = style.get(m.kind, ("#999", "-"))
+        top.annotate(f"{m.kind[0]}{m.label}", (m.at, 1.0), xycoords=("data", "axes fraction"), xytext=(0, 12),
+                     textcoords="offset points", ha="center", fontsize=6, color=color, rotation=90,
+                     annotation_clip=False)
     for kind, (color, ls) in style.items():
-        axes[0][0].plot([], [], color=color, ls=ls, label=kind)
-    axes[0][0].legend(frameon=False, fontsize=8, ncol=3, loc="upper left", bbox_to_anchor=(0, 1.35))
+        top.plot([], [], color=color, ls=ls, label=kind)
+    top.legend(frameon=False, fontsize=8, ncol=3, loc="lower left", bbox_to_anchor=(0, 1.3))
     bottom = axes[-1][0]
     if labels:
         step = max(1, len(labels) // 12)
         bottom.set_xticks(range(0, len(labels), step))
         bottom.set_xticklabels(labels[::step], rotation=30, ha="right", fontsize=7)
-    bottom.set_xlabel("trains (gates), in ledger order")
+    ats = [m.at for m in placed]
+    if labels or ats:  # every train and every mark inside the axes, a mark set aside included
+        bottom.set_xlim(min([-0.6] + [a - 0.2 for a in ats]), max([len(labels) - 0.4] + [a + 0.2 for a in ats]))
+    bottom.set_xlabel("trains (gates), in ledger order: number and date")
     return _svg(fig, "release curves")

@@ -8,6 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalrig.core.report import points
+from evalrig.store.invocation import command_name
+
 Cell = Any
 
 
@@ -29,6 +32,11 @@ def _f(x: Any, digits: int = 4) -> str:
     if isinstance(x, float):
         return f"{x:.{digits}g}"
     return str(x)
+
+
+def _pts(x: float | None) -> str:
+    """A difference of pass rates in the verdict file's words (`+30.0 points`)."""
+    return "-" if x is None else points(x)
 
 
 def _pct(x: float | None) -> str:
@@ -86,15 +94,26 @@ def _first(f: dict[str, Any] | None) -> str:
     return s + (f": {f['error']}" if f.get("error") else "")
 
 
-def _task(v: dict[str, Any], who: str = "") -> list[Block]:
-    out: list[Block] = [f"{who}{v['kind']} {v['id']}  (task {v['task_id']}, suite {v['suite']}, verifier "
-                        f"{v['verifier'].get('kind')} v{v['verifier'].get('version')})"]
-    long = any(a.get("diff") for a in v["attempts"])
+def _task(v: dict[str, Any]) -> list[Block]:
+    return [f"{v['kind']} {v['id']}  (task {v['task_id']}, suite {v['suite']}, verifier "
+            f"{v['verifier'].get('kind')} v{v['verifier'].get('version')})", *_expected(v), *_attempts(v, "")]
+
+
+def _expected(v: dict[str, Any], long: bool | None = None) -> list[Block]:
+    """What the verifier expects (or why it is not shown): said once per task."""
+    out: list[Block] = []
+    if long is None:
+        long = any(a.get("diff") for a in v["attempts"])
     if v["expected"] is not None:
-        out.append(who + ("pattern" if v["expected_kind"] == "regex" else "expected") + ": "
+        out.append(("pattern" if v["expected_kind"] == "regex" else "expected") + ": "
                    + (_clip(v["expected"]) if long else v["expected"].rstrip("\n")))
     elif v["expected_note"]:
-        out.append(f"{who}expected: not shown: {v['expected_note']}")
+        out.append(f"expected: not shown: {v['expected_note']}")
+    return out
+
+
+def _attempts(v: dict[str, Any], who: str) -> list[Block]:
+    out: list[Block] = []
     rows = [[a["trial_id"], a["attempt"], a["status"], _f(a["reward"]), _checks(a["checks"]), _f(a["wall_s"]),
              _f(a["cost_usd"]), a["attempt_id"]] for a in v["attempts"]]
     out.append(Table(f"{who}attempts", ["trial", "#", "status", "reward", "checks", "wall s", "cost $", "attempt"], rows))
@@ -165,21 +184,21 @@ def _comparison(v: dict[str, Any]) -> list[Block]:
     out: list[Block] = [f"comparison: candidate {v['candidate']['run_id']} against champion "
                         f"{v['champion']['run_id']}, k = {v['repeat']}"]
     if not v["decisions"]:
-        out.append("verdict: none yet (run `evalrig gate` on this bundle)")
+        out.append(f"verdict: none yet (run `{command_name()} gate` on this bundle)")
     for d in v["decisions"]:
         stale = "" if d["of_this_comparison"] else " (of another comparison.json: gate again)"
         out.append(f"verdict {d['verdict']} ({d['reason']}){' advisory' if d['advisory'] else ''} "
                    f"[{d['file']}]{stale}: {d['summary']}")
-        out.append(Table("rules", ["rule", "held", "says"],
-                         [[r["name"], "held" if r["held"] else "not held", r["says"]] for r in d["rules"]]))
+        out.append(Table("rules", ["rule", "outcome", "what it checks"],
+                         [[r["name"], r["outcome"], r["says"]] for r in d["rules"]]))
     out.append(Table("suites", ["suite", "tasks", "champion", "candidate", "mean d", "better", "worse",
                                 "p better", "p worse"],
                      [[s, x["tasks"], _pct(x["champion_pass_rate"]), _pct(x["candidate_pass_rate"]),
-                       _f(x["mean_d"]), x["better"], x["worse"], _f(x["p_one_sided"]), _f(x["p_worse"])]
+                       _pts(x["mean_d"]), x["better"], x["worse"], _f(x["p_one_sided"]), _f(x["p_worse"])]
                       for s, x in v["suites"].items()]))
     moved = v["moved"]
     out.append(Table("tasks that moved, worst first", ["task", "suite", "d", "champion", "candidate"],
-                     [[m["task_id"], m["suite"], f"{m['d']:+.3g}", m["champion"], m["candidate"]]
+                     [[m["task_id"], m["suite"], _pts(m["d"]), m["champion"], m["candidate"]]
                       for m in moved[:MAX_TASKS]]))
     if len(moved) > MAX_TASKS:
         out.append(f"… {len(moved) - MAX_TASKS} more (--json lists them all)")
@@ -188,7 +207,11 @@ def _comparison(v: dict[str, Any]) -> list[Block]:
 
 def _comparison_task(v: dict[str, Any]) -> list[Block]:
     out: list[Block] = [f"task {v['task_id']} ({v['suite']}): champion {v['champion_passes']}/{v['champion_n']}, "
-                        f"candidate {v['candidate_passes']}/{v['candidate_n']}, d {_f(v['d'])}"]
+                        f"candidate {v['candidate_passes']}/{v['candidate_n']}, d {_pts(v['d'])}"]
+    shown = [s["trials"] for s in v.get("sides", {}).values() if s["trials"] is not None]
+    said = next((t for t in shown if t["expected"] is not None), shown[0] if shown else None)
+    if said is not None:  # the task's expected answer, once (both sides ran the same task)
+        out += _expected(said, any(a.get("diff") for t in shown for a in t["attempts"]))
     for side, s in v.get("sides", {}).items():
         if s["trials"] is None:
             out.append(f"{side} ({s['run_id']}): trials not shown: {s['note']}")
@@ -197,7 +220,7 @@ def _comparison_task(v: dict[str, Any]) -> list[Block]:
         out.append(f"{side} ({s['run_id']}, {s['bundle']}):")
         if t["integrity"]["banner"]:
             out.append(f"{side}: WARNING: {t['integrity']['banner']}")
-        out += _task(t, f"{side} ")[1:]
+        out += _attempts(t, f"{side} ")
     return out
 
 

@@ -37,8 +37,10 @@ from evalrig.core.words import count
 from evalrig.models.comparison import Comparison, ComparisonManifest, Decision, SuiteStats
 from evalrig.models.run import RunManifest
 from evalrig.read.bundle import compared_run, not_compared
+from evalrig.read.text import tail
 from evalrig.store import bundle, ledger
-from evalrig.store.files import parse_json, read_json, write_bytes_atomic
+from evalrig.store.files import parse_json, read_head, read_json, read_regular, write_bytes_atomic
+from evalrig.store.invocation import command_name, quoted
 from evalrig.store.jsonl import whole_lines
 from evalrig.store.layout import (
     ADVISORY,
@@ -48,6 +50,8 @@ from evalrig.store.layout import (
     DECISIONS,
     MANIFEST,
     REPORT_HTML,
+    STDERR_TXT,
+    STDOUT_TXT,
     TRANSCRIPT,
 )
 from evalrig.store.runlines import no_gc, read_run_lines
@@ -195,111 +199,201 @@ class _Settings:
             self.by_id[t.id] = {k: v[k] for k in ("kind", "expected", "pattern", "command") if k in v}
 
 
-def _evidence(run_dir: Path, attempt_id: str) -> tuple[list[str], str | None, list[list[Any]] | None]:
-    """An attempt's evidence: its files (at most MAX_FILES, then a count), its answer, and
-    its transcript when it is an episode."""
+MAX_INLINE = 4000
+"""Characters of one evidence file shown inline."""
+MAX_INLINE_ATTEMPT = 16000
+"""Characters of evidence files shown inline per attempt (the page stays one file to open)."""
+MAX_INLINE_PAGE = 4_000_000
+"""Characters of evidence files and stream tails shown inline in one page: a train of many
+thousand attempts lists the rest by name, and `show BUNDLE ATTEMPT` shows them."""
+FAILED = frozenset({"failed", "agent_error", "timeout", "infra_error"})
+"""Statuses whose trial shows the tails of the agent's stdout and stderr."""
+
+
+def _file_text(path: Path, budget: int) -> tuple[int | None, str | None, str | None]:
+    """(size, text shown inline or None, a note of what was cut or why nothing is shown) of an
+    evidence file: the agent's bytes, read without following a link, escaped, capped."""
+    head = read_head(path, min(MAX_INLINE, max(budget, 0)) * 4 + 4)
+    if head is None:
+        return None, None, "not a regular file: not shown"
+    data, size = head
+    if not size:
+        return size, None, "empty"
+    if budget <= 0:
+        return size, None, (f"not shown inline: the page keeps {MAX_INLINE_ATTEMPT:,} characters of files per "
+                            f"attempt and {MAX_INLINE_PAGE:,} in all (`show BUNDLE ATTEMPT` shows the attempt)")
+    if b"\0" in data[:8192]:
+        return size, None, f"binary ({size:,} bytes): not shown"
+    text = data.decode("utf-8", "replace")
+    if text.count("\ufffd") > max(4, len(text) // 100):
+        return size, None, f"not UTF-8 text ({size:,} bytes): not shown"
+    cap = min(MAX_INLINE, budget)
+    shown = escaped(text[:cap], newlines=True)
+    if len(text) > cap or len(data) < size:
+        return size, shown, f"the first {cap:,} characters of {size:,} bytes are shown; the rest is cut"
+    return size, shown, None
+
+
+@dataclass
+class _Budget:
+    """What is left of the characters the page shows inline (MAX_INLINE_PAGE)."""
+
+    left: int = field(default_factory=lambda: MAX_INLINE_PAGE)
+
+
+def _evidence(run_dir: Path, attempt_id: str, status: str, page: _Budget) -> dict[str, Any] | None:
+    """An attempt's evidence: its files (at most MAX_FILES, then a count), text files inline
+    (escaped, capped, with a note of what was cut), its answer, the tails of the agent's
+    stdout and stderr when the trial failed or errored, and its transcript when it is an
+    episode."""
     root = run_dir / ATTEMPTS_DIR / attempt_id
-    if not root.is_dir():
-        return [], None, None
-    files: list[str] = []
+    if not root.is_dir() or root.is_symlink():
+        return None
+    files: list[list[Any]] = []
     more = 0
+    budget = min(MAX_INLINE_ATTEMPT, page.left)
+    spent = budget
     for dirpath, dirs, names in os.walk(root):
         dirs.sort()
         rel = os.path.relpath(dirpath, root)
         for name in sorted(names):
-            if len(files) < MAX_FILES:
-                files.append(_clip(name if rel == "." else f"{rel}/{name}", 300))  # names are the agent's
-            else:
+            if len(files) >= MAX_FILES:
                 more += 1
-    if more:
-        files.append(f"… and {count(more, 'more file')}")
+                continue
+            rel_name = name if rel == "." else f"{rel}/{name}"
+            if rel_name == TRANSCRIPT:  # shown as the transcript, message by message
+                files.append([rel_name, None, None, "shown below as the transcript"])
+                continue
+            size, text, note = _file_text(Path(dirpath) / name, budget)
+            budget -= len(text or "")
+            files.append([_clip(rel_name, 300), size, text, note])  # names are the agent's
+    page.left -= spent - budget
     answer = None
     for name in ANSWERS:
-        path = root / name
-        if path.is_file() and not path.is_symlink():
-            with open(path, "rb") as f:
-                answer = _clip(f.read(MAX_TEXT + 1).decode("utf-8", "replace"))
+        got = read_head(root / name, MAX_TEXT * 4 + 4)
+        if got is not None:
+            answer = _clip(got[0].decode("utf-8", "replace"))
             break
+    tails = None
+    if status in FAILED and page.left > 0:
+        tails = {}
+        for name in (STDOUT_TXT, STDERR_TXT):
+            data = read_regular(root / name)
+            tails[name] = tail(data) if data else ""
+            page.left -= len(tails[name])
     transcript = _transcript(root / TRANSCRIPT) if (root / TRANSCRIPT).is_file() else None
-    return files, answer, transcript
+    return {"files": files, "more": more, "answer": answer, "tails": tails, "transcript": transcript}
 
 
-def _message_items(who: str, messages: Any) -> list[list[Any]]:
-    """Chat messages as transcript items [who, role, text, flags]."""
-    out: list[list[Any]] = []
-    for m in messages if isinstance(messages, list) else []:
-        if not isinstance(m, dict):
-            out.append([who, "?", _clip(repr(m)), ""])
-            continue
-        role = str(m.get("role", "?"))
-        content = m.get("content")
-        text = content if isinstance(content, str) else ("" if content is None else orjson.dumps(content).decode())
-        flags = "error" if m.get("error") is True else ""
-        if role == "tool":
-            role = f"tool result {m.get('tool_call_id', '')}".strip()
-        out.append([who, role, _clip(text), flags])
-        for call in m.get("tool_calls") or []:
-            fn = call.get("function", {}) if isinstance(call, dict) else {}
-            out.append([who, f"tool call {call.get('id', '') if isinstance(call, dict) else ''}".strip(),
-                        _clip(f"{fn.get('name', '?')}({fn.get('arguments', '')})"), "call"])
-    return out
+def _text_of(content: Any) -> str:
+    return content if isinstance(content, str) else ("" if content is None else orjson.dumps(content).decode())
 
 
-def _transcript(path: Path) -> list[list[Any]]:
-    """An episode turn by turn (docs/report.md): who spoke, each message, each tool call with
-    its arguments, each result (errors marked), and the termination."""
+class _Transcript:
+    """An episode as the agent saw it (docs/report.md): each message once, tool calls with
+    their results inline; the rig's hops to and from the driver (copies of the same
+    messages) kept apart as raw frames."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.raw: list[list[str]] = []
+        self.calls: dict[str, dict[str, Any]] = {}
+
+    def item(self, who: str, role: str, text: str | None, flag: str = "", calls: list[Any] | None = None) -> None:
+        self.items.append({"who": who, "role": role, "text": text, "flag": flag, "calls": calls or []})
+
+    def messages(self, who: str, messages: Any) -> None:
+        for m in messages if isinstance(messages, list) else []:
+            if not isinstance(m, dict):
+                self.item(who, "?", _clip(repr(m)), "error")
+                continue
+            role = str(m.get("role", "?"))
+            text = _text_of(m.get("content"))
+            error = m.get("error") is True
+            call_id = m.get("tool_call_id")
+            if role == "tool" and isinstance(call_id, str) and call_id in self.calls \
+                    and "result" not in self.calls[call_id]:
+                self.calls[call_id] |= {"result": _clip(text), "error": error}  # shown under its call
+                continue
+            if role == "tool":
+                role = f"tool result {call_id or ''}".strip()
+            calls = []
+            for call in m.get("tool_calls") or []:
+                fn = call.get("function", {}) if isinstance(call, dict) else {}
+                fn = fn if isinstance(fn, dict) else {}
+                c = {"id": _clip(str(call.get("id", "")) if isinstance(call, dict) else "", 200),
+                     "name": _clip(str(fn.get("name", "?")), 300), "args": _clip(_text_of(fn.get("arguments")))}
+                calls.append(c)
+                if isinstance(call, dict) and isinstance(call.get("id"), str):
+                    self.calls.setdefault(call["id"], c)
+            self.item(who, role, _clip(text) if text else None, "error" if error else ("call" if calls else ""),
+                      calls)
+
+
+def _transcript(path: Path) -> dict[str, Any]:
+    """An episode turn by turn (docs/report.md): who spoke, each message once as the agent saw
+    it, each tool call with its arguments and its result (errors marked), the termination;
+    the frames between the rig and the driver apart, as raw frames."""
+    t = _Transcript()
     try:
         data = path.read_bytes()
     except OSError as e:
-        return [["rig", "unreadable", f"{TRANSCRIPT} cannot be read ({e.strerror})", "error"]]
+        t.item("rig", "unreadable", f"{TRANSCRIPT} cannot be read ({e.strerror})", "error")
+        return {"items": t.items, "raw": t.raw}
     lines, torn = whole_lines(data)
-    items: list[list[Any]] = []
     for raw in lines[:MAX_FRAMES]:
         try:
             rec = loads(raw)
         except ValueError:
-            items.append(["?", "not JSON", _clip(raw.decode("utf-8", "replace")), "error"])
+            t.item("?", "not JSON", _clip(raw.decode("utf-8", "replace")), "error")
             continue
         if not isinstance(rec, dict):
             continue
-        who = f"{rec.get('from', '?')} → {rec.get('to', '?')}"
+        ends = (str(rec.get("from", "?")), str(rec.get("to", "?")))
+        who = _clip(f"{ends[0]} → {ends[1]}", 200)
         frame = rec.get("frame")
+        reason = rec.get("reason") if isinstance(rec.get("reason"), str) else None
         if not isinstance(frame, dict):
-            why = f" ({rec['reason']})" if isinstance(rec.get("reason"), str) else ""
-            items.append([who, "not a frame" + _clip(why, 300), _clip(str(rec.get("raw", frame))), "error"])
+            why = f" ({reason})" if reason else ""
+            t.item(who, "not a frame" + _clip(why, 300), _clip(str(rec.get("raw", frame))), "error")
             continue
         kind = frame.get("type")
-        if kind in ("session", "turn", "reply"):
-            items += _message_items(who, frame.get("messages"))
-        elif kind == "message":
-            items += _message_items(who, [frame.get("message")])
-        elif kind in ("end", "finish"):
-            items.append([who, kind, str(frame.get("termination") or frame.get("reason") or ""), "end"])
-        elif kind == "start":
+        if "driver" in ends:  # the rig's hop to or from the driver: the same messages again
+            t.raw.append([who, _clip(str(kind), 100), _clip(orjson.dumps(frame).decode())])
+            if kind == "end" or reason:  # why the episode ended is the agent's story too
+                t.item(who, str(kind), _clip(str(frame.get("reason") or frame.get("termination") or "")), "end")
+            if reason:
+                t.item(who, "not relayed", _clip(reason), "error")
             continue
-        else:
-            items.append([who, str(kind), _clip(orjson.dumps(frame).decode()), ""])
-        if isinstance(rec.get("reason"), str):  # a frame that ended the episode or broke a rule: not relayed
-            items.append([who, "not relayed", _clip(rec["reason"]), "error"])
+        if kind in ("session", "turn", "reply"):
+            t.messages(who, frame.get("messages"))
+        elif kind == "message":
+            t.messages(who, [frame.get("message")])
+        elif kind in ("end", "finish"):
+            t.item(who, str(kind), _clip(str(frame.get("termination") or frame.get("reason") or "")), "end")
+        elif kind != "start":
+            t.item(who, _clip(str(kind), 100), _clip(orjson.dumps(frame).decode()))
+        if reason:  # a frame that ended the episode or broke a rule: not relayed
+            t.item(who, "not relayed", _clip(reason), "error")
     if len(lines) > MAX_FRAMES:
-        items.append(["rig", "…", f"{len(lines) - MAX_FRAMES} more frames in {TRANSCRIPT}", ""])
+        t.item("rig", "…", f"{len(lines) - MAX_FRAMES} more frames in {TRANSCRIPT}")
     if torn is not None:
-        items.append(["rig", "torn", f"line {torn} is torn (the episode was cut off)", "error"])
-    return items
+        t.item("rig", "torn", f"line {torn} is torn (the episode was cut off)", "error")
+    return {"items": t.items, "raw": t.raw}
 
 
-def _trials(run: RunData, side: str) -> dict[str, list[list[Any]]]:
+def _trials(run: RunData, side: str, page: _Budget) -> dict[str, list[list[Any]]]:
     """task id -> its attempts as rows [side, rep, attempt_id, status, reward, wall_s, cost,
-    counts, files, answer, transcript]; `counts` marks the attempt that counts for its trial."""
+    counts, evidence]; `counts` marks the attempt that counts for its trial, `evidence` is
+    _evidence's (or None)."""
     final = {r.attempt_id for r in final_of(run.records.results).values()}
     out: dict[str, list[list[Any]]] = defaultdict(list)
     has_evidence = (run.dir / ATTEMPTS_DIR).is_dir()
     for r in run.records.results:
         a = run.records.actuals.get(r.attempt_id)
-        files, answer, transcript = _evidence(run.dir, r.attempt_id) if has_evidence else ([], None, None)
+        evidence = _evidence(run.dir, r.attempt_id, r.status, page) if has_evidence else None
         out[r.task_id].append([side, r.rep, r.attempt_id, r.status, r.reward, a.wall_s if a else None,
-                               a.cost_usd if a else None, 1 if r.attempt_id in final else 0, files, answer,
-                               transcript])
+                               a.cost_usd if a else None, 1 if r.attempt_id in final else 0, evidence])
     for rows in out.values():
         rows.sort(key=lambda a: (a[1], a[7]))  # by repetition, the attempt that counts last
     return out
@@ -337,7 +431,7 @@ def _check_comparison(dir: Path) -> tuple[Comparison, ComparisonManifest, list[s
         data = path.read_bytes()
     except OSError as e:
         raise invalid(f"cannot be read ({e.strerror})", file=path,
-                      hint="give the --out directory of `evalrig compare`") from None
+                      hint=f"give the --out directory of `{command_name()} compare`") from None
     return parse_json(path, data, Comparison), manifest, problems
 
 
@@ -444,7 +538,7 @@ def _signed(path: Path, d: Decision, home: Path) -> str:
         return f"<p>Sign-offs cannot be read from this rig's home ({esc(e)}).</p>"
     if not signoffs:
         return (f"<p><strong>Not signed yet</strong> (in this rig's home, {esc(home)}). A person signs it: "
-                f"<code>evalrig sign {esc(path)} --approve|--reject --by NAME</code>.</p>")
+                f"<code>{esc(command_name())} sign {esc(quoted(path))} --approve|--reject --by NAME</code>.</p>")
     last = signoffs[-1]
     stance = "agrees with the gate" if last.agrees_with_gate else f"overrides the gate: {last.reason or ''}"
     return (f"<p><strong>Signed: {'approved' if last.action == 'approve' else 'rejected'} by {esc(last.by)}</strong> "
@@ -454,7 +548,7 @@ def _signed(path: Path, d: Decision, home: Path) -> str:
 def _verdict_section(dir: Path, decisions: list[tuple[Path, Decision]], home: Path) -> str:
     if not decisions:
         return (f'<section id="verdict"><h2 class="verdict pending">Not gated yet</h2><p>No decision in '
-                f"{esc(dir / DECISIONS)}. <code>evalrig gate {esc(dir)} --policy FILE</code> applies a policy "
+                f"{esc(dir / DECISIONS)}. <code>{esc(command_name())} gate {esc(quoted(dir))} --policy FILE</code> applies a policy "
                 "and writes the verdict.</p></section>")
     path, d = decisions[-1]
     cls = {"promote": "good", "promote-maintenance": "good", "keep-champion": "neutral", "block": "bad"}[d.verdict]
@@ -550,7 +644,8 @@ def _suite_pass_k(s: SuiteStats) -> dict[str, tuple[Mapping[str, float | None], 
 
 def _plots_section(svgs: Sequence[tuple[str, str]]) -> str:
     return ('<section id="plots"><h2>Plots</h2><div class="row">'
-            + "".join(f'<figure><figcaption>{esc(cap)}</figcaption>{svg}</figure>' for cap, svg in svgs)
+            + "".join(f'<figure class="{"wide" if svg.count("<svg ") > 1 else "one"}"><figcaption>{esc(cap)}'
+                      f'</figcaption><div class="panels">{svg}</div></figure>' for cap, svg in svgs)
             + "</div></section>")
 
 
@@ -586,8 +681,9 @@ def _comparison_plots(c: Comparison, runs: Mapping[str, RunData]) -> str:
 
 def _comparison_data(c: Comparison, runs: Mapping[str, RunData], settings: _Settings | None) -> dict[str, Any]:
     trials: dict[str, list[list[Any]]] = defaultdict(list)
+    budget = _Budget()
     for side, run in runs.items():
-        for task_id, rows in _trials(run, side).items():
+        for task_id, rows in _trials(run, side, budget).items():
             trials[task_id] += rows
     tasks = []
     for suite, s in c.suites.items():
@@ -664,7 +760,7 @@ def _run_page(dir: Path, tasks_dir: Path | None) -> Page:
         ("The reward channel: predicted p_success against the observed pass rate.",
          plots.calibration({"champion": _calibration_pairs(run)})),
     ]))
-    trials = _trials(run, "run")
+    trials = _trials(run, "run", _Budget())
     tasks = []
     for task_id in sorted(per_task):
         t = per_task[task_id]
@@ -757,12 +853,14 @@ def _curves_section(page: Page, series: dict[str, Any], alert_events: Sequence[A
                                                 (t["fresh_bounds"] for t in trains)]
     marks = [plots.Mark(position(m["at"]), m["kind"], str(m["seq"])) for m in series["releases"]]
     marks += [plots.Mark(position(e.at), "alert", str(e.seq)) for e in alert_events]
-    labels = [t.strftime("%m-%d %H:%M") for t in times]
+    labels = [f"#{i + 1} {t.strftime('%m-%d %H:%M')}" for i, t in enumerate(times)]
     firing = "".join(f"<li>{esc(a['alert_kind'])} [{esc(a['alert_id'])}]: {esc(_clip(a['detail']))}</li>"
                      for a in series["alerts"])
     page.sections.append(_plots_section([
-        ("The curves over the trains, with ships (green), rollbacks (red dashed) and alerts (orange dotted); "
-         "the fresh delta's band is its two-sided t bounds.",
+        ("The curves over the trains (numbered, with the date each was gated), with ships (green), rollbacks "
+         "(red dashed) and alerts (orange dotted), each named above by its event number (s3: the ship of event "
+         "#3; marks between the same two trains stand side by side); the fresh delta's band is its two-sided "
+         "t bounds.",
          plots.curves(plotted, labels, marks, {"fresh delta (mean_d)": bounds}))])
         + (f'<section id="firing"><h2>Alerts firing now</h2><ul>{firing}</ul></section>' if firing else "")
         + f'<script type="application/json" id="curves-data">{_json_for_script(series)}</script>')
@@ -771,64 +869,124 @@ def _curves_section(page: Page, series: dict[str, Any], alert_events: Sequence[A
 # -- the page ----------------------------------------------------------------------------
 
 _CSS = """
-body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:1em 2em;color:#222}
+*{box-sizing:border-box}
+body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:1em 2em;color:#222;overflow-wrap:break-word}
 h2.verdict{font-size:1.6em;padding:.4em .6em;border-radius:6px}
 .good{background:#e3f3e6}.bad{background:#fbe3e4}.neutral{background:#eef0f4}.pending{background:#fff5d6}
 .banner{background:#c44e52;color:#fff;padding:.8em 1em;border-radius:6px;font-weight:600}
 .note{background:#fff5d6;padding:.5em 1em;border-radius:6px}
-table{border-collapse:collapse;margin:.5em 0}td,th{border-bottom:1px solid #ddd;padding:3px 8px;text-align:left;
-vertical-align:top}tr.bad td{background:#fbe3e4}
-figure{margin:1em 0;max-width:100%}svg.plot{max-width:100%;height:auto}
-.row{display:flex;flex-wrap:wrap;gap:0 2.5em;align-items:flex-start}figcaption{max-width:40em;color:#444}
+p code,li code{overflow-wrap:anywhere;white-space:pre-wrap}td code{white-space:nowrap}
+table{border-collapse:collapse;margin:.5em 0;display:block;max-width:100%;overflow-x:auto}
+td,th{border-bottom:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}tr.bad td{background:#fbe3e4}
+table.rules td:nth-child(3){min-width:12em}
+.scroll{max-width:100%;overflow-x:auto}#task-table{display:table;width:100%}
+figure{margin:1em 0;max-width:100%;min-width:0}svg.plot{max-width:100%;height:auto;display:block}
+figure.wide{flex:1 1 100%}.panels{display:flex;flex-wrap:wrap;gap:0 1em;align-items:flex-end}
+.panels svg.plot{flex:0 1 auto;min-width:0}
+.row{display:flex;flex-wrap:wrap;gap:0 2.5em;align-items:flex-start}.row>*{min-width:0;max-width:100%}
+figcaption{max-width:40em;color:#444}
 #tasks th[data-key]{cursor:pointer;user-select:none}#tasks th[data-key]:hover{background:#eef0f4}
+#tasks th[data-sort=asc]::after{content:" ▲"}#tasks th[data-sort=desc]::after{content:" ▼"}
 tr.task{cursor:pointer}tr.task:hover{background:#f6f7f9}.up{color:#2f7d3d}.down{color:#b3363b}
 tr.detail>td{background:#fafafa}pre{white-space:pre-wrap;word-break:break-word;margin:.2em 0;max-height:20em;
 overflow:auto;background:#f3f3f3;padding:.3em}
 .turn{border-left:3px solid #ccc;padding-left:.5em;margin:.3em 0}.turn.error{border-color:#c44e52}
-.vs{display:grid;grid-template-columns:1fr 1fr;gap:1em}.turn.call{border-color:#4c72b0}.turn.end{border-color:#dd8452}.who{color:#666;font-size:.85em}
+.vs{display:grid;grid-template-columns:1fr 1fr;gap:1em}.turn.call{border-color:#4c72b0}.turn.end{border-color:#dd8452}
+.who{color:#666;font-size:.85em}
+.call{margin:.2em 0 .2em .5em;padding:.2em .4em;background:#eef3fb;border-radius:4px}
+.call .result{margin-left:1em}.call .result.error pre{background:#fbe3e4}
+.reps{display:grid;grid-template-columns:repeat(var(--sides,2),minmax(0,1fr));gap:.4em 1em}
+.reps>h5{grid-column:1/-1;margin:.6em 0 0;border-bottom:1px solid #ddd}
+.trial{min-width:0;border:1px solid #e3e3e3;border-radius:5px;padding:.3em .5em;background:#fff}
+.trial h4{margin:.1em 0;font-size:1em;font-weight:600}
+.st{display:inline-block;padding:0 .45em;border-radius:3px;color:#fff;background:#777}
+.st-passed{background:#2f7d3d}.st-failed{background:#b3363b}
+.st-agent_error,.st-timeout,.st-infra_error,.st-interrupted{background:#c46a12}
+.filenote{color:#666;font-size:.85em}.tails{margin:.3em 0}
+#tasks p{display:flex;flex-wrap:wrap;gap:.3em;align-items:center}
+@media (max-width:700px){
+body{padding:.6em .7em}h1{font-size:1.4em}h2.verdict{font-size:1.25em}
+.panels svg.plot,.row>figure{flex:1 1 100%;width:100%}
+.reps,.vs{grid-template-columns:minmax(0,1fr)}
+table.rules,table.rules tbody,table.rules tr,table.rules td{display:block}table.rules thead{display:none}
+table.rules tr{border-bottom:1px solid #ccc;padding:.3em 0}table.rules td{border:0;padding:1px 4px;min-width:0}
+table.rules td:nth-child(4){color:#555;font-size:.9em}table.rules td:nth-child(-n+2){display:inline-block}
+}
 """
 
 _JS = r"""
 (function(){
 "use strict";
 var D=JSON.parse(document.getElementById("report-data").textContent);
-var PAGE=200, key="d", dir=1, page=0, open={};
-var cols=[["id",0],["suite",1],["champion",2],["candidate",4],["d",6],["fisher",7],["cost",8]];
+var PAGE=200, key="moved", dir=1, page=0, open={};
+var SIDES=D.paired?["champion","candidate"]:["run"];
 function el(tag,text,cls){var e=document.createElement(tag);if(text!==undefined&&text!==null)e.textContent=String(text);if(cls)e.className=cls;return e;}
 function num(x,dg){return x===null||x===undefined?"–":(typeof x==="number"?+x.toFixed(dg===undefined?3:dg):x);}
 function val(t,k){var i={id:0,suite:1,champion:2,candidate:4,d:6,fisher:7,cost:8}[k];
   if(k==="champion")return t[3]?t[2]/t[3]:-1; if(k==="candidate")return t[5]?t[4]/t[5]:-1; return t[i];}
+function moved(t){return t[6]!==0&&t[6]!==null&&t[6]!==undefined;}
 function rows(){
   var q=document.getElementById("filter").value.toLowerCase(), s=document.getElementById("suite").value,
       m=document.getElementById("moved").value;
   var out=D.tasks.filter(function(t){
     if(q&&t[0].toLowerCase().indexOf(q)<0)return false; if(s&&t[1]!==s)return false;
     if(m==="worse"&&!(t[6]<0))return false; if(m==="better"&&!(t[6]>0))return false;
-    if(m==="moved"&&!(t[6]!==0&&t[6]!==null))return false;
+    if(m==="moved"&&!moved(t))return false;
     if(m==="failing"&&!(t[3]&&t[2]<t[3]))return false; return true;});
-  out.sort(function(a,b){var x=val(a,key),y=val(b,key);if(x===null||x===undefined)x=-Infinity;if(y===null||y===undefined)y=-Infinity;
+  out.sort(function(a,b){
+    if(key==="moved"){var ma=moved(a),mb=moved(b);if(ma!==mb)return ma?-1:1;
+      if(ma&&a[6]!==b[6])return a[6]<b[6]?-1:1;return a[0]<b[0]?-1:(a[0]>b[0]?1:0);}
+    var x=val(a,key),y=val(b,key);if(x===null||x===undefined)x=-Infinity;if(y===null||y===undefined)y=-Infinity;
     if(x<y)return -dir;if(x>y)return dir;return a[0]<b[0]?-1:(a[0]>b[0]?1:0);});
   return out;}
+function pre(text,cls){var p=el("pre",text);if(cls)p.className=cls;return p;}
+function transcript(tr){
+  var d=el("details",null,"transcript");d.appendChild(el("summary","Transcript ("+tr.items.length+" items, as the agent saw it)"));
+  tr.items.forEach(function(it){var div=el("div",null,"turn "+it.flag);div.appendChild(el("div",it.who+" · "+it.role,"who"));
+    if(it.text)div.appendChild(pre(it.text));
+    it.calls.forEach(function(c){var cd=el("div",null,"call");cd.appendChild(el("code",c.name+"("+c.args+")"));
+      if(c.id)cd.appendChild(el("span"," ["+c.id+"]","who"));
+      if(c.result!==undefined){var r=el("div",null,"result"+(c.error?" error":""));r.appendChild(el("span",c.error?"→ result (error)":"→ result","who"));
+        r.appendChild(pre(c.result));cd.appendChild(r);}else cd.appendChild(el("div","→ no result recorded","who result"));
+      div.appendChild(cd);});
+    d.appendChild(div);});
+  if(tr.raw.length){var raw=el("details",null,"raw-frames");raw.appendChild(el("summary","Raw frames: the rig's hops to and from the driver ("+tr.raw.length+")"));
+    tr.raw.forEach(function(r){var div=el("div",null,"turn");div.appendChild(el("div",r[0]+" · "+r[1],"who"));div.appendChild(pre(r[2]));raw.appendChild(div);});
+    d.appendChild(raw);}
+  return d;}
+function attempt(t,a){
+  var box=el("div",null,"trial"),h=el("h4");h.appendChild(el("span",a[0]+" "));h.appendChild(el("span",a[3],"st st-"+a[3]));
+  h.appendChild(el("span",(a[7]?"":" (superseded)")+" · reward "+num(a[4])+" · "+num(a[5],2)+" s · $"+num(a[6],4)));
+  box.appendChild(h);box.appendChild(el("div","attempt "+a[2],"who"));
+  var ev=a[8];if(!ev){box.appendChild(el("div","no evidence at hand","who"));return box;}
+  if(ev.answer!==null){var g=el("div",null,"vs");
+    if(t[10]&&t[10].kind!=="command"){var w=el("div");w.appendChild(el("strong",t[10].kind==="regex"?"pattern":"expected"));
+      w.appendChild(pre(t[10].kind==="regex"?t[10].pattern:(typeof t[10].expected==="string"?t[10].expected:JSON.stringify(t[10].expected,null,1))));g.appendChild(w);}
+    var got=el("div");got.appendChild(el("strong","got"));got.appendChild(pre(ev.answer));g.appendChild(got);box.appendChild(g);}
+  if(ev.tails){var tl=el("div",null,"tails");["stderr.txt","stdout.txt"].forEach(function(n){
+    tl.appendChild(el("strong","The agent's "+n+", its last lines"));tl.appendChild(pre(ev.tails[n]||"(empty)"));});box.appendChild(tl);}
+  if(ev.files.length){var d=el("details",null,"files");d.appendChild(el("summary","Evidence files ("+(ev.files.length+ev.more)+")"));
+    ev.files.forEach(function(f){var fd=el("details",null,"file");var s=el("summary",f[0]);
+      s.appendChild(el("span",f[1]===null?"":" ("+f[1]+" bytes)","who"));fd.appendChild(s);
+      if(f[2]!==null)fd.appendChild(pre(f[2]));if(f[3])fd.appendChild(el("div",f[3],"filenote"));d.appendChild(fd);});
+    if(ev.more)d.appendChild(el("div","… and "+ev.more+" more files","filenote"));box.appendChild(d);}
+  if(ev.transcript)box.appendChild(transcript(ev.transcript));
+  return box;}
 function detail(t){
-  var td=el("td");td.colSpan=8;
+  var td=el("td");td.colSpan=7;
   if(t[10]){var ex=el("div");ex.appendChild(el("strong","Verifier ("+t[10].kind+"): "));
     var want=t[10].expected!==undefined?JSON.stringify(t[10].expected):(t[10].pattern!==undefined?t[10].pattern:JSON.stringify(t[10].command));
     ex.appendChild(el("span",(t[10].kind==="regex"?"pattern ":(t[10].kind==="command"?"command ":"expected "))));ex.appendChild(el("code",want));td.appendChild(ex);}
   if(!t[11].length)td.appendChild(el("p","No trials at hand: the run bundles are not where compare recorded them."));
-  t[11].forEach(function(a){
-    var box=el("div",null,"trial");
-    box.appendChild(el("h4",a[0]+" · rep "+a[1]+" · "+a[3]+(a[7]?"":" (superseded)")+" · reward "+num(a[4])+" · "+num(a[5],2)+" s · $"+num(a[6],4)));
-    box.appendChild(el("div","attempt "+a[2],"who"));
-    if(a[9]!==null){var g=el("div",null,"vs");
-      if(t[10]&&t[10].kind!=="command"){var w=el("div");w.appendChild(el("strong",t[10].kind==="regex"?"pattern":"expected"));
-        w.appendChild(el("pre",t[10].kind==="regex"?t[10].pattern:(typeof t[10].expected==="string"?t[10].expected:JSON.stringify(t[10].expected,null,1))));g.appendChild(w);}
-      var h=el("div");h.appendChild(el("strong","got"));h.appendChild(el("pre",a[9]));g.appendChild(h);box.appendChild(g);}
-    if(a[8].length){var d=el("details");d.appendChild(el("summary","Evidence files ("+a[8].length+")"));var ul=el("ul");
-      a[8].forEach(function(f){ul.appendChild(el("li",f));});d.appendChild(ul);box.appendChild(d);}
-    if(a[10]){var tr=el("details",null,"transcript");tr.appendChild(el("summary","Transcript ("+a[10].length+" items)"));
-      a[10].forEach(function(it){var div=el("div",null,"turn "+it[3]);div.appendChild(el("div",it[0]+" · "+it[1],"who"));div.appendChild(el("pre",it[2]));tr.appendChild(div);});
-      box.appendChild(tr);}
-    td.appendChild(box);});
+  var reps={},order=[];t[11].forEach(function(a){if(!(a[1] in reps)){reps[a[1]]={};order.push(a[1]);}
+    (reps[a[1]][a[0]]=reps[a[1]][a[0]]||[]).push(a);});
+  order.sort(function(x,y){return x-y;});
+  var grid=el("div",null,"reps");grid.style.setProperty("--sides",String(SIDES.length));
+  order.forEach(function(r){grid.appendChild(el("h5","repetition "+r));
+    SIDES.forEach(function(side){var cell=el("div",null,"side side-"+side);
+      (reps[r][side]||[]).forEach(function(a){cell.appendChild(attempt(t,a));});
+      if(!(reps[r][side]||[]).length)cell.appendChild(el("div",side+": no attempt at hand","who"));grid.appendChild(cell);});});
+  td.appendChild(grid);
   var row=el("tr",null,"detail");row.appendChild(td);return row;}
 function render(){
   var all=rows(), body=document.getElementById("task-body"), pages=Math.max(1,Math.ceil(all.length/PAGE));
@@ -841,7 +999,8 @@ function render(){
      num(t[8],4)+(D.paired?" → "+num(t[9],4):"")].forEach(function(v,i){var c=el("td",v);if(i===4&&dd>0)c.className="up";if(i===4&&dd<0)c.className="down";tr.appendChild(c);});
     tr.addEventListener("click",function(){open[t[0]]=!open[t[0]];render();});
     body.appendChild(tr); if(open[t[0]])body.appendChild(detail(t));});
-  document.getElementById("count").textContent=all.length+" of "+D.tasks.length+" tasks; page "+(page+1)+" of "+pages;
+  document.getElementById("count").textContent=all.length+" of "+D.tasks.length+" tasks; page "+(page+1)+" of "+pages
+    +(key==="moved"?"; the tasks that moved first, worst first":"");
   document.querySelectorAll("#tasks th[data-key]").forEach(function(th){th.dataset.sort=th.dataset.key===key?(dir>0?"asc":"desc"):"";});}
 document.querySelectorAll("#tasks th[data-key]").forEach(function(th){th.addEventListener("click",function(){
   if(key===th.dataset.key)dir=-dir;else{key=th.dataset.key;dir=1;}page=0;render();});});
@@ -878,7 +1037,8 @@ def _tasks_section(data: dict[str, Any]) -> str:
             f'</option>{moved}<option value="failing">a trial failed</option></select> '
             '<button id="prev" type="button">‹ previous</button> <button id="next" type="button">next ›</button> '
             '<span id="count"></span></p>'
-            f'<table id="task-table"><thead><tr>{th}</tr></thead><tbody id="task-body"></tbody></table>'
+            f'<div class="scroll"><table id="task-table"><thead><tr>{th}</tr></thead><tbody id="task-body"></tbody>'
+            '</table></div>'
             f'<script type="application/json" id="report-data">{_json_for_script(data)}</script></section>')
 
 

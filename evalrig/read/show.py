@@ -32,6 +32,7 @@ from evalrig.read.bundle import (
 from evalrig.read.text import decode, short, tail, untrusted
 from evalrig.store import layout
 from evalrig.store.files import read_answer, sha256_file
+from evalrig.store.invocation import command_name
 
 LONG = 80
 """Expected or got longer than this (or on several lines): a short diff is shown too."""
@@ -190,7 +191,7 @@ def _unknown(b: Opened, id: str) -> Exception:
     near = difflib.get_close_matches(id, sorted(ids), n=5, cutoff=0.5)
     return invalid(f"no task, trial or attempt {untrusted(id, newlines=False)!r} in this run bundle"
                    + (f"; the nearest: {', '.join(near)}" if near else ""), file=b.dir,
-                   hint="`evalrig show BUNDLE` lists the tasks; a trial id is TASK:REP, an attempt id "
+                   hint=f"`{command_name()} show BUNDLE` lists the tasks; a trial id is TASK:REP, an attempt id "
                    "names a folder under attempts/")
 
 
@@ -229,11 +230,16 @@ def show_task(b: Opened, id: str, results: list[dict[str, Any]], actuals: dict[s
         elif kind == "command":
             row["verifier_output"] = _verifier_tail(b, str(aid))
         rows.append(row)
+    rows.sort(key=lambda r: (_int(r["rep"]), _int(r["attempt"])))  # by repetition, then attempt (the lines' order)
     return {"kind": "trial" if trial else "task", "bundle": str(b.dir), "id": id, "task_id": task_id,
             "suite": first.get("suite"), "verifier": verifier, "integrity": b.integrity(),
             "expected": _as_text(expected) if expected is not None else None,
             "expected_kind": spec.kind if spec is not None else None,
             "expected_note": note, "attempts": rows}
+
+
+def _int(x: Any) -> int:
+    return x if type(x) is int else 0
 
 
 def _checks(d: dict[str, Any]) -> dict[str, Any]:
@@ -357,7 +363,10 @@ def chat_message(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def show_comparison(b: Opened, id: str | None, tasks_dir: Path | None = None) -> dict[str, Any]:
-    from evalrig.models.comparison import Comparison, Decision  # not on a run summary's path
+    from evalrig.core.report import (
+        rule_outcome,  # the verdict file's words; not on a run summary's path
+    )
+    from evalrig.models.comparison import Comparison, Decision
 
     m = b.comparison
     assert m is not None
@@ -366,7 +375,7 @@ def show_comparison(b: Opened, id: str | None, tasks_dir: Path | None = None) ->
     c = Comparison.model_validate_json(path.read_bytes()) if path.is_file() else None
     if c is None:
         raise invalid("not a comparison bundle (no comparison.json)", file=b.dir,
-                      hint="give the --out directory of `evalrig compare`")
+                      hint=f"give the --out directory of `{command_name()} compare`")
     digest = sha256_file(path)
     decisions = []
     for p in sorted((b.dir / layout.DECISIONS).glob("*.json")) + sorted(
@@ -378,7 +387,8 @@ def show_comparison(b: Opened, id: str | None, tasks_dir: Path | None = None) ->
         decisions.append({"file": str(p.relative_to(b.dir)), "verdict": d.verdict, "reason": d.reason,
                           "summary": d.summary, "advisory": d.advisory,
                           "of_this_comparison": d.comparison_digest == digest,
-                          "rules": [{"name": r.name, "held": r.held, **_numbers(r)} for r in d.rules]})
+                          "rules": [{"name": r.name, "held": r.held, "outcome": rule_outcome(r.name, r.held)[0],
+                                     **_numbers(r)} for r in d.rules]})
     suites = {}
     moved = []
     for s, st in c.suites.items():

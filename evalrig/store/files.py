@@ -119,6 +119,23 @@ def read_regular(path: Path, limit: int | None = None) -> bytes | None:
         os.close(fd)
 
 
+def read_head(path: Path, limit: int) -> tuple[bytes, int] | None:
+    """The first `limit` bytes of a regular file and its size; None when absent, a link, or
+    not a regular file (an evidence file shown in a report: never followed, never blocking)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(limit), st.st_size
+    finally:
+        os.close(fd)
+
+
 def read_fd(fd: int) -> bytes:
     """Every byte of an open file, from its start."""
     chunks: list[bytes] = []
