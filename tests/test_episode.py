@@ -113,6 +113,8 @@ def test_verify_rederives_a_command_verdict_from_the_driver_files_without_the_dr
     ("user_role", "agent_error", "agent_error"),
     ("after_end", "agent_error", "agent_error"),
     ("deep", "agent_error", "agent_error"),
+    ("empty", "agent_error", "agent_error"),
+    ("empty_null", "agent_error", "agent_error"),
 ])
 def test_what_the_agent_does_ends_the_episode(tmp_path: Path, agent: str, termination: str,
                                               status: str) -> None:
@@ -125,6 +127,8 @@ def test_what_the_agent_does_ends_the_episode(tmp_path: Path, agent: str, termin
         assert offending, lines  # the offending line is in the evidence
         if agent == "deep":  # refused for its depth, before the transcript would have to nest it
             assert "nested over 128 deep" in str(res["error"]), res
+        if agent.startswith("empty"):  # neither content nor tool calls, as tau2 rejects it
+            assert "neither content" in str(res["error"]), res
         assert not any(x["from"] == "rig" and x["to"] == "driver" and "spam 1" in json.dumps(x)
                        for x in lines)  # never reaches the driver
 
