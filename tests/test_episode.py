@@ -149,6 +149,18 @@ def test_an_agent_that_does_not_answer_times_out(tmp_path: Path) -> None:
     assert (res["termination"], res["status"]) == ("agent_timeout", "timeout"), res
 
 
+def test_timeout_scale_scales_the_turn_and_driver_limits_too(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks"
+    add_episode_task(tasks, "bank", bounds="turn_timeout_s = 1\ndriver_timeout_s = 2\n")
+    out = tmp_path / "out"
+    step = _run(tmp_path / "home", episode_checkpoint(tmp_path / "ck", "hang"), tasks, out,
+                "--max-retries", "0", "--timeout-scale", "2.5")
+    assert step.code == 0, step
+    [res] = results(out)
+    assert (res["termination"], res["status"]) == ("agent_timeout", "timeout"), res
+    assert "did not answer within turn_timeout_s (2.5 s)" in str(res["error"]), res
+
+
 @pytest.mark.parametrize(("agent", "bounds", "termination", "turns"), [
     ("loop", "max_turns = 3\n", "max_turns", 3),
     ("bad_tool", "max_tool_errors = 2\n", "max_tool_errors", 2),

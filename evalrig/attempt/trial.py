@@ -820,6 +820,9 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
     sets the status, the termination and the agent's Finished. False: nothing ran."""
     ep = spec.task.spec.episode
     assert ep is not None
+    # --timeout-scale multiplies every time limit, the per-turn ones too (docs/episodes.md)
+    ep = ep.model_copy(update={"turn_timeout_s": ep.turn_timeout_s * spec.timeout_scale,
+                               "driver_timeout_s": ep.driver_timeout_s * spec.timeout_scale})
     root = _driver_root(spec)
     try:
         root.mkdir(parents=True)
