@@ -57,7 +57,14 @@ from evalrig.run.book import (
 )
 from evalrig.run.executors import check_executor
 from evalrig.run.findings import Findings, find
-from evalrig.run.inputs import Inputs, gather_inputs, refuse_other_inputs, run_warnings, seal_check
+from evalrig.run.inputs import (
+    Inputs,
+    gather_inputs,
+    refuse_other_inputs,
+    run_warnings,
+    seal_check,
+    train_warnings,
+)
 from evalrig.run.loop import Hooks, Loop, Stop
 from evalrig.run.progress import Reporter, SilentReporter
 from evalrig.run.provenance import copy_history, new_provenance, taskset_ref
@@ -232,7 +239,7 @@ def _start_leftover(p: Path) -> bool:
 def _start(turn: Turn) -> RunSummary:
     out, inputs = turn.out, turn.inputs
     warnings = run_warnings(inputs)
-    for w in warnings:
+    for w in warnings + train_warnings(inputs, turn.resolved.settings.checkpoint_dir):
         turn.reporter.warning(w)
     write_json_atomic(out / PROVENANCE, new_provenance(turn.argv, warnings))
     history = copy_history(inputs.checkpoint, out)
@@ -275,7 +282,7 @@ def _resume(turn: Turn, manifest: RunManifest, rows: BundleRows, tallied: Callab
     prov = read_json(out / PROVENANCE, Provenance)
     said = run_warnings(inputs)
     new_warnings = [w for w in said if w not in prov.sandbox_warnings]
-    for w in said:
+    for w in said + train_warnings(inputs, turn.resolved.settings.checkpoint_dir):
         turn.reporter.warning(w)
     prov = prov.model_copy(update={
         "sandbox_warnings": prov.sandbox_warnings + new_warnings,
