@@ -211,3 +211,24 @@ def test_an_export_after_the_first_gate_counts_against_later_trains_not_that_com
     verdict = (cmp2 / "decisions" / "redteam-v1.md").read_text()
     headline = verdict.splitlines()[0]
     assert f"in the export of {run_id} at " in headline and "another candidate" not in headline, headline
+
+
+def test_an_episodes_trajectory_starts_with_its_prompt_as_the_agent_saw_it(
+        tmp_path: Path, evalrig_home: Path) -> None:
+    from episodes import add_episode_task, episode_checkpoint
+
+    tasks = tmp_path / "tasks"
+    add_episode_task(tasks, "bank", suite="fresh")
+    (tasks / "fresh" / "bank" / "prompt.md").write_text("You are a bank's assistant. Deposit 5.\n")
+    ck = episode_checkpoint(tmp_path / "ck", "gold")
+    assert eval_sh(evalrig_home, "seal", ck).code == 0
+    out = tmp_path / "b"
+    r = eval_sh(evalrig_home, "run", "--checkpoint", ck, "--tasks", tasks, "--out", out, "--repeat", "1",
+                "--sandbox", "process", "--jobs", "1")
+    assert r.code == 0, r
+    to = tmp_path / "t.jsonl"
+    r = eval_sh(evalrig_home, "export", out, "--format", "trajectories", "--to", to)
+    assert r.code == 0, r
+    [row] = [orjson.loads(x) for x in to.read_bytes().splitlines()]
+    assert row["messages"][0] == {"role": "system", "content": "You are a bank's assistant. Deposit 5.\n"}
+    assert [m["role"] for m in row["messages"][1:3]] == ["user", "assistant"], row["messages"]
