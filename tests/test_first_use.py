@@ -7,6 +7,8 @@ the command the user typed; inputs a user gets wrong are named with what to do.
 from __future__ import annotations
 
 import shlex
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -232,3 +234,50 @@ def test_an_episodes_trajectory_starts_with_its_prompt_as_the_agent_saw_it(
     [row] = [orjson.loads(x) for x in to.read_bytes().splitlines()]
     assert row["messages"][0] == {"role": "system", "content": "You are a bank's assistant. Deposit 5.\n"}
     assert [m["role"] for m in row["messages"][1:3]] == ["user", "assistant"], row["messages"]
+
+
+# -- a full disk while running -----------------------------------------------------------
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs of its own, mounted for the test (the rig's tests run as root)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    got = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                         capture_output=True, text=True, check=False)
+    if got.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root and mount rights): {got.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+BIG_AGENT = HONEST_AGENT + "open(os.path.join(os.environ['EVALRIG_OUT'], 'big.bin'), 'wb').write(os.urandom(300_000))\n"
+
+
+def test_a_full_disk_stops_the_run_with_exit_5_naming_the_path_and_the_resume(
+        tmp_path: Path, small_fs: Path, evalrig_home: Path) -> None:
+    ck = make_checkpoint(tmp_path / "ck", BIG_AGENT)
+    assert eval_sh(evalrig_home, "seal", ck).code == 0
+    tasks = tmp_path / "tasks"
+    for i in range(6):
+        add_task(tasks, "fixed", f"t{i}")
+    out = small_fs / "b"
+    args = ["run", "--checkpoint", ck, "--tasks", tasks, "--out", out, "--repeat", "1",
+            "--sandbox", "process", "--jobs", "1"]
+    r = eval_sh(evalrig_home, *args)
+    assert r.code == 5, r  # never 6, "a bug"
+    assert f"error: {out}/" in r.stderr and "no space left on its file system while writing it (needed " in r.stderr, r
+    assert "bytes free); the run stopped and its bundle is resumable" in r.stderr, r
+    assert f"-> free space, then `{EVAL_SH} run --out {out} --resume`" in r.stderr, r
+    assert "bug" not in r.stderr and "Traceback" not in r.stderr
+    # no attempt was blamed on the agent: none is recorded final, every trial can run again
+    assert all(not x.get("final") for x in results(out))
+
+    subprocess.run(["mount", "-o", "remount,size=16m", str(small_fs)], check=True)
+    r = eval_sh(evalrig_home, "run", "--out", out, "--resume")
+    assert r.code == 0, r
+    assert all(x["status"] == "passed" for x in results(out) if x["status"] != "interrupted")
+    assert eval_sh(evalrig_home, "verify", out).code == 0

@@ -37,7 +37,7 @@ from evalrig.attempt.trial import (
     scratch_owner,
     scratch_owner_dead,
 )
-from evalrig.core.errors import Problem, invalid
+from evalrig.core.errors import DiskFull, Problem, invalid
 from evalrig.core.plan import Trial
 from evalrig.models.run import (
     CheckpointRef,
@@ -81,7 +81,14 @@ from evalrig.store.bundle import (
 )
 from evalrig.store.clock import utcnow
 from evalrig.store.compare import refuse_unregistered
-from evalrig.store.files import read_json, why_no_dir_here, write_json_atomic
+from evalrig.store.files import (
+    disk_full,
+    is_disk_full,
+    read_json,
+    why_no_dir_here,
+    write_json_atomic,
+)
+from evalrig.store.invocation import command_name, quoted
 from evalrig.store.jsonl import cut_torn_tail, tallying
 from evalrig.store.layout import HISTORY, LOCK, LOCK_HOLDER, MANIFEST, PROVENANCE, RUN_JSONL
 from evalrig.store.ledger import register_run
@@ -124,7 +131,26 @@ class Turn:
 
 def run_eval(req: RunRequest, home: Path, environ: Mapping[str, str],
              reporter: Reporter | None = None, hooks: Hooks = Hooks()) -> RunSummary:
-    """Start or resume the run bundle at `req.out`; returns how it stands when this ends."""
+    """Start or resume the run bundle at `req.out`; returns how it stands when this ends.
+    A full disk (ENOSPC, EDQUOT) anywhere stops it with exit 5, never "a bug": the bundle
+    is left as a killed run leaves it, resumable (docs/release-flow.md)."""
+    out = Path(req.out)
+    resume = f"free space, then `{command_name()} run --out {quoted(out)} --resume`"
+    try:
+        return _run_eval(req, home, environ, reporter, hooks)
+    except DiskFull as e:
+        e.hint = resume
+        raise
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        full = disk_full(e, e.filename or out, None)
+        full.hint = resume
+        raise full from None
+
+
+def _run_eval(req: RunRequest, home: Path, environ: Mapping[str, str],
+              reporter: Reporter | None, hooks: Hooks) -> RunSummary:
     reporter = reporter or SilentReporter()
     out = Path(req.out)
     refuse_unusable_out(out)
