@@ -53,7 +53,8 @@ def test_a_verifier_dying_of_an_uncaught_exception_is_a_verifier_fault_not_the_a
     ck = make_checkpoint(tmp_path / "ck")
     assert eval_sh(evalrig_home, "seal", ck).code == 0
     tasks = tmp_path / "tasks"
-    for name, code in (("crash", CRASHING), ("crash-after-reward", CRASHING_AFTER_REWARD), ("fails", FAILING)):
+    for name, code in (("crash", CRASHING), ("crash-after-reward", CRASHING_AFTER_REWARD), ("fails", FAILING),
+                       ("does-not-compile", "x = (\n")):
         add_task(tasks, "fixed", name, verifier='kind = "command"\ncommand = ["python3", "check.py"]',
                  verifier_files={"check.py": code})
     out = tmp_path / "b"
@@ -65,6 +66,8 @@ def test_a_verifier_dying_of_an_uncaught_exception_is_a_verifier_fault_not_the_a
     assert status["crash-after-reward"]["status"] == "infra_error"
     assert "(KeyError: 'missing')" in str(status["crash-after-reward"]["error"])
     assert status["fails"]["status"] == "failed"  # exit 1 without a traceback still fails
+    assert status["does-not-compile"]["status"] == "infra_error"  # Python's report of a SyntaxError
+    assert "(SyntaxError: '(' was never closed)" in str(status["does-not-compile"]["error"])
     assert "error: the verifier of task crash faulted each time it ran" in r.stderr, r
     assert "  | RuntimeError: boom" in r.stderr
     assert eval_sh(evalrig_home, "verify", out).code == 0  # verify re-derives the same faults

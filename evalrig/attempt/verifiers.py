@@ -236,8 +236,10 @@ def python_traceback(stderr_path: Path) -> str | None:
 
     "Ends in": after the last `Traceback (most recent call last):` line come only the
     traceback's frames (indented lines), then a line naming the exception, then at most
-    the rest of its message; nothing is printed after. A verifier that dies of an uncaught
-    exception exits 1, the code of "fail": this is how its crash is told apart (docs/tasks.md)."""
+    the rest of its message. A script that does not compile prints no such header, only
+    the frame and `SyntaxError: …` (or IndentationError, TabError) as its last line; that
+    is a crash too. A verifier that dies of an uncaught exception exits 1, the code of
+    "fail": this is how its crash is told apart (docs/tasks.md)."""
     try:
         with stderr_path.open("rb") as f:
             f.seek(max(0, f.seek(0, os.SEEK_END) - _TRACEBACK_TAIL))
@@ -247,7 +249,7 @@ def python_traceback(stderr_path: Path) -> str | None:
     lines = text.splitlines()
     starts = [i for i, line in enumerate(lines) if line.rstrip() == TRACEBACK_HEADER]
     if not starts:
-        return None
+        return _compile_error(lines)
     rest = [line for line in lines[starts[-1] + 1:] if line.strip()]
     frames = 0
     while frames < len(rest) and rest[frames][:1].isspace():
@@ -255,6 +257,20 @@ def python_traceback(stderr_path: Path) -> str | None:
     if frames == 0 or frames == len(rest) or not _EXCEPTION_LINE.fullmatch(rest[frames].rstrip()):
         return None
     return rest[frames].strip()[:200]
+
+
+_COMPILE_FRAME = re.compile(r'  File ".*", line \d+')
+_COMPILE_ERROR = re.compile(r"(SyntaxError|IndentationError|TabError)(: .*)?")
+
+
+def _compile_error(lines: list[str]) -> str | None:
+    """The last line when the stream ends in Python's report of a script that does not compile."""
+    lines = [line for line in lines if line.strip()]
+    frames = [i for i, line in enumerate(lines) if _COMPILE_FRAME.fullmatch(line.rstrip())]
+    if not frames or not _COMPILE_ERROR.fullmatch(lines[-1].rstrip()):
+        return None
+    between = lines[frames[-1] + 1:-1]
+    return lines[-1].strip()[:200] if all(line[:1].isspace() for line in between) else None
 
 
 @dataclass(frozen=True)
