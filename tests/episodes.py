@@ -216,6 +216,17 @@ sys.stdin.readline()
 send({"role": "assistant", "content": "x" * 5000})
 sys.stdin.read()
 """,
+    # an assistant message with neither content nor tool calls: tau2's own loop rejects it
+    "empty": """
+sys.stdin.readline()
+send({"role": "assistant", "content": "  \\n", "tool_calls": []})
+sys.stdin.read()
+""",
+    "empty_null": """
+sys.stdin.readline()
+send({"role": "assistant", "content": None})
+sys.stdin.read()
+""",
     "user_role": """
 sys.stdin.readline()
 send({"role": "user", "content": "I am the customer now"})

@@ -394,7 +394,9 @@ def test_check_release_says_what_to_do_when_not_approved(tmp_path: Path, evalrig
     assert r.exit_code == 1 and r.stdout == ""  # type: ignore[attr-defined]
     assert r.stderr.splitlines() == [  # type: ignore[attr-defined]
         f"not approved: {decision}: no sign-off of this decision (as it now reads)",
-        f"  -> a person signs it: `evalrig sign {decision} --approve --by NAME`",
+        # a keep-champion decision: approving it overrides the gate, which needs --reason
+        f"  -> a person signs it: `evalrig sign {decision} --approve --by NAME "
+        '--reason "why the gate is wrong here"`',
     ]
 
 

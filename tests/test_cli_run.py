@@ -242,9 +242,15 @@ def test_a_command_verifier_cannot_write_the_stored_evidence_under_process(
     (d / "verifier").mkdir(parents=True)
     (d / "prompt.md").write_text("answer: even\n")
     (d / "task.toml").write_text('[verifier]\nkind = "command"\ncommand = ["python3", "scribble.py"]\n')
+    # it tries, and fails on purpose (exit 1 with no traceback: an uncaught error would be
+    # the verifier's crash, a fault, docs/tasks.md)
     (d / "verifier" / "scribble.py").write_text(
-        "import os, pathlib\n"
-        "pathlib.Path(os.environ['EVALRIG_EVIDENCE'], 'out', 'answer.txt').write_text('scribbled')\n")
+        "import os, pathlib, sys\n"
+        "try:\n"
+        "    pathlib.Path(os.environ['EVALRIG_EVIDENCE'], 'out', 'answer.txt').write_text('scribbled')\n"
+        "except OSError:\n"
+        "    pass\n"
+        "sys.exit(1)\n")
     out = tmp_path / "b"
     assert run(ck, tmp_path / "tasks", out).exit_code == 0
     b = load_run(out)

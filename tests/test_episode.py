@@ -113,6 +113,8 @@ def test_verify_rederives_a_command_verdict_from_the_driver_files_without_the_dr
     ("user_role", "agent_error", "agent_error"),
     ("after_end", "agent_error", "agent_error"),
     ("deep", "agent_error", "agent_error"),
+    ("empty", "agent_error", "agent_error"),
+    ("empty_null", "agent_error", "agent_error"),
 ])
 def test_what_the_agent_does_ends_the_episode(tmp_path: Path, agent: str, termination: str,
                                               status: str) -> None:
@@ -125,6 +127,8 @@ def test_what_the_agent_does_ends_the_episode(tmp_path: Path, agent: str, termin
         assert offending, lines  # the offending line is in the evidence
         if agent == "deep":  # refused for its depth, before the transcript would have to nest it
             assert "nested over 128 deep" in str(res["error"]), res
+        if agent.startswith("empty"):  # neither content nor tool calls, as tau2 rejects it
+            assert "neither content" in str(res["error"]), res
         assert not any(x["from"] == "rig" and x["to"] == "driver" and "spam 1" in json.dumps(x)
                        for x in lines)  # never reaches the driver
 
@@ -143,6 +147,18 @@ def test_a_line_over_max_output_bytes_is_the_agents_error(tmp_path: Path) -> Non
 def test_an_agent_that_does_not_answer_times_out(tmp_path: Path) -> None:
     _, res, _, _ = _one(tmp_path, "hang", bounds="turn_timeout_s = 1\n")
     assert (res["termination"], res["status"]) == ("agent_timeout", "timeout"), res
+
+
+def test_timeout_scale_scales_the_turn_and_driver_limits_too(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks"
+    add_episode_task(tasks, "bank", bounds="turn_timeout_s = 1\ndriver_timeout_s = 2\n")
+    out = tmp_path / "out"
+    step = _run(tmp_path / "home", episode_checkpoint(tmp_path / "ck", "hang"), tasks, out,
+                "--max-retries", "0", "--timeout-scale", "2.5")
+    assert step.code == 0, step
+    [res] = results(out)
+    assert (res["termination"], res["status"]) == ("agent_timeout", "timeout"), res
+    assert "did not answer within turn_timeout_s (2.5 s)" in str(res["error"]), res
 
 
 @pytest.mark.parametrize(("agent", "bounds", "termination", "turns"), [

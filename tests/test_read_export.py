@@ -52,7 +52,9 @@ def test_trajectories_hold_every_final_fresh_attempt_as_chat(bundles: tuple[Path
                                  {"role": "assistant", "content": "42\n"}]
     assert exact["verifier"]["kind"] == "exact" and exact["spend"]["candidate"]["cost_usd"] == 0.01
     chat = next(x for x in rows if x["attempt_id"] == "a-chat-1-0")
-    assert [m["role"] for m in chat["messages"]] == ["user", "assistant", "tool", "assistant"]
+    # an episode starts with its task's prompt, as the agent saw it (the file $EVALRIG_PROMPT names)
+    assert chat["messages"][0] == {"role": "system", "content": "Solve chat-1.\n"}
+    assert [m["role"] for m in chat["messages"]] == ["system", "user", "assistant", "tool", "assistant"]
     assert chat["tools"][0]["function"]["name"] == "cancel"
     r = cli(evalrig_home, "export", a, "--format", "trajectories", "--to", out, "--min-reward", "1")
     assert r.exit_code == 0 and all(x["reward"] == 1.0 for x in jsonl(out))  # type: ignore[attr-defined]
@@ -70,7 +72,7 @@ def test_pairs_cross_two_bundles_and_load_as_conversational_preferences(
     assert any(x["chosen_run_id"] != x["rejected_run_id"] for x in rows)  # across bundles
     chat = [x for x in rows if x["task_id"] == "chat-1"]
     # the two episodes share the user's message, the tool call and its result; they part at the answer
-    assert chat and all([m["role"] for m in x["prompt"]] == ["user", "assistant", "tool"] for x in chat)
+    assert chat and all([m["role"] for m in x["prompt"]] == ["system", "user", "assistant", "tool"] for x in chat)
     assert all(x["chosen"][0]["content"] == "done" for x in chat)
     datasets = pytest.importorskip("datasets")
     ds = datasets.load_dataset("json", data_files=str(out), split="train")
@@ -82,7 +84,8 @@ def test_pairs_cross_two_bundles_and_load_as_conversational_preferences(
     traj = tmp_path / "traj.jsonl"
     assert cli(evalrig_home, "export", a, "--format", "trajectories", "--to", traj).exit_code == 0  # type: ignore[attr-defined]
     ds = datasets.load_dataset("json", data_files=str(traj), split="train")
-    assert len(ds) == 12 and all(m[0]["role"] == "user" for m in ds["messages"])
+    assert len(ds) == 12 and all(m[0]["role"] == ("system" if t.startswith("chat") else "user")
+                                 for t, m in zip(ds["task_id"], ds["messages"], strict=True))
 
 
 JUNIT_XSD = """<?xml version="1.0" encoding="UTF-8"?>

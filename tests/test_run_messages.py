@@ -293,7 +293,7 @@ def test_a_killed_run_is_interrupted_everywhere_and_the_next_run_sweeps_its_scra
     assert orjson.loads((killed / "manifest.json").read_bytes())["status"] == "running"
 
     interrupted = (f"interrupted: the run never finished, and no process holds the bundle (it was "
-                   f"killed, or the machine went down); resume with `evalrig run --out {killed} --resume`")
+                   f"killed, or the machine went down); resume with `{EVAL_SH} run --out {killed} --resume`")
     r = eval_sh(evalrig_home, "verify", killed)
     assert r.code == 4 and interrupted in r.stderr, r
     r = eval_sh(evalrig_home, "validate", killed)

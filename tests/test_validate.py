@@ -37,10 +37,10 @@ def task(root: Path, suite: str, name: str, toml: str = EXACT, prompt: bool = Tr
     return d
 
 
-def good_tasks(root: Path) -> Path:
+def good_tasks(root: Path, fresh: str = FRESH) -> Path:
     task(root, "fixed", "one")
     task(root, "fixed", "two")
-    task(root, "fresh", "new", FRESH + EXACT)
+    task(root, "fresh", "new", fresh + EXACT)
     return root
 
 
@@ -61,9 +61,11 @@ def assert_refused(r: Result, file: Path | str, message: str, code: int = 4) -> 
 
 
 def test_validate_good_inputs(tmp_path: Path, evalrig_home: Path) -> None:
-    tasks = good_tasks(tmp_path / "tasks")
     ckpt = checkpoint(tmp_path / "c")
     assert cli("seal", ckpt).exit_code == 0
+    # the fresh task made after the seal, as a train makes it (before it, validate warns)
+    made = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    tasks = good_tasks(tmp_path / "tasks", fresh=f"created_at = {made}\n")
     args = ["validate", "--tasks", tasks, "--policies", ROOT / "policies", "--checkpoint", ckpt]
     r = cli(*args)
     assert r.exit_code == 0, r.output

@@ -76,7 +76,7 @@ from evalrig.models.run import (
     Spend,
 )
 from evalrig.store.checkpoint import SEAL_JSON, Checkpoint
-from evalrig.store.files import read_answer
+from evalrig.store.files import disk_full, is_disk_full, read_answer
 from evalrig.store.layout import DRIVER_DIR, NETWORK_JSONL, TRANSCRIPT, VERIFIER_DIR
 from evalrig.store.tasks import LoadedTask
 
@@ -775,6 +775,9 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
                       # the planted file is the rig's, not a leak (a copy of it elsewhere is)
                       exclude=frozenset({f"home/{CANARY_FILE}"}), scan=rec.scan)
     except OSError as e:  # writing the evidence failed (what the agent left is only skipped)
+        if is_disk_full(e):  # the bundle's disk is full: the operator's to fix, the run stops
+            raise disk_full(e, e.filename or spec.evidence_dir, spec.task.spec.max_evidence_bytes,
+                            at_most=True) from None  # the evidence of one attempt, within its cap
         # after the agent ran: its tree may be what failed the copy, so never a new attempt
         rec.status, rec.error, rec.fault = "infra_error", f"the rig could not copy the evidence: {e}", "agent"
         return
@@ -820,6 +823,9 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
     sets the status, the termination and the agent's Finished. False: nothing ran."""
     ep = spec.task.spec.episode
     assert ep is not None
+    # --timeout-scale multiplies every time limit, the per-turn ones too (docs/episodes.md)
+    ep = ep.model_copy(update={"turn_timeout_s": ep.turn_timeout_s * spec.timeout_scale,
+                               "driver_timeout_s": ep.driver_timeout_s * spec.timeout_scale})
     root = _driver_root(spec)
     try:
         root.mkdir(parents=True)

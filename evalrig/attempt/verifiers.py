@@ -4,7 +4,8 @@
 `command` runs the task's `verifier.command` from the task's `verifier/` folder in its
 own sandbox, with `EVALRIG_EVIDENCE` (the stored evidence, read-only) and
 `EVALRIG_VERDICT` (an empty directory of the rig's). A verifier fault (an exit other
-than 0/1, a crash, a time-out, a malformed `reward.json`) is re-run on the same evidence
+than 0/1, a crash, a time-out, a malformed `reward.json`, or an exit 1 whose stderr ends
+in a Python traceback: an uncaught exception, not a "fail") is re-run on the same evidence
 up to `retries` times; the agent is never run again.
 
 Everything here reads the *stored* evidence, never a live workspace, so `evalrig verify`
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -223,6 +225,53 @@ def _read_usage(path: Path, values: Mapping[str, bytes]) -> dict[str, Any] | Non
 
 # -- the command verifier ----------------------------------------------------------------
 
+TRACEBACK_HEADER = "Traceback (most recent call last):"
+_TRACEBACK_TAIL = 64 * 1024  # a traceback is at the end; the stream kept may be long
+# the line CPython prints last: the exception's (dotted) name, then its message if any
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?::(?: .*)?)?")
+
+
+def python_traceback(stderr_path: Path) -> str | None:
+    """The exception line when the stream ends in a Python traceback, else None.
+
+    "Ends in": after the last `Traceback (most recent call last):` line come only the
+    traceback's frames (indented lines), then a line naming the exception, then at most
+    the rest of its message. A script that does not compile prints no such header, only
+    the frame and `SyntaxError: …` (or IndentationError, TabError) as its last line; that
+    is a crash too. A verifier that dies of an uncaught exception exits 1, the code of
+    "fail": this is how its crash is told apart (docs/tasks.md)."""
+    try:
+        with stderr_path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - _TRACEBACK_TAIL))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.rstrip() == TRACEBACK_HEADER]
+    if not starts:
+        return _compile_error(lines)
+    rest = [line for line in lines[starts[-1] + 1:] if line.strip()]
+    frames = 0
+    while frames < len(rest) and rest[frames][:1].isspace():
+        frames += 1
+    if frames == 0 or frames == len(rest) or not _EXCEPTION_LINE.fullmatch(rest[frames].rstrip()):
+        return None
+    return rest[frames].strip()[:200]
+
+
+_COMPILE_FRAME = re.compile(r'  File ".*", line \d+')
+_COMPILE_ERROR = re.compile(r"(SyntaxError|IndentationError|TabError)(: .*)?")
+
+
+def _compile_error(lines: list[str]) -> str | None:
+    """The last line when the stream ends in Python's report of a script that does not compile."""
+    lines = [line for line in lines if line.strip()]
+    frames = [i for i, line in enumerate(lines) if _COMPILE_FRAME.fullmatch(line.rstrip())]
+    if not frames or not _COMPILE_ERROR.fullmatch(lines[-1].rstrip()):
+        return None
+    between = lines[frames[-1] + 1:-1]
+    return lines[-1].strip()[:200] if all(line[:1].isspace() for line in between) else None
+
 
 @dataclass(frozen=True)
 class CommandOutcome:
@@ -345,6 +394,10 @@ def _read_verdict(spec: CommandVerifier, fin: Any, verdict_dir: Path, redact: di
         return Verdict("fault", error=f"verifier crashed (signal {fin.signal})")
     if fin.exit_code not in (0, 1):
         return Verdict("fault", error=f"verifier exited {fin.exit_code} (0 pass, 1 fail, anything else is a fault)")
+    if fin.exit_code == 1:
+        crash = python_traceback(verdict_dir.parent / "stderr.txt")
+        if crash is not None:  # even beside a reward.json: it may be half-written (docs/tasks.md)
+            return Verdict("fault", error=f"verifier crashed: exit 1 with a Python traceback ({crash})")
     usage = _read_usage(verdict_dir / "usage.json", redact)
     reward = read_answer(verdict_dir, "reward.json")
     if reward is None:

@@ -15,6 +15,7 @@ import typer
 from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, quiet, say
 from evalrig.core.errors import ExitCode, UsageError
 from evalrig.core.words import count
+from evalrig.store.invocation import command_name, quoted
 from evalrig.store.layout import MANIFEST, RUNS
 
 if TYPE_CHECKING:  # the run package is imported when a command runs, not at start-up
@@ -277,7 +278,7 @@ def run(
         err(_common_failure_line(summary))
     if summary.interrupted:
         err(f"interrupted: the bundle is resumable; run the same command again "
-            f"(or evalrig run --out {summary.bundle} --resume)")
+            f"(or {command_name()} run --out {quoted(summary.bundle)} --resume)")
         return int(ExitCode.INTERRUPTED)
     if summary.status != "complete":
         err(_incomplete_line(summary))
@@ -336,7 +337,7 @@ def _fault_lines(s: RunSummary) -> list[str]:
 def _incomplete_line(s: RunSummary) -> str:
     unscored = s.counts.unscored
     faulted = sum(len(f.trials) for f in s.findings.verifier_faults)
-    resume = f"evalrig run --out {s.bundle} --resume"
+    resume = f"{command_name()} run --out {quoted(s.bundle)} --resume"
     if faulted and faulted == unscored:
         return (f"incomplete: {count(unscored, 'trial')} {'has' if unscored == 1 else 'have'} no scored attempt, each because its "
                 f"verifier faulted; fix the verifier, then run the same command again ({resume})")

@@ -10,6 +10,7 @@ import typer
 from evalrig.cli.app import DebugOpt, JsonOpt, command, emit_json, err, say
 from evalrig.core.errors import UsageError
 from evalrig.core.words import count
+from evalrig.store.invocation import command_name
 
 
 @command("validate", "evalrig validate --tasks tasks --policies policies")
@@ -26,6 +27,11 @@ def validate_cmd(
     checkpoint: Annotated[
         list[Path] | None,
         typer.Option("--checkpoint", metavar="<path>", help="A checkpoint directory (repeatable)."),
+    ] = None,
+    champion: Annotated[
+        Path | None,
+        typer.Option("--champion", metavar="<path>", help="The champion's checkpoint directory: warns "
+                     "when it declares a [history] log a --checkpoint lacks (the gate would block)."),
     ] = None,
     interpreter_prefix: Annotated[
         list[Path] | None,
@@ -44,7 +50,10 @@ def validate_cmd(
     tasks not yet in fixed.lock are a warning; a locked one removed or edited is a problem.
     A checkpoint's command (and estimate) must resolve where run would let it run: inside
     the checkpoint, under /usr, /bin, /sbin, /lib*, or an --interpreter-prefix. An unsealed
-    checkpoint is a warning; one changed since it was sealed is a problem. A run bundle's JSONL lines are checked against their
+    checkpoint is a warning; one changed since it was sealed is a problem. Warnings also come
+    before a gate that would block: with --tasks and --checkpoint, fresh tasks created before
+    the checkpoint's seal (fresh-after-seal); with --champion, a [history] log the champion
+    declares and a --checkpoint lacks (history-preserved). A run bundle's JSONL lines are checked against their
     formats (a torn last line is a problem) and, once complete, every file digest of its
     manifest.
     """
@@ -53,12 +62,15 @@ def validate_cmd(
 
     checkpoints = list(checkpoint or [])
     bundle_dirs = list(bundles or [])
+    if champion is not None and not checkpoints:
+        raise UsageError("--champion: give the candidate too (--checkpoint DIR)")
     if tasks is None and policies is None and not checkpoints and not bundle_dirs:
         tasks, policies = default_targets()
         if tasks is None and policies is None:
             raise UsageError("nothing to validate: no ./tasks or ./policies here",
                              hint="give --tasks DIR, --policies DIR, --checkpoint DIR or a bundle")
-    report = validate(tasks, policies, checkpoints, bundle_dirs, evalrig_home(), interpreter_prefix or [])
+    report = validate(tasks, policies, checkpoints, bundle_dirs, evalrig_home(), interpreter_prefix or [],
+                      champion)
     for p in report.problems:
         err(p.render())
     for w in report.warnings:
@@ -74,7 +86,7 @@ def validate_cmd(
     n = len(report.problems)
     what = f"checked: {checked}" if checked else "nothing could be checked past these problems"
     err(f"{count(n, 'problem')} found ({what})\n"
-        "  -> fix each problem above, then run `evalrig validate` again")
+        f"  -> fix each problem above, then run `{command_name()} validate` again")
     return 4
 
 

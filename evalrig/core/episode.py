@@ -80,6 +80,10 @@ def agent_frame(line: bytes, max_bytes: int) -> MessageFrame:
     if msg.role != "assistant":
         raise BadFrame(f"message.role: expected \"assistant\", got {msg.role!r}")
     calls = msg.tool_calls or []
+    if not calls and not (msg.content or "").strip():
+        # tau2's own loop rejects such a message; passing it on would make the rig's episode
+        # and tau2's differ (docs/episodes.md, "Frames")
+        raise BadFrame("message: neither content (non-empty after stripping whitespace) nor tool calls")
     if len(calls) > MAX_TOOL_CALLS:
         raise BadFrame(f"message.tool_calls: {len(calls)} calls, over {MAX_TOOL_CALLS}")
     seen: set[str] = set()

@@ -80,6 +80,14 @@ class Incomplete(EvalrigError):
         super().__init__(message, ExitCode.INCOMPLETE, file=file, hint=hint)
 
 
+class DiskFull(EvalrigError):
+    """No space (ENOSPC) or quota (EDQUOT) left while a run wrote: the run stops, its bundle
+    stays resumable, and the message names the path and the bytes it needed (exit 5)."""
+
+    def __init__(self, message: str, file: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message, ExitCode.INCOMPLETE, file=file, hint=hint)
+
+
 class Interrupted(EvalrigError):
     def __init__(self, message: str, file: str | None = None, hint: str | None = None) -> None:
         super().__init__(message, ExitCode.INTERRUPTED, file=file, hint=hint)

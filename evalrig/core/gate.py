@@ -488,10 +488,18 @@ def _blocked(failed: list[RuleResult]) -> str:
     """A block's one sentence: the first failing rule by name with what failed (the task,
     the side, the count), then any other failing rules by name (docs/gate.md)."""
     first = failed[0]
-    sentence = f"Blocked: {first.name} does not hold: {_what_failed(first)}."
+    sentence = f"Blocked: {first.name} does not hold: {what_failed(first)}."
     if len(failed) > 1:
         sentence += f" Also failing: {', '.join(r.name for r in failed[1:])}."
     return sentence
+
+
+def _seen_where(sources: list[str]) -> str:
+    """Where fresh content was seen, named (docs/gate.md): a recorded export by its runs and
+    time, another candidate's gate by that candidate."""
+    named = [f"in the {x}" if x.startswith("export of ") else f"in the fresh suite of candidate {x}'s gate"
+             for x in sources]
+    return "; ".join(named) if named else "in an earlier gate or a recorded export"
 
 
 def _listed(items: list[Any], count: int, noun: str) -> str:
@@ -502,7 +510,7 @@ def _listed(items: list[Any], count: int, noun: str) -> str:
     return f"{plural} ({names}{more})" if names else plural
 
 
-def _what_failed(r: RuleResult) -> str:
+def what_failed(r: RuleResult) -> str:
     f = r.figures()
     if r.name == "invariant.complete":
         parts = [f"the {side} run is {f[side + '_status']}" for side in ("champion", "candidate")
@@ -553,7 +561,7 @@ def _what_failed(r: RuleResult) -> str:
                          + f" created no later than the candidate's seal ({f['candidate_sealed_at'] or 'never sealed'})")
         if f["seen_before"]:
             parts.append(_listed(f["seen_before_tasks"], f["seen_before"], "fresh task")
-                         + " already in the fresh suite of another candidate's gate")
+                         + " seen before this train: " + _seen_where(f.get("seen_by_candidates") or []))
         if f["content_unrecorded"]:
             parts.append(_listed(f["content_unrecorded_tasks"], f["content_unrecorded"], "fresh task")
                          + " with no recorded content digest")

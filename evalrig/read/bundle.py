@@ -21,7 +21,8 @@ from evalrig.store.bundle import check_run_digests
 from evalrig.store.files import parse_json, read_json, sha256_file
 from evalrig.store.invocation import command_name, quoted
 from evalrig.store.jsonl import stream_lines
-from evalrig.store.tasks import LoadedTask, TaskSet, content_digest, load_taskset, read_tags
+from evalrig.store.lookup import run_tasks
+from evalrig.store.tasks import LoadedTask, TaskSet, content_digest, read_tags
 
 if TYPE_CHECKING:  # a run's summary does not import the comparison's models
     from evalrig.models.comparison import ComparisonManifest
@@ -276,13 +277,15 @@ def load_tags(manifest: RunManifest, tasks_dir: Path | None, tasks: Mapping[str,
 
 
 def load_tasks(manifest: RunManifest, tasks_dir: Path | None) -> Tasks:
+    """The run's tasks, retired ones found by digest (store/lookup.py), or a note why not."""
     where = tasks_where(manifest, tasks_dir)
     if not where.is_dir():
         return Tasks(None, f"the task set {where} is not here (give --tasks DIR)")
     try:
-        return Tasks(load_taskset(where), None)
+        found = run_tasks(where, manifest.taskset.id, manifest.taskset.fresh_content)
     except Exception as e:  # noqa: BLE001 - a task set that does not load is shown as a note
         return Tasks(None, f"the task set {where} does not load: {getattr(e, 'message', e)}")
+    return Tasks(found.taskset, None, found.by_id)
 
 
 def task_mismatch(manifest: RunManifest, task: LoadedTask, verifier: dict[str, Any] | None) -> str | None:

@@ -169,8 +169,6 @@ def chat_of(s: Source, d: dict[str, Any]) -> Chat:
         if linked(s.b, rel):  # verification skips links; none is ever read
             raise invalid(f"fails verification: {s.b.problems[-1].render()}", file=s.b.dir,
                           hint="exported data must be certified: do not use this bundle")
-    if (evidence / layout.TRANSCRIPT).is_file():
-        return _episode(s.b, aid)
     assert s.b.run is not None
     task, why = s.tasks.checked(s.b.run, d["task_id"], d.get("verifier"))
     if task is None:
@@ -179,6 +177,12 @@ def chat_of(s: Source, d: dict[str, Any]) -> Chat:
     prompt = s.prompts.get(task.id)
     if prompt is None:
         prompt = s.prompts[task.id] = task.prompt_path.read_text(encoding="utf-8", errors="replace")
+    if (evidence / layout.TRANSCRIPT).is_file():
+        # the episode as the agent saw it: its task's prompt (the file $EVALRIG_PROMPT named,
+        # its instructions for the whole episode) first, as the system message
+        chat = _episode(s.b, aid)
+        return Chat([{"role": "system", "content": prompt}, *chat.messages], chat.tools,
+                    {k: n + 1 for k, n in chat.prefixes.items()})
     answer = read_answer(evidence, layout.ANSWER_TXT)
     if answer is None:
         answer = read_answer(evidence, layout.ANSWER_JSON)

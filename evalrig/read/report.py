@@ -54,8 +54,8 @@ from evalrig.store.layout import (
     STDOUT_TXT,
     TRANSCRIPT,
 )
+from evalrig.store.lookup import run_tasks
 from evalrig.store.runlines import no_gc, read_run_lines
-from evalrig.store.tasks import load_taskset
 
 SIDES = ("champion", "candidate")
 MAX_FILES = 40
@@ -185,16 +185,18 @@ class _Settings:
         self.note: str | None = None
         where = Path(tasks_dir) if tasks_dir is not None else Path(manifest.settings.tasks_dir)
         try:
-            taskset = load_taskset(where)
+            found = run_tasks(where, manifest.taskset.id, manifest.taskset.fresh_content)
         except (EvalrigError, OSError) as e:
             self.note = (f"Expected answers are not shown: the task set {where} cannot be read ({e}); "
                          "give it with --tasks DIR.")
             return
-        if taskset.id != manifest.taskset.id:
-            self.note = (f"Expected answers are not shown: the task set in {where} has the digest {taskset.id}, "
-                         f"the run used {manifest.taskset.id} (the tasks changed since).")
+        # after `retire` the set differs, but a fresh task found by its digest is the run's
+        known = [t for i, t in found.by_id.items() if found.known(i, manifest.taskset.fresh_content)]
+        if not known:
+            self.note = (f"Expected answers are not shown: the task set in {where} has the digest "
+                         f"{found.taskset.id}, the run used {manifest.taskset.id} (the tasks changed since).")
             return
-        for t in taskset.tasks:
+        for t in known:
             v = t.spec.verifier.model_dump(mode="json")
             self.by_id[t.id] = {k: v[k] for k in ("kind", "expected", "pattern", "command") if k in v}
 

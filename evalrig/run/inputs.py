@@ -54,6 +54,7 @@ from evalrig.store.clock import utcnow
 from evalrig.store.layout import MANIFEST
 from evalrig.store.policy import load_policy
 from evalrig.store.tasks import LoadedTask, TaskSet, load_taskset
+from evalrig.store.validate import fresh_before_seal
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,13 @@ def network_warning(level: str, networked: bool) -> str | None:
             "(the agent reaches the host's network directly, not through the egress proxy, so "
             "--allow-host does not bind it and network.jsonl is not written); run as root or "
             "under bwrap to enforce it")
+
+
+def train_warnings(inputs: Inputs, checkpoint: Path | str) -> list[str]:
+    """Said before the first attempt, not kept: what makes a gate of this run block whatever
+    its results (fresh tasks made before the checkpoint's seal)."""
+    w = fresh_before_seal(inputs.taskset.fresh_created_at(), inputs.sealed.sealed_at, checkpoint)
+    return [w] if w is not None else []
 
 
 def run_warnings(inputs: Inputs) -> list[str]:

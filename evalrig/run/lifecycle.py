@@ -37,7 +37,7 @@ from evalrig.attempt.trial import (
     scratch_owner,
     scratch_owner_dead,
 )
-from evalrig.core.errors import Problem, invalid
+from evalrig.core.errors import DiskFull, Problem, invalid
 from evalrig.core.plan import Trial
 from evalrig.models.run import (
     CheckpointRef,
@@ -57,7 +57,14 @@ from evalrig.run.book import (
 )
 from evalrig.run.executors import check_executor
 from evalrig.run.findings import Findings, find
-from evalrig.run.inputs import Inputs, gather_inputs, refuse_other_inputs, run_warnings, seal_check
+from evalrig.run.inputs import (
+    Inputs,
+    gather_inputs,
+    refuse_other_inputs,
+    run_warnings,
+    seal_check,
+    train_warnings,
+)
 from evalrig.run.loop import Hooks, Loop, Stop
 from evalrig.run.progress import Reporter, SilentReporter
 from evalrig.run.provenance import copy_history, new_provenance, taskset_ref
@@ -74,7 +81,14 @@ from evalrig.store.bundle import (
 )
 from evalrig.store.clock import utcnow
 from evalrig.store.compare import refuse_unregistered
-from evalrig.store.files import read_json, why_no_dir_here, write_json_atomic
+from evalrig.store.files import (
+    disk_full,
+    is_disk_full,
+    read_json,
+    why_no_dir_here,
+    write_json_atomic,
+)
+from evalrig.store.invocation import command_name, quoted
 from evalrig.store.jsonl import cut_torn_tail, tallying
 from evalrig.store.layout import HISTORY, LOCK, LOCK_HOLDER, MANIFEST, PROVENANCE, RUN_JSONL
 from evalrig.store.ledger import register_run
@@ -117,7 +131,26 @@ class Turn:
 
 def run_eval(req: RunRequest, home: Path, environ: Mapping[str, str],
              reporter: Reporter | None = None, hooks: Hooks = Hooks()) -> RunSummary:
-    """Start or resume the run bundle at `req.out`; returns how it stands when this ends."""
+    """Start or resume the run bundle at `req.out`; returns how it stands when this ends.
+    A full disk (ENOSPC, EDQUOT) anywhere stops it with exit 5, never "a bug": the bundle
+    is left as a killed run leaves it, resumable (docs/release-flow.md)."""
+    out = Path(req.out)
+    resume = f"free space, then `{command_name()} run --out {quoted(out)} --resume`"
+    try:
+        return _run_eval(req, home, environ, reporter, hooks)
+    except DiskFull as e:
+        e.hint = resume
+        raise
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        full = disk_full(e, e.filename or out, None)
+        full.hint = resume
+        raise full from None
+
+
+def _run_eval(req: RunRequest, home: Path, environ: Mapping[str, str],
+              reporter: Reporter | None, hooks: Hooks) -> RunSummary:
     reporter = reporter or SilentReporter()
     out = Path(req.out)
     refuse_unusable_out(out)
@@ -232,7 +265,7 @@ def _start_leftover(p: Path) -> bool:
 def _start(turn: Turn) -> RunSummary:
     out, inputs = turn.out, turn.inputs
     warnings = run_warnings(inputs)
-    for w in warnings:
+    for w in warnings + train_warnings(inputs, turn.resolved.settings.checkpoint_dir):
         turn.reporter.warning(w)
     write_json_atomic(out / PROVENANCE, new_provenance(turn.argv, warnings))
     history = copy_history(inputs.checkpoint, out)
@@ -275,7 +308,7 @@ def _resume(turn: Turn, manifest: RunManifest, rows: BundleRows, tallied: Callab
     prov = read_json(out / PROVENANCE, Provenance)
     said = run_warnings(inputs)
     new_warnings = [w for w in said if w not in prov.sandbox_warnings]
-    for w in said:
+    for w in said + train_warnings(inputs, turn.resolved.settings.checkpoint_dir):
         turn.reporter.warning(w)
     prov = prov.model_copy(update={
         "sandbox_warnings": prov.sandbox_warnings + new_warnings,

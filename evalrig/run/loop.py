@@ -243,6 +243,12 @@ class Loop:
                     got.ended.append((i, "interrupted"))
                 else:
                     got.jobs.append(Job("attempt", i.spec))
+        stops = [d.stop for d in batch if d.stop is not None]
+        if stops:
+            # a full disk: nothing of this attempt is recorded (its start line stands, so a
+            # resume takes it for interrupted and runs its trial again); the run stops
+            self.stop.event.set()
+            raise stops[0]
         for d in batch:
             if d.job.kind == "attempt":
                 item = self.inflight[d.job.spec.attempt_id]

@@ -23,6 +23,7 @@ from typing import Any
 from evalrig.attempt.egress import parse_allow_host
 from evalrig.core.errors import Problem, UsageError, invalid
 from evalrig.models.run import MAY_CHANGE_ON_RESUME, DefaultsUsed, RunManifest, RunSettings
+from evalrig.store.invocation import command_name
 from evalrig.store.layout import MANIFEST
 
 DEFAULT_REPEAT = 5
@@ -254,6 +255,6 @@ def refuse_changes(manifest: RunManifest, now: Resolved, out: Path) -> None:
             "resume refused: settings that can change outcomes differ from the bundle's",
             file=out / MANIFEST,
             problems=[Problem(None, d) for d in diffs],
-            hint="run the original command again (or `evalrig run --out BUNDLE --resume`), "
+            hint=f"run the original command again (or `{command_name()} run --out BUNDLE --resume`), "
             "or start a new bundle with a new --out",
         )

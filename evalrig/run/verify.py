@@ -32,8 +32,9 @@ from evalrig.store.bundle import (
 )
 from evalrig.store.checkpoint import refuse_version_clash, register_seal
 from evalrig.store.ledger import registrations_of
+from evalrig.store.lookup import run_tasks
 from evalrig.store.signing import keyring
-from evalrig.store.tasks import LoadedTask, load_taskset
+from evalrig.store.tasks import LoadedTask
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,8 @@ def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
     them) from this command's environment, where set (docs/tasks.md "Secrets")."""
     secrets = {n: os.environ[n] for n in b.manifest.settings.driver_secrets or [] if n in os.environ}
     tasks_dir = Path(b.manifest.settings.tasks_dir)
-    tasks = {t.id: t for t in load_taskset(tasks_dir).tasks}
+    # the one lookup of the readers: a retired fresh task is found by its content digest
+    tasks = run_tasks(tasks_dir, b.manifest.taskset.id, b.manifest.taskset.fresh_content).by_id
     superseded = _superseded(b)
     bad, problems = _changed_verifiers(b, tasks, str(tasks_dir), superseded)
     available = resolve_level("auto").level

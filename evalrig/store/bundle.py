@@ -23,6 +23,7 @@ from evalrig.core.errors import Problem, invalid
 from evalrig.core.outcomes import final_of
 from evalrig.models.run import Actual, AttemptEvent, Estimate, Result, RunManifest
 from evalrig.store.files import exclusive_lock, read_json, sha256_file, write_bytes_atomic
+from evalrig.store.invocation import command_name, quoted
 from evalrig.store.jsonl import read_records_fast
 from evalrig.store.layout import (
     ACTUALS_JSONL,
@@ -133,7 +134,7 @@ def unfinished_state(bundle: Path) -> str:
     if lock_is_held(bundle):
         return f"still running: in use by {holder_of(bundle)}"
     return ("interrupted: the run never finished, and no process holds the bundle (it was "
-            f"killed, or the machine went down); resume with `evalrig run --out {bundle} --resume`")
+            f"killed, or the machine went down); resume with `{command_name()} run --out {quoted(bundle)} --resume`")
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from evalrig.core.tomlerr import raise_problems, validate_doc
 from evalrig.models.inputs import CheckpointFile
 from evalrig.models.run import HashVersion, SealEntry, SealFile
 from evalrig.store.files import read_toml
+from evalrig.store.invocation import command_name, quoted
 from evalrig.store.layout import SEALS as REGISTRY
 from evalrig.store.layout import home_path
 from evalrig.store.ledger import refuse_unusable_home
@@ -339,12 +340,12 @@ def check_sealed(dir: Path, home: Path) -> SealEntry:
             f"changed since it was sealed as {status.claimed} (its content is now {status.current})",
             file=dir,
             hint="a sealed checkpoint never changes: restore it, or seal the new content "
-            "with `evalrig seal DIR` as a new checkpoint",
+            f"with `{command_name()} seal DIR` as a new checkpoint",
         )
     raise invalid(
         f"not sealed: no registered seal matches its content {status.current}",
         file=dir,
-        hint=f"run `evalrig seal {dir}` (the registry in {registry_path(home)} is the authority, "
+        hint=f"run `{command_name()} seal {quoted(dir)}` (the registry in {registry_path(home)} is the authority, "
         "not SEAL.json)",
     )
 

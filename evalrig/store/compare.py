@@ -24,6 +24,7 @@ from evalrig.store import bundle
 from evalrig.store.checkpoint import registered_seal
 from evalrig.store.comparison_file import RECOMPARE_HINT
 from evalrig.store.files import read_json, write_bytes_atomic, write_json_atomic
+from evalrig.store.invocation import command_name, quoted
 from evalrig.store.layout import COMPARISON_JSON, COMPARISON_MD, HISTORY, MANIFEST
 from evalrig.store.ledger import registered_run, runs_path
 from evalrig.store.runlines import RUN_LINE_FILES, no_gc, read_run_lines
@@ -98,7 +99,7 @@ def load_side(dir: Path, home: Path, allow_incomplete: bool) -> LoadedRun:
         raise Incomplete(
             f"the run is {manifest.status}: {manifest.counts.unscored} of {count(manifest.counts.trials, 'trial')} unscored",
             file=str(dir / MANIFEST),
-            hint=f"resume it with `evalrig run --out {dir} --resume`, or compare with --allow-incomplete "
+            hint=f"resume it with `{command_name()} run --out {quoted(dir)} --resume`, or compare with --allow-incomplete "
             "(the gate never promotes on an incomplete comparison)",
         )
     kept: dict[str, bytes | None] = dict.fromkeys((*RUN_LINE_FILES, HISTORY))
@@ -185,6 +186,15 @@ def taskset_difference(champion: LoadedRun, candidate: LoadedRun) -> str:
 def check_pairable(champion: LoadedRun, candidate: LoadedRun, champ_dir: Path, cand_dir: Path) -> None:
     """Refuse (exit 4, naming the difference) runs that cannot be paired trial by trial."""
     a, b = champion.manifest, candidate.manifest
+    if a.run_id == b.run_id:
+        same = ("the same bundle" if champ_dir.resolve() == cand_dir.resolve()
+                else f"a copy of the same run ({champ_dir} and {cand_dir})")
+        raise invalid(
+            f"a run compared with itself says nothing: both sides are {same}, run {a.run_id}",
+            file=str(cand_dir / MANIFEST), field="run_id",
+            hint="give the champion's run first and the candidate's second; to measure the noise "
+            "of one checkpoint, run it twice (two --out bundles) and compare those",
+        )
     if a.taskset.id != b.taskset.id:
         raise invalid(
             f"the runs differ in task sets: {taskset_difference(champion, candidate)} (champion {a.taskset.id} "

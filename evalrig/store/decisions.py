@@ -15,7 +15,7 @@ from evalrig.core import report
 from evalrig.core.curves import curve_of
 from evalrig.core.digest import pretty_json, sha256_bytes
 from evalrig.core.errors import EvalrigError, ExitCode, invalid
-from evalrig.core.gate import EXIT_OF_VERDICT, decide
+from evalrig.core.gate import EXIT_OF_VERDICT, decide, what_failed
 from evalrig.models.comparison import Comparison, Decision, GateLedgerEntry, Issued
 from evalrig.models.inputs import PolicyFile
 from evalrig.store import ledger
@@ -37,17 +37,29 @@ class GateResult:
     exit_code: ExitCode
 
 
-def seen_fresh(home: Path, candidate_id: str) -> dict[str, str]:
+def seen_fresh(home: Path, candidate_id: str, comparison_digest: str | None = None,
+               comparison_dir: Path | None = None) -> dict[str, str]:
     """content digest -> candidate id, for every fresh task of every earlier gate of another
     candidate in the gate ledger (the earliest gate's candidate where several share one), and
     for every task of a recorded export (whoever ran it: exported tasks may have been trained
-    on) -> that export (docs/gate.md, docs/reading.md)."""
+    on) -> that export (docs/gate.md, docs/reading.md).
+
+    Only what was recorded before this comparison bundle's first gate counts against it: an
+    export (or another candidate's gate) recorded after it cannot have reached the runs it
+    compares, and counting it would make the same comparison and policy decide differently
+    the second time (a decision file that then "exists with other bytes"). It counts against
+    every later comparison."""
+    gates = ledger.all_gates(home)
+    where = str(Path(comparison_dir).resolve()) if comparison_dir is not None else None
+    first = next((i for i, e in enumerate(gates)
+                  if e.comparison_digest == comparison_digest and e.comparison_dir == where), None)
+    until = gates[first].at if first is not None else None
     out: dict[str, str] = {}
-    for e in ledger.all_gates(home):
+    for e in gates[:first]:
         if e.candidate_id != candidate_id:
             for d in e.fresh_content:
                 out.setdefault(d, e.candidate_id)
-    for d, label in exported_content(home).items():
+    for d, label in exported_content(home, until).items():
         out.setdefault(d, label)
     return out
 
@@ -131,7 +143,7 @@ def gate_comparison(dir: Path, policy_path: Path, exception: str | None, advisor
     refuse_unregistered_runs(dir, comparison, home)
     refuse_unrecorded_comparison(dir, comparison_digest, home)
     refuse_unlike_run_manifests(dir, comparison, home)
-    seen = seen_fresh(home, comparison.candidate.checkpoint_id)
+    seen = seen_fresh(home, comparison.candidate.checkpoint_id, comparison_digest, dir)
     try:
         decision = decide(comparison, loaded.spec, loaded.digest, exception, advisory, comparison_digest, seen)
     except EvalrigError as e:  # decide() is pure and knows no paths: name the policy it refused
@@ -185,10 +197,30 @@ def refuse_other_bytes(path: Path, decision: Decision) -> None:
                       "never overwritten", file=path,
                       hint="a policy with other rules is a new policy: give it a new version (validate refuses two "
                       "files of one name and version), or gate with the file the decision was made with")
+    changed = _rule_changed(before, decision)
+    if changed is not None:
+        raise invalid(f"exists with other bytes: the same comparison and policy decided otherwise when it was "
+                      f"gated ({changed}); a decision is never overwritten", file=path,
+                      hint="that decision stands as issued and can be signed; to decide on what the home "
+                      "records now, " + RECOMPARE_HINT)
     raise invalid("exists with other bytes: the same comparison and policy were gated by another version of "
                   "evalrig, whose gate decided differently; a decision is never overwritten", file=path,
                   hint="that decision stands as issued and can be signed; to have this version's gate decide, "
                   + RECOMPARE_HINT)
+
+
+def _rule_changed(before: Decision, now: Decision) -> str | None:
+    """The first rule that holds now where it did not (or the reverse), said with its cause,
+    or None when every rule decided alike (then the rig itself changed)."""
+    was = {r.name: r for r in before.rules}
+    for r in now.rules:
+        old = was.get(r.name)
+        if old is None or old.held == r.held:
+            continue
+        why = what_failed(r if not r.held else old)
+        state = "fails now" if not r.held else "holds now"
+        return f"{r.name} {'held' if old.held else 'failed'} then and {state}: {why}"
+    return None
 
 
 def write_verdict_file(path: Path, decision: Decision, digest: str, home: Path) -> Path:

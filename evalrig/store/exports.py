@@ -4,6 +4,7 @@ what left the rig as training data, so that no gate takes those tasks as fresh a
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 from evalrig.models.base import format_ts
@@ -24,11 +25,14 @@ def record_export(home: Path, entry: ExportEntry) -> None:
         chain.append(entry)
 
 
-def exported_content(home: Path) -> dict[str, str]:
+def exported_content(home: Path, until: datetime | None = None) -> dict[str, str]:
     """content digest -> "export of RUN_ID… at TIME", for every task of every recorded export
-    (the earliest where several hold one); exit 4 when the file's chain is broken."""
+    (the earliest where several hold one), only those recorded no later than `until` when it
+    is given; exit 4 when the file's chain is broken."""
     out: dict[str, str] = {}
     for e in read_chained(exports_path(home), ExportEntry, home=home).records:
+        if until is not None and e.at > until:
+            continue
         label = f"export of {', '.join(b.run_id for b in e.bundles)} at {format_ts(e.at)}"
         for d in e.content:
             out.setdefault(d, label)

@@ -13,13 +13,14 @@ import errno
 import fcntl
 import hashlib
 import os
+import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from evalrig.core.digest import loads, pretty_json
-from evalrig.core.errors import EvalrigError, Problem, invalid
+from evalrig.core.errors import DiskFull, EvalrigError, Problem, invalid
 
 if TYPE_CHECKING:  # pydantic loads with the first model read, not with the file primitives
     from pydantic import BaseModel, ValidationError
@@ -85,6 +86,36 @@ def why_no_dir_here(path: Path) -> str | None:
     if top and top[0] in KERNEL_FS:
         return f"/{top[0]} is a kernel file system (it holds no files of yours)"
     return None
+
+
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""The errors of a file system with no room left: the operator's to fix, never a bug."""
+
+
+def is_disk_full(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in DISK_FULL
+
+
+def _free_bytes(path: Path) -> int | None:
+    for p in (path, *path.parents):
+        try:
+            return shutil.disk_usage(p).free
+        except OSError:
+            continue
+    return None
+
+
+def disk_full(e: OSError, path: Path | str, needed: int | None, at_most: bool = False) -> DiskFull:
+    """The exit-5 error for a write that found no room: which path, what it needed (`at_most`:
+    a bound, not the exact figure), what is free (docs/release-flow.md, "Resume after a crash")."""
+    path = Path(path)
+    free = _free_bytes(path)
+    what = "no space left on its file system" if e.errno == errno.ENOSPC else "the disk quota is exhausted"
+    need = ("needed more room" if needed is None else
+            f"needed up to {needed:,} bytes" if at_most else f"needed {needed:,} bytes")
+    have = f", {free:,} bytes free" if free is not None else ""
+    return DiskFull(f"{what} while writing it ({need}{have}); the run stopped and its bundle is resumable",
+                    file=str(path), hint="free space, then `--resume`")
 
 
 def write_all(fd: int, data: bytes) -> None:

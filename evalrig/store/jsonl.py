@@ -31,8 +31,10 @@ from evalrig.core.digest import canonical_json, canonical_line, loads, to_plain
 from evalrig.core.errors import invalid
 from evalrig.store.chain import Chain, chain_hash, verify_chain, whole_lines
 from evalrig.store.files import (
+    disk_full,
     exclusive_lock,
     invalid_from_validation,
+    is_disk_full,
     open_nofollow,
     read_fd,
     write_all,
@@ -94,7 +96,16 @@ class Journal:
             return
         data = b"".join(canonical_line(r) for r in records)
         _tally(self._paths[name], data)
-        write_all(self._fds[name], data)
+        fd = self._fds[name]
+        size = os.fstat(fd).st_size
+        try:
+            write_all(fd, data)
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)  # no torn line: the records are written whole or not at all
+            raise disk_full(e, self._paths[name], len(data)) from None
         self._dirty.add(name)
 
     def sync(self) -> None:

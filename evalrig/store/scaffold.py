@@ -64,8 +64,9 @@ max_processes = 256
 #   exact    `expected`: the trimmed out/answer.txt must equal it
 #   regex    `pattern`: must match the whole trimmed out/answer.txt
 #   json     `expected` (any TOML value): out/answer.json must equal it
-#   command  `command = ["python3", "check.py"]`, run from verifier/; exit 0 passes, 1 fails,
-#            or it writes $EVALRIG_VERDICT/reward.json (docs/tasks.md)
+#   command  `command = ["python3", "check.py"]`, run from verifier/; it writes
+#            $EVALRIG_VERDICT/reward.json (or exits 0 to pass, 1 to fail); an exit 1 after a
+#            Python traceback is the verifier's crash, a fault, never a fail (docs/tasks.md)
 {verifier}# Part of the verifier's identity: bump it when the way answers are judged changes.
 version = "1"
 """
@@ -109,7 +110,7 @@ CODE_CASES = """\
 
 CODE_CHECK_PY = '''\
 """A code task's verifier: the agent's code runs only through $EVALRIG_RUN_UNTRUSTED (docs/tasks.md)."""
-import ast, json, os, subprocess
+import ast, json, os, subprocess, sys
 from pathlib import Path
 
 MODULE, FUNCTION = "work/src/solution.py", "solve"  # the agent's file, in its evidence
@@ -146,7 +147,10 @@ got = [value(g) if isinstance(g, str) else (False, None) for g in (got if isinst
 passed = sum(ok and type(v) is type(c["expected"]) and v == c["expected"] for c, (ok, v) in zip(cases, got))
 checks = {"ran": run.returncode == 0, "all_cases_pass": passed == len(cases)}
 reward = {"reward": passed / len(cases), "checks": checks}
+# The verdict goes in reward.json, never in the exit code: an uncaught exception above
+# exits 1 with a traceback, which the rig takes for this verifier's crash (a fault), not a fail.
 Path(os.environ["EVALRIG_VERDICT"], "reward.json").write_text(json.dumps(reward) + "\\n")
+sys.exit(0)
 '''
 
 PROMPT = """\

@@ -192,13 +192,17 @@ def check_release(decision_path: Path, checkpoint_dir: Path, home: Path, home_ke
     if problem is not None:
         return ReleaseCheck(False, f"not approved: {problem}", hint=RECOMPARE_HINT)
     signoffs = ledger.home_signoffs_of(home, d.digest)
+    # approving a verdict other than a promotion overrides the gate, which `sign` refuses
+    # without a reason: the command suggested must be one that works
+    approve = f"{sign_it} --approve --by NAME" + (
+        "" if agrees_with_gate(d.decision.verdict, True) else ' --reason "why the gate is wrong here"')
     if not signoffs:
         return ReleaseCheck(False, f"not approved: {decision_path}: no sign-off of this decision (as it now reads)",
-                            hint=f"a person signs it: `{sign_it} --approve --by NAME`")
+                            hint=f"a person signs it: `{approve}`")
     last = signoffs[-1]
     if last.action != "approve":
         return ReleaseCheck(False, f"not approved: the last sign-off ({shown(last.by)}) rejects it",
-                            hint=f"only a new approving sign-off changes this: `{sign_it} --approve --by NAME`")
+                            hint=f"only a new approving sign-off changes this: `{approve}`")
     want = d.decision.candidate.checkpoint_id
     seals = seal_records(home)  # a broken registry is exit 4, not a "cannot be hashed"
     try:

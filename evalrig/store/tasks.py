@@ -37,6 +37,7 @@ from evalrig.models.inputs import SUITES, Suite, TaskFile
 from evalrig.models.lock import FixedLock
 from evalrig.models.run import VerifierIdentity
 from evalrig.store.files import read_toml
+from evalrig.store.invocation import command_name, quoted
 from evalrig.store.layout import RETIRED
 from evalrig.store.tree import hash_tree
 
@@ -419,6 +420,9 @@ def collect_task_problems(dir: Path) -> TaskProblems:
                                            "<dir>/<suite>/<task-id>/task.toml)")])
     if not dir.is_dir():
         return TaskProblems(None, [Problem(str(dir), "not a directory (expected a task set)")])
+    wrong_level = _not_a_task_set(dir)
+    if wrong_level is not None:
+        return TaskProblems(None, [wrong_level])
     problems: list[Problem] = []
     tasks: list[LoadedTask] = []
     unreadable: set[str] = set()
@@ -445,6 +449,23 @@ def collect_task_problems(dir: Path) -> TaskProblems:
     return TaskProblems(TaskSet(dir, tuple(tasks)), [])
 
 
+def _not_a_task_set(dir: Path) -> Problem | None:
+    """A suite folder or a task folder given where the task set is meant (a user's easy
+    slip, `--tasks tasks/fresh`): one problem naming the folder meant, not one per task."""
+    if (dir / TASK_TOML).is_file():
+        return Problem(str(dir), "a task folder, not a task set (<dir>/<suite>/<task-id>/task.toml); "
+                       f"did you mean {dir.parent.parent}, the task set that holds it?")
+    if any(d.name in SUITES for d in _subdirs(dir)):
+        return None
+    if dir.parent.name == RETIRED:
+        return Problem(str(dir), "a retired train's tasks, not a task set; did you mean "
+                       f"{dir.parent.parent}, the task set that holds it?")
+    if dir.name in SUITES or any((d / TASK_TOML).is_file() for d in _subdirs(dir)):
+        return Problem(str(dir), "a suite folder, not a task set (<dir>/<suite>/<task-id>/task.toml); "
+                       f"did you mean its parent, {dir.parent}?")
+    return None
+
+
 def _duplicate_problems(tasks: list[LoadedTask]) -> list[Problem]:
     first: dict[str, LoadedTask] = {}
     out = []
@@ -468,7 +489,7 @@ def load_taskset(dir: Path) -> TaskSet:
             f"{count(n, 'problem')} in the task set",
             file=dir,
             problems=problems,
-            hint=f"fix them; `evalrig validate --tasks {dir}` lists them all",
+            hint=f"fix them; `{command_name()} validate --tasks {quoted(dir)}` lists them all",
         )
     return taskset
 

@@ -13,13 +13,16 @@ Choices made here, where the documented contract leaves room:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from evalrig.core.errors import EvalrigError, Problem
 from evalrig.core.tomlerr import error_problems
+from evalrig.models.base import format_ts
+from evalrig.store.invocation import command_name, quoted
 from evalrig.store.jsonl import whole_lines
 from evalrig.store.layout import (
     ACTUALS_JSONL,
@@ -72,13 +75,13 @@ def check_tasks(dir: Path, report: Report) -> None:
     if not taskset.tasks:
         report.warnings.append(Problem(
             str(dir), "no task here (expected <dir>/<suite>/<task-id>/task.toml, the suite one of "
-            "fixed, fresh, invariant); `evalrig init task NAME --tasks DIR` writes one"))
+            f"fixed, fresh, invariant); `{command_name()} init task NAME --tasks {quoted(dir)}` writes one"))
     lock = read_lock(dir)
     unlocked = [t.id for t in taskset.tasks if t.suite == "fixed" and (lock is None or t.id not in lock.tasks)]
     if unlocked:
         report.warnings.append(Problem(
             str(Path(dir) / "fixed.lock"), f"fixed tasks not locked yet: {', '.join(unlocked)}; "
-            f"run `evalrig lock --tasks {dir}` (the fixed suite only grows once locked)"))
+            f"run `{command_name()} lock --tasks {quoted(dir)}` (the fixed suite only grows once locked)"))
 
 
 def check_policies(path: Path, report: Report) -> None:
@@ -132,6 +135,61 @@ def _same_name_and_version(p: Any, seen: dict[tuple[str, int], Any]) -> list[Pro
                                  "with other rules; give the edited policy a new version", "version")]
 
 
+def fresh_before_seal(created: Mapping[str, datetime], sealed_at: datetime, checkpoint: Path | str) -> str | None:
+    """The warning before a doomed gate (docs/gate.md, `invariant.fresh-after-seal`): fresh
+    tasks made no later than the checkpoint's registered seal, or None."""
+    early = sorted(t for t, at in created.items() if not at > sealed_at)
+    if not early:
+        return None
+    shown = ", ".join(early[:5]) + (f" and {len(early) - 5} more" if len(early) > 5 else "")
+    return (f"{len(early)} of {len(created)} fresh task(s) were created no later than the seal of "
+            f"{checkpoint} ({format_ts(sealed_at)}): {shown}; a gate with this checkpoint as its candidate "
+            "will block on invariant.fresh-after-seal. Make the train's fresh tasks after sealing the "
+            "candidate (new tasks: a copy of an old one with a new created_at is not fresh either)")
+
+
+def history_lacking(candidate: Path | str, candidate_log: str | None, champion: Path | str,
+                    champion_log: str | None) -> str | None:
+    """The warning before a doomed gate (docs/gate.md, `invariant.history-preserved`): the
+    champion declares an event log the candidate does not, or None."""
+    if champion_log is None or candidate_log is not None:
+        return None
+    return (f"the champion {champion} declares a [history] log ({champion_log}) that {candidate} lacks; "
+            "a gate of this pair will block on invariant.history-preserved. Declare the log in "
+            f"{Path(candidate) / 'checkpoint.toml'} ([history] log = \"{champion_log}\"), carrying the "
+            "champion's log as its first lines, then seal the candidate again")
+
+
+def check_train(tasks: Path | None, checkpoints: Sequence[Path], champion: Path | None, home: Path,
+                report: Report) -> None:
+    """Warnings, once each, before both runs are spent on a gate that will block: fresh tasks
+    made before a checkpoint's seal, and a champion's event log the candidate lacks."""
+    from evalrig.store.checkpoint import load_checkpoint, seal_status
+    from evalrig.store.tasks import collect_task_problems
+
+    taskset = collect_task_problems(tasks).taskset if tasks is not None and Path(tasks).is_dir() else None
+    champion_log = None
+    if champion is not None:
+        try:
+            champion_log = load_checkpoint(champion).spec.history.log
+        except (EvalrigError, OSError):
+            champion_log = None  # check_checkpoint names its problems
+    for c in checkpoints:
+        try:
+            ckpt = load_checkpoint(c)
+            entry = seal_status(c, home).entry if taskset is not None else None
+        except (EvalrigError, OSError):
+            continue  # check_checkpoint names its problems
+        if taskset is not None and entry is not None:
+            w = fresh_before_seal(taskset.fresh_created_at(), entry.sealed_at, c)
+            if w is not None:
+                report.warnings.append(Problem(str(tasks), w))
+        if champion is not None:
+            w = history_lacking(c, ckpt.spec.history.log, champion, champion_log)
+            if w is not None:
+                report.warnings.append(Problem(str(c), w, "history.log"))
+
+
 def check_checkpoint(dir: Path, home: Path, report: Report, prefixes: Sequence[Path] = ()) -> None:
     """The checkpoint loads, its commands resolve where `run` would let them run (inside the
     checkpoint, the system directories or the operator's `prefixes`), and its seal holds."""
@@ -150,7 +208,7 @@ def check_checkpoint(dir: Path, home: Path, report: Report, prefixes: Sequence[P
         if status.matched == 1:
             report.warnings.append(Problem(
                 str(dir), f"sealed as {status.entry.checkpoint_id} under hash version 1, which does not "
-                f"cover folders or mode bits; run `evalrig seal {dir}` to record its version-2 id (it keeps "
+                f"cover folders or mode bits; run `{command_name()} seal {quoted(dir)}` to record its version-2 id (it keeps "
                 "its id: docs/checkpoint.md, \"Sealing and what it covers\")"))
         return
     if status.changed:
@@ -159,8 +217,8 @@ def check_checkpoint(dir: Path, home: Path, report: Report, prefixes: Sequence[P
             f"{status.current}); restore it, or seal the new content as a new checkpoint"))
     else:
         report.warnings.append(Problem(
-            str(dir), f"not sealed (content {status.current}); run `evalrig seal {dir}` before "
-            "`evalrig run`"))
+            str(dir), f"not sealed (content {status.current}); run `{command_name()} seal {quoted(dir)}` "
+            f"before `{command_name()} run`"))
 
 
 # -- bundles -----------------------------------------------------------------------------
@@ -241,7 +299,7 @@ def check_jsonl(path: Path, model: Any, report: Report) -> int:
     if torn is not None:
         report.problems.append(Problem(
             str(path), "torn last line (no trailing newline: a crash cut it short); "
-            "`evalrig run --out BUNDLE --resume` cuts it off and runs the trial again",
+            f"`{command_name()} run --out BUNDLE --resume` cuts it off and runs the trial again",
             None, torn))
     return good
 
@@ -364,6 +422,7 @@ def validate(
     bundles: list[Path],
     home: Path,
     interpreter_prefixes: Sequence[Path] = (),
+    champion: Path | None = None,
 ) -> Report:
     report = Report()
     if tasks is not None:
@@ -372,6 +431,9 @@ def validate(
         check_policies(policies, report)
     for c in checkpoints:
         check_checkpoint(c, home, report, interpreter_prefixes)
+    if champion is not None:
+        check_checkpoint(champion, home, report, interpreter_prefixes)
+    check_train(tasks, checkpoints, champion, home, report)
     for b in bundles:
         check_bundle(b, report)
     return report

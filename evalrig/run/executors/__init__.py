@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
     from evalrig.attempt.trial import AttemptOutcome, AttemptSpec
+    from evalrig.core.errors import EvalrigError
     from evalrig.models.run import Estimate
 
 JobKind = Literal["estimate", "attempt"]
@@ -47,6 +48,8 @@ class Done:
     outcome: AttemptOutcome | None = None
     error: str | None = None
     wall_s: float = 0.0
+    stop: EvalrigError | None = None
+    """Set when the work raised what stops the whole run (a full disk): the runner raises it."""
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,10 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
+from evalrig.core.errors import DiskFull
 from evalrig.run.executors import AttemptWork, Done, Job
 from evalrig.store.clock import utcnow
+from evalrig.store.files import disk_full, is_disk_full
 
 
 class LocalExecutor:
@@ -36,7 +38,10 @@ class LocalExecutor:
                 done = Done(job, outcome=out, wall_s=time.monotonic() - t0)
         except BaseException as e:  # noqa: BLE001 - a rig fault becomes an infra_error record
             detail = "".join(traceback.format_exception_only(type(e), e)).strip()
-            done = Done(job, error=detail, wall_s=time.monotonic() - t0)
+            stop = e if isinstance(e, DiskFull) else (
+                disk_full(e, e.filename or job.spec.evidence_dir, None) if isinstance(e, OSError) and is_disk_full(e)
+                else None)
+            done = Done(job, error=detail, wall_s=time.monotonic() - t0, stop=stop)
         self._done.put(done)
 
     def wait(self, timeout: float | None) -> list[Done]:
