@@ -367,3 +367,36 @@ def test_one_ledger_serves_every_role_of_an_attempt(gw: Gateway, tmp_path: Path)
     assert c is not None and j is not None and c.input_tokens == 1 and j.input_tokens == 3
     assert ledger.spend("driver") is None
     assert [x.seq for x in ledger.calls()] == [0, 1, 2]
+
+
+def test_an_upstreams_max_concurrent_bounds_every_session_of_the_process(stand: Standin, tmp_path: Path) -> None:
+    g = gateway(stand, max_concurrent=1)
+    opened = [open_session(g, tmp_path / f"s{i}", allowed=ALLOWED) for i in range(3)]
+    try:
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=raw_call, args=(o.port, "POST", CHAT, chat("slow-300")))
+                   for o in opened]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert time.monotonic() - t0 >= 0.85  # one at a time: 3 x 300 ms
+    finally:
+        g.close()
+    assert all(o.lines()[0]["status"] == 200 for o in opened)
+
+
+def test_a_sandbox_cannot_hold_more_than_max_open_connections(sess: Opened) -> None:
+    from evalrig.attempt.gateway.server import MAX_OPEN
+    held = [socket.create_connection(("127.0.0.1", sess.port)) for _ in range(MAX_OPEN)]
+    try:
+        time.sleep(0.3)
+        extra = socket.create_connection(("127.0.0.1", sess.port))
+        extra.settimeout(5)
+        assert extra.recv(10) == b""  # closed at once
+        extra.close()
+    finally:
+        for s in held:
+            s.close()
+    time.sleep(0.3)
+    assert raw_call(sess.port, "POST", CHAT, chat("gpt-test"))[0] == 200  # served again once they left
