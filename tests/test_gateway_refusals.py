@@ -400,3 +400,22 @@ def test_a_sandbox_cannot_hold_more_than_max_open_connections(sess: Opened) -> N
             s.close()
     time.sleep(0.3)
     assert raw_call(sess.port, "POST", CHAT, chat("gpt-test"))[0] == 200  # served again once they left
+
+
+def test_the_sdks_do_not_retry_a_refusal_by_themselves(gw: Gateway, tmp_path: Path) -> None:
+    """An exhausted budget (429) or a request not in the recording (409) would be refused
+    again: the answer says so (`x-should-retry: false`), so the SDK's default retries do not
+    turn one refusal into three lines."""
+    o = open_session(gw, tmp_path / "n", allowed=ALLOWED, budget=Budget(max_calls=1))
+    try:
+        c = openai.OpenAI(base_url=f"{o.base}/openai/v1", api_key="tok", max_retries=2, timeout=20)
+        c.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "x"}])
+        with pytest.raises(openai.RateLimitError) as e:
+            c.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "x"}])
+        assert e.value.response.headers["x-should-retry"] == "false"
+        a = anthropic.Anthropic(base_url=f"{o.base}/anthropic", api_key="tok", max_retries=2, timeout=20)
+        with pytest.raises(anthropic.RateLimitError):
+            a.messages.create(model="claude-test", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    finally:
+        o.session.close()
+    assert [x["refused"] for x in sorted(o.lines(), key=lambda x: x["seq"])] == [None, "budget", "budget"]
