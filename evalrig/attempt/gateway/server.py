@@ -49,8 +49,9 @@ SCAN_CPU_S = 5.0
 FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent", "anthropic-version", "anthropic-beta",
                      "OpenAI-Beta")
 """The only request headers passed to an upstream (and scanned); the rig adds the key."""
-MAX_OPEN = 64
-"""Connections one sandbox may hold open at once; more are closed as they arrive."""
+MAX_OPEN = 256
+"""Connections one sandbox may hold open at once (an agent may well make a hundred calls at
+once: they wait for one of its 4 slots); more are closed as they arrive."""
 _RETRY_HEADERS = ("retry-after", "retry-after-ms", "x-should-retry")
 """An upstream's advice on retrying, passed back with its error (the agent's SDK reads it)."""
 _OPEN_TIMEOUT_S = 10.0
