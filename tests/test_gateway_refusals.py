@@ -21,7 +21,7 @@ from evalrig.models.gateway import Budget, CallUsage
 from tests.gateway_kit import KEY, Opened, Standin, gateway, open_session, raw_call, standin
 
 NEEDLE = b"CANARY-7f3a9c-needle"
-ALLOWED = ("openai/gpt-test", "anthropic/claude-test", "openai/fail-500", "openai/fail-401",
+ALLOWED = ("openai/fail-401+echo-key", "anthropic/fail-401+echo-key", "openai/gpt-test", "anthropic/claude-test", "openai/fail-500", "openai/fail-401",
            "openai/fail-429", "anthropic/fail-429", "openai/fail-403", "openai/reset", "openai/slow-5000",
            "openai/half-stream", "anthropic/half-stream", "openai/slow-400", "openai/slow-300",
            "anthropic/slow-300", "openai/slow-2000", "judgeonly/gpt-test", "openai/no-usage")
@@ -330,6 +330,11 @@ def test_the_key_is_never_in_the_ledger_the_bodies_or_the_answers(sess: Opened) 
     with pytest.raises(openai.AuthenticationError) as e:
         c.chat.completions.create(model="fail-401", messages=[{"role": "user", "content": "x"}])
     assert KEY not in str(e.value.body)
+    with pytest.raises(openai.AuthenticationError) as e:  # a provider that quotes the key it got
+        c.chat.completions.create(model="fail-401+echo-key", messages=[{"role": "user", "content": "x"}])
+    assert "Bearer [key]" in str(e.value.body) and KEY not in str(e.value.body)
+    status, _, data = raw_call(sess.port, "POST", MSGS, msg("fail-401+echo-key"))
+    assert status == 401 and b"[key]" in data and KEY.encode() not in data
     c.chat.completions.create(model="no-usage", messages=[{"role": "user", "content": "hi"}])
     sess.session.close()
     files = [p for p in sess.evidence.rglob("*") if p.is_file()]

@@ -381,7 +381,7 @@ class Session:
                     ctype = r.headers.get("Content-Type", "application/json")
                     line.status = r.status
                     if r.status >= 400 or r.status < 200:
-                        payload = await r.read()
+                        payload = _without_key(await r.read(), up.key)
                         line.upstream_fault = r.status in (401, 403, 429) or r.status >= 500
                         line.error = f"upstream {up.name} answered {r.status}"
                         if not _is_json_object(payload):
@@ -396,7 +396,7 @@ class Session:
                         prepared = await self._stream(request, responded, line, r, ctype, su)
                         line.usage, line.usage_raw = su.usage(), su.raw
                     else:
-                        payload = await r.read()
+                        payload = _without_key(await r.read(), up.key)
                         line.usage, line.usage_raw = from_body(line.api, payload)
                         await self._answer(request, responded, line, r.status, payload, ctype)
             except TimeoutError:
@@ -541,6 +541,14 @@ def _priced(price: Pricer, qualified: str, provider: str, usage: CallUsage, as_o
         return price(qualified, provider, usage, as_of)
     except Exception:  # noqa: BLE001
         return None
+
+
+def _without_key(payload: bytes, key: str | None) -> bytes:
+    """An upstream's answer with the key it was sent blotted out, should it quote it (some
+    providers' 401s do): the key never reaches the agent or the evidence."""
+    if key and key.encode() in payload:
+        return payload.replace(key.encode(), b"[key]")
+    return payload
 
 
 def _is_json_object(data: bytes) -> bool:
