@@ -424,3 +424,59 @@ def test_the_sdks_do_not_retry_a_refusal_by_themselves(gw: Gateway, tmp_path: Pa
     finally:
         o.session.close()
     assert [x["refused"] for x in sorted(o.lines(), key=lambda x: x["seq"])] == [None, "budget", "budget"]
+
+
+_RIG = r"""
+import socket, sys
+from pathlib import Path
+from evalrig.attempt.gateway import CallLedger, Gateway, Grant, UpstreamConn
+port, key, evidence = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+gw = Gateway({"openai": UpstreamConn("openai", "openai", f"http://127.0.0.1:{port}/v1", key, 64,
+                                     ("candidate",), "", 30.0)}, lambda *a: 0.0)
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(64)
+gw.open(s, Grant("candidate", frozenset({"openai/gpt-test", "openai/slow-200"}), None, (), ("t", 0)),
+        CallLedger(evidence, bodies_allowance=1 << 30))
+print(s.getsockname()[1], flush=True)
+sys.stdin.read()
+"""
+
+
+def test_kill_9_of_the_rig_mid_call_leaves_each_line_whole_or_absent(stand: Standin, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from evalrig.models.gateway import ModelCall
+    from evalrig.store.jsonl import read_records
+    from tests.gateway_kit import ROOT
+
+    evidence = tmp_path / "ev"
+    evidence.mkdir()
+    rig = subprocess.Popen([sys.executable, "-c", _RIG, str(stand.port), KEY, str(evidence)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        assert rig.stdout is not None
+        port = int(rig.stdout.readline())
+
+        def caller(i: int) -> None:
+            try:
+                raw_call(port, "POST", CHAT, chat("gpt-test" if i % 2 else "slow-200", f"call {i}"))
+            except OSError:
+                pass  # the rig died under it
+
+        threads = [threading.Thread(target=caller, args=(i,)) for i in range(40)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        rig.send_signal(signal.SIGKILL)
+        for t in threads:
+            t.join(30)
+    finally:
+        rig.kill()
+        rig.wait(10)
+    got = read_records(evidence / "model.jsonl", ModelCall)
+    assert got.torn_line is None  # every line whole (one synced write each); the cut calls are absent
+    assert 0 < len(got.records) < 40
+    assert len({r.seq for r in got.records}) == len(got.records)
