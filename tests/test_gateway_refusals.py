@@ -371,7 +371,7 @@ def test_one_ledger_serves_every_role_of_an_attempt(gw: Gateway, tmp_path: Path)
     c, j = ledger.spend("candidate"), ledger.spend("judge")
     assert c is not None and j is not None and c.input_tokens == 1 and j.input_tokens == 3
     assert ledger.spend("driver") is None
-    assert [x.seq for x in ledger.calls()] == [0, 1, 2]
+    assert sorted(x.seq for x in ledger.calls()) == [0, 1, 2]  # lines land as calls end, not by seq
 
 
 def test_an_upstreams_max_concurrent_bounds_every_session_of_the_process(stand: Standin, tmp_path: Path) -> None:
