@@ -480,3 +480,28 @@ def test_kill_9_of_the_rig_mid_call_leaves_each_line_whole_or_absent(stand: Stan
     assert got.torn_line is None  # every line whole (one synced write each); the cut calls are absent
     assert 0 < len(got.records) < 40
     assert len({r.seq for r in got.records}) == len(got.records)
+
+
+def test_calls_still_waiting_for_a_slot_when_the_sandbox_ends_are_not_forwarded(
+        gw: Gateway, tmp_path: Path, stand: Standin) -> None:
+    stand.clear()
+    o = open_session(gw, tmp_path / "w", allowed=ALLOWED)
+    threads = [threading.Thread(target=lambda: _swallow(raw_call, o.port, "POST", CHAT, chat("slow-2000")))
+               for _ in range(IN_FLIGHT + 3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    o.session.close()  # 4 in flight are read to their end; the 3 waiting never leave
+    for t in threads:
+        t.join(30)
+    lines = o.lines()
+    assert len(lines) == IN_FLIGHT + 3
+    assert sorted(x["status"] for x in lines) == [200] * IN_FLIGHT + [503] * 3
+    assert len(stand.requests()) == IN_FLIGHT
+
+
+def _swallow(fn, *args):  # type: ignore[no-untyped-def]
+    try:
+        fn(*args)
+    except OSError:
+        pass

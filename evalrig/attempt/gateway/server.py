@@ -294,6 +294,11 @@ class Session:
             return await self._refuse(request, responded, line, shape, "feature", problem)
         provider = up.price_provider or up.api
         async with self.book.slots:
+            if self._closed:  # the sandbox is gone: a call still waiting for a slot is not forwarded
+                line.error = "the attempt ended before the call was forwarded"
+                return await self._answer(request, responded, line, 503, error_body(
+                    shape, "api_error" if shape == "anthropic" else "server_error",
+                    "evalrig gateway: the attempt ended"))
             in_count = (len(body) + 3) // 4
             max_out = max_output_tokens(obj)
             reserve = CallUsage(input_tokens=in_count, output_tokens=max_out or 0)
