@@ -150,6 +150,7 @@ class _Line:
     t_start: datetime
     t0: float
     t_end: float | None = None
+    recorded: bool = False
     upstream: str | None = None
     model: str | None = None
     api: CallApi | None = None
@@ -247,6 +248,13 @@ class Session:
         finally:
             if not responded.done():
                 responded.set_result(web.Response(status=500))
+        await self._recorded(line)
+
+    async def _recorded(self, line: _Line) -> None:
+        """Write the call's line (once), off the loop."""
+        if line.recorded:
+            return
+        line.recorded = True
         line.t_end = time.perf_counter()
         await asyncio.get_running_loop().run_in_executor(self.gw.write_pool, self._record, line)
 
@@ -331,6 +339,10 @@ class Session:
                     line.cost_usd = self._price(qualified, provider, line)
             finally:
                 self.book.settle(r, line.usage, line.cost_usd, forwarded)
+                if responded.done():
+                    # written while the slot is held: a sandbox's unwritten lines (and the
+                    # bodies they hold) never pile up faster than the disk takes them
+                    await self._recorded(line)
 
     def _price(self, qualified: str, provider: str, line: _Line) -> float:
         assert line.usage is not None
