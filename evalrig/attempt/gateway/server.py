@@ -29,6 +29,7 @@ from evalrig.attempt.gateway.replay import Replay
 from evalrig.attempt.gateway.routes import (
     error_body,
     feature_problem,
+    fetch_problem,
     max_output_tokens,
     parse_route,
     refusal,
@@ -52,6 +53,8 @@ FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent", "anthropic-version"
 MAX_OPEN = 256
 """Connections one sandbox may hold open at once (an agent may well make a hundred calls at
 once: they wait for one of its 4 slots); more are closed as they arrive."""
+_WALK_ON_LOOP = 256 << 10
+"""Bodies up to this size have their content parts checked on the loop; larger, off it."""
 _RETRY_HEADERS = ("retry-after", "retry-after-ms", "x-should-retry")
 """An upstream's advice on retrying, passed back with its error (the agent's SDK reads it)."""
 _OPEN_TIMEOUT_S = 10.0
@@ -298,6 +301,11 @@ class Session:
             return await self._refuse(request, responded, line, shape, "role",
                                       f"upstream {up.name!r} does not serve role {grant.role!r}")
         problem = feature_problem(obj)
+        if problem is None:
+            if len(body) > _WALK_ON_LOOP:  # a big body's parts are walked off the loop
+                problem = await asyncio.get_running_loop().run_in_executor(gw.scan_pool, fetch_problem, obj)
+            else:
+                problem = fetch_problem(obj)
         if problem is not None:
             return await self._refuse(request, responded, line, shape, "feature", problem)
         provider = up.price_provider or up.api
