@@ -21,6 +21,11 @@ Choices the contract leaves open:
   resume (run.reverify), every other one is final.
 - An attempt stopped by Ctrl-C or SIGTERM before it ran ends `interrupted`, with no
   result line (nothing was measured).
+- `--max-cost-usd TOTAL` (docs/gateway.md "Budgets"): the run's metered spend is every
+  role's metered cost in actuals.jsonl (candidate, driver and judge: the user's money),
+  those of earlier turns included; once it reaches TOTAL no attempt starts, the attempts
+  running finish, and the run ends `incomplete` (exit 5) saying so (`Loop.spent_out`).
+  A replayed run spends nothing.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from evalrig.run.inputs import Inputs
 from evalrig.run.progress import Reporter, progress_of
 from evalrig.store import layout
 from evalrig.store.clock import utcnow
-from evalrig.store.jsonl import Journal
+from evalrig.store.jsonl import Journal, read_records
 from evalrig.store.layout import RUN_JSONL
 
 WAIT_S = 0.25  # how often the loop looks at the stop flag while attempts run
@@ -146,6 +151,9 @@ class Loop:
         self.t0 = time.monotonic()
         (out / layout.ATTEMPTS_DIR).mkdir(exist_ok=True)
         self.journal = Journal(out, RUN_JSONL)
+        # --max-cost-usd: what this bundle's attempts have spent so far, metered
+        self.spent = _metered_in(out) if settings.max_cost_usd is not None else 0.0
+        self.spent_out: str | None = None  # why no further attempt started (the money ran out)
 
     def execute(self, trials: list[Trial]) -> None:
         """Launch and record until every trial has run (or a stop was asked for).
@@ -164,7 +172,8 @@ class Loop:
                 got = self.collect(self.executor.wait(WAIT_S)) if self.inflight else Collected()
                 pending.extendleft(reversed([i.queued.retried() for i, _, r in got.records
                                              if self._retry(i, r)]))
-                if not self.stop.event.is_set():
+                self.spent += sum(_metered_cost(a) for _, a, _ in got.records)
+                if not self.stop.event.is_set() and pending and not self._money_out():
                     got.jobs += self.launch(pending)
                 self.journal.write(layout.ACTUALS_JSONL, [a for _, a, _ in got.records])
                 self.journal.write(layout.RESULTS_JSONL, [r for _, _, r in got.records])
@@ -174,7 +183,7 @@ class Loop:
                 self.record_ends(got)
                 if self.stop.event.is_set():
                     self.executor.cancel()
-                if not self.inflight and (not pending or self.stop.event.is_set()):
+                if not self.inflight and (not pending or self.stop.event.is_set() or self.spent_out):
                     break
         finally:
             if self.inflight:  # leaving on an error: stop the attempts before waiting for them
@@ -184,6 +193,16 @@ class Loop:
             self.journal.close()
 
     # launching
+
+    def _money_out(self) -> bool:
+        """--max-cost-usd reached: no attempt starts any more (the reason kept)."""
+        total = self.settings.max_cost_usd
+        if total is None or self.spent < total:
+            return False
+        if self.spent_out is None:
+            self.spent_out = (f"--max-cost-usd {total:g} reached: the run's metered spend is "
+                              f"${self.spent:.4f}, so no further attempt started")
+        return True
 
     def launch(self, pending: deque[Queued]) -> list[Job]:
         """Start lines (and inline estimates) for as many attempts as there are free slots."""
@@ -286,6 +305,23 @@ class Loop:
         out = fault_outcome(item.spec, status, f"the rig failed while running the attempt: {done.error}",
                             done.wall_s)
         return out.actual, out.result
+
+
+def _metered_cost(actual: Actual) -> float:
+    """Every role's metered cost of one attempt (the run's spend, --max-cost-usd)."""
+    spend = actual.spend
+    if spend is None:
+        return 0.0
+    return sum(r.cost_usd or 0.0 for r in (spend.candidate, spend.driver, spend.judge)
+               if r is not None and r.source == "metered")
+
+
+def _metered_in(out: Path) -> float:
+    """The metered spend of the attempts a bundle already holds (a resumed run's earlier turns)."""
+    path = out / layout.ACTUALS_JSONL
+    if not path.is_file():
+        return 0.0
+    return sum(_metered_cost(a) for a in read_records(path, Actual).records)
 
 
 def _estimate_id() -> str:

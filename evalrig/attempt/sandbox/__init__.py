@@ -137,10 +137,23 @@ Where each part lives:
 
 from evalrig.attempt.sandbox.disk import MAX_NEW_ENTRIES, disk_allowance, entry_bytes
 from evalrig.attempt.sandbox.host import HOST
-from evalrig.attempt.sandbox.levels import containment_for, egress_enforced, gateway_enforced, resolve_level
+from evalrig.attempt.sandbox.levels import (
+    containment_for,
+    egress_enforced,
+    gateway_enforced,
+    resolve_level,
+)
 from evalrig.attempt.sandbox.plan import private_view_why, seccomp_why
 from evalrig.attempt.sandbox.running import launch
-from evalrig.attempt.sandbox.spec import BASE_UID, Channel, Finished, GatewayGrant, Launch, Level, LevelChoice
+from evalrig.attempt.sandbox.spec import (
+    BASE_UID,
+    Channel,
+    Finished,
+    GatewayGrant,
+    Launch,
+    Level,
+    LevelChoice,
+)
 from evalrig.attempt.sandbox.uids import POOLS, Lease, Pool, lease_uid
 from evalrig.attempt.sandbox.view import ETC_FILES, interpreter_binds
 
