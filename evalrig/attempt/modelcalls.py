@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import secrets
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,7 +34,8 @@ from evalrig.models.gateway import Budget, GatewayFile, Role
 from evalrig.models.run import RoleSpend
 
 if TYPE_CHECKING:
-    from evalrig.attempt.gateway import CallLedger, Gateway, Grant, Replay
+    from evalrig.attempt.gateway import CallLedger, Gateway, Grant
+    from evalrig.store.recording import Recording
 
 __all__ = [
     "GatewayUse",
@@ -44,6 +45,7 @@ __all__ = [
     "metered",
     "new_ledger",
     "process_gateway",
+    "register",
 ]
 
 
@@ -51,41 +53,63 @@ __all__ = [
 class GatewayUse:
     """What every process needs to serve a run's model calls; picklable (it travels to Ray
     workers inside the attempt's spec) and holding no key. `key` names it: a process makes
-    one `Gateway` per key."""
+    one `Gateway` per key. Exactly one of `file` (run --gateway) and `recording`
+    (run --replay) is set."""
 
-    key: str  # the gateway file's digest (or the replayed bundle's run id)
-    file: GatewayFile
+    key: str  # the gateway file's digest, or the replayed run's id
+    upstreams: tuple[tuple[str, str], ...]  # (name, api), in the gateway file's order
+    file: GatewayFile | None = None
+    recording: Recording | None = None
     max_cost_usd_per_attempt: float | None = None
-    replay: Replay | None = None
 
-    def upstream_apis(self) -> list[tuple[str, str]]:
-        """(name, api) of every upstream, in the file's order (the SDK variables' choice)."""
-        return [(name, up.api) for name, up in self.file.upstreams.items()]
+    @property
+    def replayed(self) -> bool:
+        return self.recording is not None
 
 
 _LOCK = threading.Lock()
 _GATEWAYS: dict[str, Gateway] = {}
 
 
+def register(use: GatewayUse, gateway: Gateway) -> None:
+    """The run's own process: the `Gateway` its setup made (with the keys `run` read)."""
+    with _LOCK:
+        _GATEWAYS[use.key] = gateway
+
+
 def process_gateway(use: GatewayUse) -> Gateway:
-    """This process's `Gateway` for `use`, made at the first call: keys read from this
-    process's environment now (a key the environment lacks: no key sent; `run` refused an
-    unset `key_env` before the first attempt), never stored anywhere else."""
+    """This process's `Gateway` for `use`; one a Ray worker makes at its first attempt,
+    with the keys read from its own environment (the runtime environment the run gave its
+    runner), never stored anywhere else."""
     with _LOCK:
         gw = _GATEWAYS.get(use.key)
         if gw is None:
-            from evalrig.attempt.gateway import Gateway, UpstreamConn
-            from evalrig.core.pricing import price_provider, pricer
-
-            conns = {
-                name: UpstreamConn(
-                    name=name, api=up.api, base_url=up.base_url,
-                    key=(os.environ.get(up.key_env) or None) if up.key_env else None,
-                    max_concurrent=up.max_concurrent, roles=tuple(up.roles),
-                    price_provider=price_provider(up), timeout_s=up.timeout_s)
-                for name, up in use.file.upstreams.items()}
-            gw = _GATEWAYS[use.key] = Gateway(conns, pricer(use.file.prices), replay=use.replay)
+            gw = _GATEWAYS[use.key] = _made(use)
         return gw
+
+
+def _made(use: GatewayUse) -> Gateway:
+    from evalrig.attempt.gateway import Gateway, RecordedCall, Replay, UpstreamConn
+    from evalrig.core.pricing import price_provider, pricer
+
+    if use.file is not None:
+        conns = {
+            name: UpstreamConn(
+                name=name, api=up.api, base_url=up.base_url,
+                key=(os.environ.get(up.key_env) or None) if up.key_env else None,
+                max_concurrent=up.max_concurrent, roles=tuple(up.roles),
+                price_provider=price_provider(up), timeout_s=up.timeout_s)
+            for name, up in use.file.upstreams.items()}
+        return Gateway(conns, pricer(use.file.prices))
+    assert use.recording is not None
+    conns = {name: UpstreamConn(name=name, api=api, base_url="http://127.0.0.1:9/replayed", key=None,  # type: ignore[arg-type]
+                                max_concurrent=16, roles=("candidate", "driver", "judge"),
+                                price_provider=api, timeout_s=600.0)
+             for name, api in use.upstreams}
+    replay = Replay({trial: [RecordedCall(**{k: getattr(r, k) for k in r.__dataclass_fields__})
+                             for r in calls]
+                     for trial, calls in use.recording.calls.items()})
+    return Gateway(conns, pricer({}), replay=replay)
 
 
 def merged_budget(*budgets: Budget | None) -> Budget | None:
@@ -119,7 +143,7 @@ def new_ledger(evidence_dir: Path, bodies_allowance: int) -> CallLedger:
 def env_for(use: GatewayUse) -> dict[str, str]:
     """The gateway's variables for one launch, with a fresh token of the rig's (worth
     nothing outside the rig: the gateway holds the real keys and ignores the agent's)."""
-    return environment.gateway_env(use.upstream_apis(), f"evalrig-{secrets.token_hex(16)}")
+    return environment.gateway_env(use.upstreams, f"evalrig-{secrets.token_hex(16)}")
 
 
 def metered(ledger: CallLedger | None, role: Role) -> RoleSpend | None:
@@ -127,7 +151,7 @@ def metered(ledger: CallLedger | None, role: Role) -> RoleSpend | None:
     return ledger.spend(role) if ledger is not None else None
 
 
-def joined_requests(evidence_dir: Path, seqs: Mapping[int, str] | None = None) -> bytes:
+def joined_requests(evidence_dir: Path) -> bytes:
     """Every request body the ledger kept under `model/`, joined in `seq` order (the
     attempt-end canary scan, docs/gateway.md "Limits fail closed")."""
     from evalrig.store.layout import MODEL_DIR

@@ -1067,7 +1067,7 @@ def _metered_spend(spec: AttemptSpec, rec: _Record, spend: Spend) -> Spend:
     use = spec.gateway
     if use is None:
         return spend
-    source = "replayed" if use.replay is not None else "metered"
+    source = "replayed" if use.replayed else "metered"
     candidate = modelcalls.metered(rec.ledger, "candidate") or RoleSpend(
         cost_usd=0.0, input_tokens=0, output_tokens=0, source=source, calls=0,  # type: ignore[arg-type]
         estimated=False if source == "metered" else None)

@@ -42,6 +42,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Literal, Protocol
 
+from evalrig.attempt import modelcalls
+from evalrig.attempt.modelcalls import GatewayUse
 from evalrig.attempt.trial import AttemptSpec, fault_outcome
 from evalrig.core.plan import Trial
 from evalrig.models.run import Actual, AttemptEvent, Estimate, Result, RunSettings
@@ -141,8 +143,12 @@ class Loop:
         self.stop = stop
         self.scratch = scratch
         self.work = hooks.work or trial_work()
+        self.gateway = gateway_use(inputs, settings)
         self.executor = make_executor(settings.executor, settings.jobs, self.work,
-                                      settings.ray_address, leave_cluster=leave_cluster)
+                                      settings.ray_address, leave_cluster=leave_cluster,
+                                      env=_gateway_keys(inputs) if settings.executor == "ray" else None)
+        if self.gateway is not None and inputs.gateway is not None and settings.executor == "local":
+            modelcalls.register(self.gateway, inputs.gateway.gateway())
         self.free_slots = list(range(self.executor.slots - 1, -1, -1))
         self.inflight: dict[str, Launched] = {}
         # No estimate command: the estimate is "none" and needs no worker round trip.
@@ -236,6 +242,7 @@ class Loop:
             verifier_retries=self.settings.max_retries, cancel=self.stop.event,
             interpreter_prefixes=tuple(Path(p) for p in self.settings.interpreter_prefixes),
             allow_network=self.settings.allow_network, allow_hosts=tuple(self.settings.allow_hosts),
+            gateway=self.gateway,
         )
         return Launched(item, spec)
 
@@ -305,6 +312,35 @@ class Loop:
         out = fault_outcome(item.spec, status, f"the rig failed while running the attempt: {done.error}",
                             done.wall_s)
         return out.actual, out.result
+
+
+def gateway_use(inputs: Inputs, settings: RunSettings) -> GatewayUse | None:
+    """What every attempt's process needs of the run's gateway (docs/gateway.md): the file or
+    the recording, the upstreams in the file's order, --max-cost-usd-per-attempt; no key."""
+    setup = inputs.gateway
+    if setup is None:
+        return None
+    per_attempt = settings.max_cost_usd_per_attempt
+    if setup.file is not None:
+        assert setup.facts is not None
+        return GatewayUse(key=setup.facts.file_digest,
+                          upstreams=tuple((n, u.api) for n, u in setup.file.upstreams.items()),
+                          file=setup.file, max_cost_usd_per_attempt=per_attempt)
+    assert setup.recording is not None and setup.replay_of is not None
+    recorded = setup.recording.gateway
+    return GatewayUse(key=f"replay:{setup.replay_of.run_id}",
+                      upstreams=tuple((n, u.api) for n, u in (recorded.upstreams.items() if recorded else ())),
+                      recording=setup.recording, max_cost_usd_per_attempt=per_attempt)
+
+
+def _gateway_keys(inputs: Inputs) -> dict[str, str]:
+    """The upstreams' keys as Ray's runners read them (each makes its own Gateway): by each
+    upstream's `key_env`, in the runners' runtime environment alone."""
+    setup = inputs.gateway
+    if setup is None or setup.file is None:
+        return {}
+    return {up.key_env: key for name, up in setup.file.upstreams.items()
+            if up.key_env and (key := setup.keys.get(name))}
 
 
 def _metered_cost(actual: Actual) -> float:
