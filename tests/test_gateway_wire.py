@@ -56,7 +56,7 @@ def sdk() -> Iterator[Path]:
             shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
         elif (site / f"{name}.py").is_file():
             shutil.copyfile(site / f"{name}.py", dest / f"{name}.py")
-    for dirpath, dirs, files in os.walk(dest):
+    for dirpath, _dirs, files in os.walk(dest):
         os.chmod(dirpath, 0o755)
         for f in files:
             os.chmod(os.path.join(dirpath, f), 0o644)
