@@ -244,3 +244,50 @@ def test_kill_9_of_the_rig_mid_call_then_resume(tmp_path: Path, sdk: Path, stand
     step = eval_sh(home, "run", "--out", tmp_path / "out", "--resume", env={"STANDIN_KEY": KEY}, timeout=120)
     assert step.code == 0, step
     assert [r["status"] for r in results(tmp_path / "out")] == ["passed"]
+
+
+def test_the_gateway_variables_name_the_upstreams_as_the_sdks_expect() -> None:
+    from evalrig.core.environment import GATEWAY_VARS, gateway_env
+
+    env = gateway_env([("local", "openai"), ("claude", "anthropic"), ("openai", "openai")], "tok")
+    assert env["OPENAI_BASE_URL"] == "http://127.0.0.1:4000/openai/v1"  # the one called openai
+    assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:4000/claude"  # else the first of its api
+    assert json.loads(env["EVALRIG_GATEWAY_UPSTREAMS"]) == {
+        "local": "http://127.0.0.1:4000/local/v1", "claude": "http://127.0.0.1:4000/claude",
+        "openai": "http://127.0.0.1:4000/openai/v1"}
+    assert env["OPENAI_API_KEY"] == env["ANTHROPIC_API_KEY"] == "tok"
+    assert env["NO_PROXY"] == env["no_proxy"] == "127.0.0.1,localhost"
+    assert set(env) == set(GATEWAY_VARS)
+    assert "ANTHROPIC_BASE_URL" not in gateway_env([("local", "openai")], "tok")
+
+
+@pytest.mark.skipif(not shutil.which("unshare") or not shutil.which("nsenter"), reason="needs unshare, nsenter")
+def test_both_listeners_are_bound_in_one_namespace_by_a_forked_child() -> None:
+    """The egress proxy's and the gateway's listeners, made together where bwrap runs in a
+    user namespace (setns in a forked child, SCM_RIGHTS), here as root."""
+    from evalrig.attempt import sandbox
+
+    hold = ("from evalrig.attempt.sandbox.sockets import _loopback_up; import time; _loopback_up(); "
+            "print('up', flush=True); time.sleep(30)")
+    held = subprocess.Popen(["unshare", "--net", sys.executable, "-c", hold], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert held.stdout is not None and held.stdout.readline().strip() == "up"
+        net = os.open(f"/proc/{held.pid}/ns/net", os.O_RDONLY)
+        try:
+            made = sandbox.sockets._listeners_by_fork(
+                held.pid, net, [sandbox.sockets._PROXY_ADDRESS, sandbox.sockets._GATEWAY_ADDRESS])
+        finally:
+            os.close(net)
+        try:
+            assert [s.getsockname() for s in made] == [("127.0.0.1", 3128), ("127.0.0.1", 4000)]
+            probe = "import socket; socket.create_connection(('127.0.0.1', 4000), 5).close(); print('ok')"
+            got = subprocess.run(["nsenter", f"--net=/proc/{held.pid}/ns/net", "python3", "-c", probe],
+                                 capture_output=True, text=True, timeout=20)
+            assert got.stdout.strip() == "ok", got.stderr
+        finally:
+            for s in made:
+                s.close()
+    finally:
+        held.kill()
+        held.wait()
