@@ -311,3 +311,25 @@ def test_both_listeners_are_bound_in_one_namespace_by_a_forked_child() -> None:
     finally:
         held.kill()
         held.wait()
+
+
+def test_invariant_isolated_holds_for_a_train_that_used_only_the_gateway(
+        tmp_path: Path, sdk: Path, standin: Standin, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under bwrap, two runs whose agents called models through the gateway: no attempt
+    "had network", so the gate's `invariant.isolated` holds."""
+    from tests.redteam import run_train
+
+    _sandbox("bwrap")
+    monkeypatch.setenv("STANDIN_KEY", KEY)
+    home = tmp_path / "home"
+    champion = _checkpoint(tmp_path / "a", sdk, standin.port)
+    candidate = _checkpoint(tmp_path / "b", sdk, standin.port, CALLS="2")
+    train = run_train(home, tmp_path, champion, candidate, repeat=1,
+                      run_args=("--gateway", str(_gateway_file(tmp_path, standin.port)),
+                                "--interpreter-prefix", str(sdk)))
+    assert "gate" in train.steps, "\n".join(str(s) for s in train.steps.values())
+    decision = orjson.loads(train.decision.read_bytes())
+    [isolated] = [r for r in decision["rules"] if r["name"] == "invariant.isolated"]
+    assert isolated["held"] is True and isolated["candidate_network_attempts"] == 0, isolated
+    assert all(r["network"] is False for side in ("champion", "candidate")
+               for r in results(train.bundle(side)))
