@@ -139,8 +139,9 @@ def test_a_gateway_run_records_its_facts_and_never_the_key(tmp_path: Path, evalr
     assert manifest["gateway"] == {
         "file_digest": sha256_bytes(gw.read_bytes()), "genai_prices": genai_prices_version(),
         "prices_digest": prices_digest(spec.prices),
-        "upstreams": {"local": {"api": "openai", "base_url": "http://127.0.0.1:11434/v1"},
-                      "openai": {"api": "openai", "base_url": "https://api.openai.com/v1"}}}
+        "upstreams": {"local": {"api": "openai", "base_url": "http://127.0.0.1:11434/v1", "price_provider": "openai"},
+                      "openai": {"api": "openai", "base_url": "https://api.openai.com/v1", "price_provider": "openai"}},
+        "prices": {"local/qwen3:8b": {"input": 0.0, "output": 0.0}}}
     assert manifest["settings"]["gateway"] == str(gw.resolve())
     assert manifest["settings"]["max_cost_usd_per_attempt"] == 0.5
     assert manifest["settings"]["max_cost_usd"] == 3
