@@ -414,3 +414,59 @@ def test_a_driver_and_a_judge_reach_the_gateway_in_their_own_roles(
     assert [r["key_ok"] for r in standin.requests()] == [True, True]
     check = eval_sh(home, "verify", tmp_path / "out")
     assert check.code == 0, check
+
+
+def test_model_bodies_count_against_the_evidence_cap(tmp_path: Path, sdk: Path, standin: Standin) -> None:
+    """Over the task's max_evidence_bytes the bodies are dropped; the line stays and says so."""
+    home, ck, tasks, gw = _setup(tmp_path, sdk, standin, task_extra="max_evidence_bytes = 64\n")
+    _run(home, tmp_path, ck, tasks, gw, sdk, "process")
+    [res] = results(tmp_path / "out")
+    ev = tmp_path / "out" / "attempts" / str(res["attempt_id"])
+    [call] = _lines(ev / "model.jsonl")
+    assert (call["status"], call["bodies"]) == (200, "dropped"), call
+    assert not any((ev / "model").glob("*")) if (ev / "model").exists() else True
+    [actual] = _lines(tmp_path / "out" / "actuals.jsonl")
+    assert actual["spend"]["candidate"]["calls"] == 1  # metered all the same
+
+
+CHATTY_DRIVER = """\
+import json, sys
+def send(o):
+    sys.stdout.write(json.dumps(o) + "\\n"); sys.stdout.flush()
+json.loads(sys.stdin.readline())
+send({"type": "session", "tools": [], "messages": [{"role": "user", "content": "Answer ok."}]})
+for line in sys.stdin:
+    if json.loads(line)["type"] == "finish":
+        break
+    send({"type": "reply", "messages": [{"role": "user", "content": "Answer ok."}]})
+"""
+PAYING_AGENT = CALL + """\
+import sys
+for line in sys.stdin:
+    frame = json.loads(line)
+    if frame["type"] == "end":
+        break
+    sys.stdout.write(json.dumps({"type": "message", "message": {"role": "assistant",
+                     "content": ask("Answer ok.")}}) + "\\n")
+    sys.stdout.flush()
+"""
+
+
+def test_an_episodes_max_cost_usd_sums_metered_spend(tmp_path: Path, standin: Standin) -> None:
+    """Under a gateway `[episode] max_cost_usd` counts what the rig metered, not what the
+    agent's frames report (this one reports nothing)."""
+    home = tmp_path / "home"
+    ck = make_checkpoint(tmp_path / "ck", PAYING_AGENT)
+    with (ck / "checkpoint.toml").open("a") as f:
+        f.write('[models]\nallowed = ["openai/standin-small"]\n')
+    assert eval_sh(home, "seal", ck).code == 0
+    d = add_task(tmp_path / "tasks", "fixed", "ep", extra=(
+        '[episode]\ndriver = ["python3", "driver.py"]\nmax_turns = 5\nmax_cost_usd = 0.0000001\n'))
+    (d / "driver").mkdir()
+    (d / "driver" / "driver.py").write_text(CHATTY_DRIVER)
+    step = eval_sh(home, "run", "--checkpoint", ck, "--tasks", tmp_path / "tasks", "--out", tmp_path / "out",
+                   "--sandbox", "process", "--repeat", "1", "--gateway", _gateway_file(tmp_path, standin.port),
+                   env={"STANDIN_KEY": KEY})
+    [res] = results(tmp_path / "out")
+    assert res["termination"] == "budget", (res, step)
+    assert len(standin.requests()) == 1
