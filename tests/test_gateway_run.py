@@ -139,8 +139,9 @@ def test_a_gateway_run_records_its_facts_and_never_the_key(tmp_path: Path, evalr
     assert manifest["gateway"] == {
         "file_digest": sha256_bytes(gw.read_bytes()), "genai_prices": genai_prices_version(),
         "prices_digest": prices_digest(spec.prices),
-        "upstreams": {"local": {"api": "openai", "base_url": "http://127.0.0.1:11434/v1"},
-                      "openai": {"api": "openai", "base_url": "https://api.openai.com/v1"}}}
+        "upstreams": {"local": {"api": "openai", "base_url": "http://127.0.0.1:11434/v1", "price_provider": "openai"},
+                      "openai": {"api": "openai", "base_url": "https://api.openai.com/v1", "price_provider": "openai"}},
+        "prices": {"local/qwen3:8b": {"input": 0.0, "output": 0.0}}}
     assert manifest["settings"]["gateway"] == str(gw.resolve())
     assert manifest["settings"]["max_cost_usd_per_attempt"] == 0.5
     assert manifest["settings"]["max_cost_usd"] == 3
@@ -198,3 +199,46 @@ def test_a_gateway_under_process_without_root_is_refused(tmp_path: Path, evalrig
     assert p.returncode == 4, p.stderr
     assert "--gateway: under --sandbox process without root" in p.stderr, p.stderr
     assert "a gateway the agent could bypass proves nothing" in p.stderr.replace("\n", " "), p.stderr
+
+
+def test_validate_reports_gateway_forms_with_their_lines(tmp_path: Path, evalrig_home: Path) -> None:
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "checkpoint.toml").write_text('name = "x"\n[agent]\ncommand = ["python3", "a.py"]\n'
+                                        'env = { OPENAI_BASE_URL = "http://evil.example" }\n')
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "checkpoint.toml").write_text('name = "x"\n[agent]\ncommand = ["python3", "a.py"]\n'
+                                         '[models]\nallowed = ["gpt-4"]\n')
+    tasks = tmp_path / "tasks"
+    add_task(tasks, "fixed", "t1", extra="[budget]\nmax_calls = 0\n",
+             verifier='kind = "command"\ncommand = ["x"]\nmodels = true\nmodels_allowed = ["nope"]')
+    step = eval_sh(evalrig_home, "validate", "--checkpoint", ck, "--checkpoint", bad, "--tasks", tasks)
+    assert step.code == 4, step
+    toml = tasks / "fixed" / "t1" / "task.toml"
+    for said in (f"{ck / 'checkpoint.toml'}:4: agent.env.OPENAI_BASE_URL: OPENAI_BASE_URL is the model "
+                 "gateway's variable, set by the rig",
+                 f"{bad / 'checkpoint.toml'}:5: models.allowed[0]: 'gpt-4' is not <upstream>/<model>",
+                 f"{toml}:4: budget.max_calls: must be greater than 0",
+                 f"{toml}:10: verifier.models_allowed[0]: 'nope' is not <upstream>/<model>"):
+        assert said in step.stdout + step.stderr, step
+
+
+def test_replay_takes_only_a_registered_verified_recording_of_this_checkpoint(
+        tmp_path: Path, evalrig_home: Path) -> None:
+    ck = _checkpoint(tmp_path / "rec", None)
+    other = _checkpoint(tmp_path / "other", None, env='env = { X = "1" }')
+    for c in (ck, other):
+        assert eval_sh(evalrig_home, "seal", c).code == 0
+    tasks = _tasks(tmp_path / "tasks")
+    rec = tmp_path / "recording"
+    assert _run(evalrig_home, ck, tasks, rec, "--sandbox", "process").code == 0
+    step = _run(evalrig_home, other, tasks, tmp_path / "r1", "--sandbox", "process", "--replay", rec)
+    assert step.code == 4, step
+    assert f"{rec / 'manifest.json'}: checkpoint.id: --replay: the recording evaluated checkpoint" in step.stderr, step
+    both = _run(evalrig_home, ck, tasks, tmp_path / "r2", "--replay", rec, "--gateway", _gateway(tmp_path))
+    assert both.code == 2 and "--gateway and --replay: give one" in both.stderr, both
+    (rec / "results.jsonl").write_bytes((rec / "results.jsonl").read_bytes() + b"\n")
+    step = _run(evalrig_home, ck, tasks, tmp_path / "r3", "--sandbox", "process", "--replay", rec)
+    assert step.code == 4 and "--replay: does not verify" in step.stderr, step
+    assert not (tmp_path / "r3" / "manifest.json").exists()

@@ -313,7 +313,7 @@ def rule_fixed_aggregate(c: Comparison, p: PolicyFile) -> RuleResult:
 _SOURCE_WORDS = {
     "reported": "self-reported (the agents' own usage.json)",
     "missing": "missing",
-    "mixed": "partly self-reported or missing",
+    "mixed": "partly self-reported, estimated, replayed or missing",
     "estimated": "partly the rig's own estimate (a provider that returned no usage)",
     "replayed": "a replay's recording (run --replay reproduces, it never decides)",
     None: "not recorded",
@@ -348,7 +348,7 @@ def route_closed(metric: str, champion: str | None, candidate: str | None,
 
 def _priced_with(pricing: Pricing) -> str:
     """The one price table of a comparison, as the decision and the verdict file name it."""
-    return (f"genai-prices {pricing.genai_prices} with [prices] {pricing.prices_digest}, "
+    return (f"genai-prices {pricing.genai_prices} with the gateway file's prices {pricing.prices_digest}, "
             f"as of {pricing.as_of}")
 
 
