@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Literal
 
 from evalrig import __version__
+from evalrig.attempt import modelcalls
 from evalrig.attempt.evidence import remove_tree
+from evalrig.attempt.modelcalls import GatewayUse
 from evalrig.attempt.trial import (
     SHM,
     flush_removals,
@@ -47,6 +49,7 @@ from evalrig.models.run import (
     RunCounts,
     RunEntry,
     RunManifest,
+    RunSettings,
 )
 from evalrig.run.book import (
     BundleRows,
@@ -58,7 +61,7 @@ from evalrig.run.book import (
 from evalrig.run.executors import check_executor
 from evalrig.run.findings import Findings, find
 from evalrig.run.inputs import Inputs, gather_inputs, refuse_other_inputs, run_warnings, seal_check
-from evalrig.run.loop import Hooks, Loop, Stop
+from evalrig.run.loop import Hooks, Loop, Stop, gateway_use
 from evalrig.run.progress import Reporter, SilentReporter
 from evalrig.run.provenance import copy_history, new_provenance, taskset_ref
 from evalrig.run.reverify import reverify
@@ -94,6 +97,8 @@ class RunSummary:
     attempts failed (run.findings)."""
     verifier_dirs: Mapping[str, Path] = field(default_factory=dict)
     """task id -> the verifier/ folder to fix, for each task in `findings.verifier_faults`."""
+    stopped_for: str | None = None
+    """Why the run stopped starting attempts before its plan was done (--max-cost-usd reached)."""
     final_unscored: tuple[str, ...] = ()
     """Trials left unscored for good (a fault after the agent's first input, or a verifier
     that kept faulting when re-verified), in plan order: `run` exits 5 naming each."""
@@ -254,6 +259,8 @@ def _start_run(turn: Turn, book: TrialBook, history: str, tallied: Callable[[Pat
         subset=inputs.plan.subset, policy_pin=inputs.policy_pin, plan_digest=inputs.plan.digest,
         status="running", counts=book.counts(), seal_checks=[inputs.seal], history=history,  # type: ignore[arg-type]
         created_at=utcnow(), defaults=turn.defaults,
+        gateway=inputs.gateway.facts if inputs.gateway is not None else None,
+        replay_of=inputs.gateway.replay_of if inputs.gateway is not None else None,
     )
     manifest = write_run_manifest(out, manifest, inputs.home)
     turn.reporter.started(len(inputs.plan), 0)
@@ -303,7 +310,8 @@ def _run(turn: Turn, manifest: RunManifest, book: TrialBook, to_run: list[Trial]
     scratch = scratch_dir("evalrig-attempts-", keep=s.keep_workspaces)
     try:
         reverify(turn.out, book, to_reverify or [], turn.inputs.tasks, turn.inputs.level.level,
-                 s.max_retries, scratch / "reverify", turn.inputs.driver_secrets, s.timeout_scale)
+                 s.max_retries, scratch / "reverify", turn.inputs.driver_secrets, s.timeout_scale,
+                 _reverify_gateway(turn.inputs, s))
         with stop.handlers():
             loop = Loop(turn.out, turn.inputs, s, book, turn.reporter, turn.hooks, stop, scratch,
                         leave_cluster=turn.leave_cluster)
@@ -318,7 +326,17 @@ def _run(turn: Turn, manifest: RunManifest, book: TrialBook, to_run: list[Trial]
             from evalrig.run.executors.ray import KEPT_WHERE  # the optional extra's module
 
             turn.reporter.warning(f"--keep-workspaces: the attempt workspaces are {KEPT_WHERE}")
-    return _finish(turn, manifest, book, stop.signal is not None, kept, loop.ran, tallied)
+    return _finish(turn, manifest, book, stop.signal is not None, kept, loop.ran, tallied,
+                   stopped_for=loop.spent_out)
+
+
+def _reverify_gateway(inputs: Inputs, s: RunSettings) -> GatewayUse | None:
+    """The run's gateway for a resume's re-verifications (a judge that calls models); this
+    process serves them with the Gateway its setup made."""
+    use = gateway_use(inputs, s)
+    if use is not None and inputs.gateway is not None:
+        modelcalls.register(use, inputs.gateway.gateway)
+    return use
 
 
 SCRATCH_PREFIXES = ("evalrig-attempts-", "evalrig-verify-")
@@ -374,7 +392,7 @@ def _remove_scratch(scratch: Path) -> None:
 
 
 def _finish(turn: Turn, manifest: RunManifest, book: TrialBook, stopped: bool, kept: int,
-            ran: int, tallied: Callable[[Path], str]) -> RunSummary:
+            ran: int, tallied: Callable[[Path], str], stopped_for: str | None = None) -> RunSummary:
     counts = book.counts()
     checks = list(manifest.seal_checks)
     error = None
@@ -414,7 +432,7 @@ def _finish(turn: Turn, manifest: RunManifest, book: TrialBook, stopped: bool, k
                       "and run again into a new --out")
     interrupted = stopped and status != "complete"
     return RunSummary(final.run_id, status, counts, turn.out, interrupted, kept, ran, *_findings(turn, counts),
-                      final_unscored=_settled(book))
+                      final_unscored=_settled(book), stopped_for=stopped_for if status != "complete" else None)
 
 
 def _settled(book: TrialBook) -> tuple[str, ...]:
