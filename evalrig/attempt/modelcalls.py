@@ -47,6 +47,7 @@ __all__ = [
     "new_ledger",
     "process_gateway",
     "register",
+    "release",
 ]
 
 
@@ -78,6 +79,18 @@ def register(use: GatewayUse, make: Callable[[], Gateway]) -> None:
     with _LOCK:
         if use.key not in _GATEWAYS:
             _GATEWAYS[use.key] = make()
+
+
+def release(use: GatewayUse) -> None:
+    """The run is over in this process: end its Gateway (every session, the upstream pools),
+    so a later run in the same process makes its own with the keys it reads."""
+    with _LOCK:
+        gw = _GATEWAYS.pop(use.key, None)
+    if gw is not None:
+        try:
+            gw.close()
+        except Exception:  # noqa: BLE001, S110 - every session already ended with its sandbox; the run's records stand
+            pass
 
 
 def process_gateway(use: GatewayUse) -> Gateway:
