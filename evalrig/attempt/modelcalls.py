@@ -47,6 +47,7 @@ __all__ = [
     "new_ledger",
     "process_gateway",
     "register",
+    "release",
 ]
 
 
@@ -80,6 +81,18 @@ def register(use: GatewayUse, make: Callable[[], Gateway]) -> None:
             _GATEWAYS[use.key] = make()
 
 
+def release(use: GatewayUse) -> None:
+    """The run is over in this process: end its Gateway (every session, the upstream pools),
+    so a later run in the same process makes its own with the keys it reads."""
+    with _LOCK:
+        gw = _GATEWAYS.pop(use.key, None)
+    if gw is not None:
+        try:
+            gw.close()
+        except Exception:  # noqa: BLE001, S110 - every session already ended with its sandbox; the run's records stand
+            pass
+
+
 def process_gateway(use: GatewayUse) -> Gateway:
     """This process's `Gateway` for `use`; one a Ray worker makes at its first attempt,
     with the keys read from its own environment (the runtime environment the run gave its
@@ -105,10 +118,12 @@ def _made(use: GatewayUse) -> Gateway:
             for name, up in use.file.upstreams.items()}
         return Gateway(conns, pricer(use.file.prices))
     assert use.recording is not None
-    conns = {name: UpstreamConn(name=name, api=api, base_url="http://127.0.0.1:9/replayed", key=None,  # type: ignore[arg-type]
-                                max_concurrent=16, roles=("candidate", "driver", "judge"),
-                                price_provider=api, timeout_s=600.0)
-             for name, api in use.upstreams}
+    # a replay calls no upstream and reads no key (run/gateway.py's GatewaySetup does the same)
+    recorded = use.recording.gateway.upstreams if use.recording.gateway is not None else {}
+    conns = {name: UpstreamConn(name=name, api=u.api, base_url=u.base_url, key=None, max_concurrent=16,
+                                roles=("candidate", "driver", "judge"),
+                                price_provider=u.price_provider or u.api, timeout_s=600.0)
+             for name, u in recorded.items()}
     replay = Replay({trial: [RecordedCall(**{k: getattr(r, k) for k in r.__dataclass_fields__})
                              for r in calls]
                      for trial, calls in use.recording.calls.items()})

@@ -318,6 +318,8 @@ def _run(turn: Turn, manifest: RunManifest, book: TrialBook, to_run: list[Trial]
             loop.execute(to_run)
     finally:
         flush_removals()  # the trial removes attempt roots in the background: wait for that first
+        if turn.inputs.gateway is not None and (use := gateway_use(turn.inputs, s)) is not None:
+            modelcalls.release(use)  # this run's gateway ends with it (a later run reads its own keys)
         if s.keep_workspaces and s.executor == "local":
             turn.reporter.warning(f"--keep-workspaces: the attempt workspaces are in {scratch}")
         else:
