@@ -33,6 +33,7 @@ from evalrig.models.base import (
     Timestamp,
     without_null,
 )
+from evalrig.models.gateway import Pricing
 from evalrig.models.inputs import PolicyInvariants, PolicyTripwires, PolicyWatch, Suite
 from evalrig.models.run import PolicyPin, SandboxLevel
 
@@ -40,7 +41,7 @@ Verdict = Literal["promote", "promote-maintenance", "keep-champion", "block"]
 Reason = Literal["quality", "efficiency", "maintenance", "tie", "inconclusive", "loss", "invariant", "regression"]
 Metric = Literal["cost", "wall_s", "cpu_s"]
 METRICS: tuple[Metric, ...] = ("cost", "wall_s", "cpu_s")
-FigureSource = Literal["metered", "reported", "missing", "mixed"]
+FigureSource = Literal["metered", "reported", "missing", "mixed", "estimated", "replayed"]
 """Where a side's figures of one metric came from, over the attempts that count: `metered`
 (the rig measured every one), `reported` (every one is the agent's own word, its usage.json),
 `missing` (none has the figure), `mixed` (any other combination). Only `metered` can grant."""
@@ -130,10 +131,13 @@ class SideFacts(Strict):
         default_factory=list, description="Trials of this run with attempts and no scored one, sorted "
         "(the first 1000): counted worst for the candidate in every suite, a failure on the "
         "candidate's side and a pass on the champion's (docs/statistics.md).")
+    replay_of: str | None = Field(default=None, description=(
+        "run --replay: the run id whose recorded model calls this run replayed (it never satisfies "
+        "invariant.complete: a replay reproduces, it never decides); absent otherwise."))
 
     @model_serializer(mode="wrap")
     def _no_null_spend(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return without_null(handler(self), "spend")
+        return without_null(without_null(handler(self), "spend"), "replay_of")
 
 
 class HistoryFacts(Strict):
@@ -319,6 +323,13 @@ class Comparison(Record):
     facts: Facts
     suites: dict[Suite, SuiteStats]
     calibration: dict[Literal["champion", "candidate"], Calibration]
+    pricing: Pricing | None = Field(default=None, description=(
+        "The one price table both runs' metered model calls were priced with (docs/gateway.md); "
+        "absent when neither run was served by a model gateway."))
+
+    @model_serializer(mode="wrap")
+    def _no_null_pricing(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(handler(self), "pricing")
 
     @model_validator(mode="after")
     def _all_suites(self) -> Comparison:

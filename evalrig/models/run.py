@@ -179,10 +179,15 @@ class RunSettings(Strict):
         "the task's [budget] wins). Absent when not given."))
     max_cost_usd: float | None = Field(default=None, gt=0, description=(
         "--max-cost-usd: no attempt starts once the run's metered spend reaches it. Absent when not given."))
+    gateway: str | None = Field(default=None, description=(
+        "--gateway (or the defaults file's `gateway`): the model gateway file, absolute. Absent when none."))
+    replay: str | None = Field(default=None, description=(
+        "--replay: the registered run bundle whose recorded model calls were served, absolute. Absent when none."))
 
     @model_serializer(mode="wrap")
     def _no_null_driver_secrets(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return without_nulls(handler(self), ("driver_secrets", "max_cost_usd_per_attempt", "max_cost_usd"))
+        return without_nulls(handler(self), ("driver_secrets", "max_cost_usd_per_attempt", "max_cost_usd",
+                                            "gateway", "replay"))
 
 
 MAY_CHANGE_ON_RESUME = frozenset({"jobs", "executor", "ray_address", "keep_workspaces"})
@@ -222,7 +227,7 @@ class DefaultsUsed(Strict):
     """Which `run` options a defaults file supplied (the rest came from flags or built-in defaults)."""
 
     file: str = Field(description="The file, resolved: an evalrig.toml or a pyproject.toml.")
-    supplied: list[str] = Field(description="The option names it supplied, sorted (tasks, policy, repeat, jobs, sandbox).")
+    supplied: list[str] = Field(description="The option names it supplied, sorted (tasks, policy, repeat, jobs, sandbox, gateway).")
 
 
 class RunManifest(Record, Signed):
@@ -251,10 +256,14 @@ class RunManifest(Record, Signed):
     defaults: DefaultsUsed | None = Field(
         default=None, description="The defaults file that supplied options when the run was made; "
         "absent when none did.")
+    gateway: GatewayFacts | None = Field(default=None, description=(
+        "The model gateway that served the run's calls (docs/gateway.md); absent: none did."))
+    replay_of: ReplayOf | None = Field(default=None, description=(
+        "run --replay: the registered run whose recorded calls were served; absent otherwise."))
 
     @model_serializer(mode="wrap")
     def _no_null_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return without_nulls(handler(self), ("defaults", *SIGNED_KEYS))
+        return without_nulls(handler(self), ("defaults", "gateway", "replay_of", *SIGNED_KEYS))
 
 
 class Resume(Strict):
@@ -307,14 +316,6 @@ class Estimate(Record):
     level: float = Field(default=0.8, gt=0, lt=1)
     error: str | None = None
     at: Timestamp
-    gateway: GatewayFacts | None = Field(default=None, description=(
-        "The model gateway that served the run's calls (docs/gateway.md); absent: none did."))
-    replay_of: ReplayOf | None = Field(default=None, description=(
-        "run --replay: the registered run whose recorded calls were served; absent otherwise."))
-
-    @model_serializer(mode="wrap")
-    def _no_null_gateway(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return without_nulls(handler(self), ("gateway", "replay_of"))
 
 
 UsageSource = Literal["reported", "missing", "metered", "replayed"]
@@ -339,6 +340,11 @@ class RoleSpend(Strict):
     estimated: bool | None = Field(default=None, description=(
         "Some call's usage was the rig's own estimate (no usage from the provider): metered only."))
 
+    @model_serializer(mode="wrap")
+    def _no_null_gateway_keys(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # a reported spend's line is what it was before the gateway (no null calls/estimated)
+        return without_nulls(handler(self), ("calls", "estimated"))
+
 
 class Spend(Strict):
     """Who spent what in one attempt; null where that role wrote nothing. Only `candidate`
@@ -350,6 +356,10 @@ class Spend(Strict):
     judge: RoleSpend | None = Field(default=None, description="The command verifier's usage.json.")
     reported: RoleSpend | None = Field(default=None, description=(
         "When the gateway metered the candidate: what the agent reported itself, kept beside, never used."))
+
+    @model_serializer(mode="wrap")
+    def _no_null_reported(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(handler(self), "reported")
 
 
 class Actual(Record):

@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Literal
 
 from evalrig import __version__
+from evalrig.attempt import modelcalls
 from evalrig.attempt.evidence import remove_tree
+from evalrig.attempt.modelcalls import GatewayUse
 from evalrig.attempt.trial import (
     SHM,
     flush_removals,
@@ -47,6 +49,7 @@ from evalrig.models.run import (
     RunCounts,
     RunEntry,
     RunManifest,
+    RunSettings,
 )
 from evalrig.run.book import (
     BundleRows,
@@ -65,7 +68,7 @@ from evalrig.run.inputs import (
     seal_check,
     train_warnings,
 )
-from evalrig.run.loop import Hooks, Loop, Stop
+from evalrig.run.loop import Hooks, Loop, Stop, gateway_use
 from evalrig.run.progress import Reporter, SilentReporter
 from evalrig.run.provenance import copy_history, new_provenance, taskset_ref
 from evalrig.run.reverify import reverify
@@ -108,6 +111,8 @@ class RunSummary:
     attempts failed (run.findings)."""
     verifier_dirs: Mapping[str, Path] = field(default_factory=dict)
     """task id -> the verifier/ folder to fix, for each task in `findings.verifier_faults`."""
+    stopped_for: str | None = None
+    """Why the run stopped starting attempts before its plan was done (--max-cost-usd reached)."""
     final_unscored: tuple[str, ...] = ()
     """Trials left unscored for good (a fault after the agent's first input, or a verifier
     that kept faulting when re-verified), in plan order: `run` exits 5 naming each."""
@@ -287,6 +292,8 @@ def _start_run(turn: Turn, book: TrialBook, history: str, tallied: Callable[[Pat
         subset=inputs.plan.subset, policy_pin=inputs.policy_pin, plan_digest=inputs.plan.digest,
         status="running", counts=book.counts(), seal_checks=[inputs.seal], history=history,  # type: ignore[arg-type]
         created_at=utcnow(), defaults=turn.defaults,
+        gateway=inputs.gateway.facts if inputs.gateway is not None else None,
+        replay_of=inputs.gateway.replay_of if inputs.gateway is not None else None,
     )
     manifest = write_run_manifest(out, manifest, inputs.home)
     turn.reporter.started(len(inputs.plan), 0)
@@ -336,13 +343,16 @@ def _run(turn: Turn, manifest: RunManifest, book: TrialBook, to_run: list[Trial]
     scratch = scratch_dir("evalrig-attempts-", keep=s.keep_workspaces)
     try:
         reverify(turn.out, book, to_reverify or [], turn.inputs.tasks, turn.inputs.level.level,
-                 s.max_retries, scratch / "reverify", turn.inputs.driver_secrets, s.timeout_scale)
+                 s.max_retries, scratch / "reverify", turn.inputs.driver_secrets, s.timeout_scale,
+                 _reverify_gateway(turn.inputs, s))
         with stop.handlers():
             loop = Loop(turn.out, turn.inputs, s, book, turn.reporter, turn.hooks, stop, scratch,
                         leave_cluster=turn.leave_cluster)
             loop.execute(to_run)
     finally:
         flush_removals()  # the trial removes attempt roots in the background: wait for that first
+        if turn.inputs.gateway is not None and (use := gateway_use(turn.inputs, s)) is not None:
+            modelcalls.release(use)  # this run's gateway ends with it (a later run reads its own keys)
         if s.keep_workspaces and s.executor == "local":
             turn.reporter.warning(f"--keep-workspaces: the attempt workspaces are in {scratch}")
         else:
@@ -351,7 +361,17 @@ def _run(turn: Turn, manifest: RunManifest, book: TrialBook, to_run: list[Trial]
             from evalrig.run.executors.ray import KEPT_WHERE  # the optional extra's module
 
             turn.reporter.warning(f"--keep-workspaces: the attempt workspaces are {KEPT_WHERE}")
-    return _finish(turn, manifest, book, stop.signal is not None, kept, loop.ran, tallied)
+    return _finish(turn, manifest, book, stop.signal is not None, kept, loop.ran, tallied,
+                   stopped_for=loop.spent_out)
+
+
+def _reverify_gateway(inputs: Inputs, s: RunSettings) -> GatewayUse | None:
+    """The run's gateway for a resume's re-verifications (a judge that calls models); this
+    process serves them with the Gateway its setup made."""
+    use = gateway_use(inputs, s)
+    if use is not None and inputs.gateway is not None:
+        modelcalls.register(use, inputs.gateway.gateway)
+    return use
 
 
 SCRATCH_PREFIXES = ("evalrig-attempts-", "evalrig-verify-")
@@ -407,7 +427,7 @@ def _remove_scratch(scratch: Path) -> None:
 
 
 def _finish(turn: Turn, manifest: RunManifest, book: TrialBook, stopped: bool, kept: int,
-            ran: int, tallied: Callable[[Path], str]) -> RunSummary:
+            ran: int, tallied: Callable[[Path], str], stopped_for: str | None = None) -> RunSummary:
     counts = book.counts()
     checks = list(manifest.seal_checks)
     error = None
@@ -447,7 +467,7 @@ def _finish(turn: Turn, manifest: RunManifest, book: TrialBook, stopped: bool, k
                       "and run again into a new --out")
     interrupted = stopped and status != "complete"
     return RunSummary(final.run_id, status, counts, turn.out, interrupted, kept, ran, *_findings(turn, counts),
-                      final_unscored=_settled(book))
+                      final_unscored=_settled(book), stopped_for=stopped_for if status != "complete" else None)
 
 
 def _settled(book: TrialBook) -> tuple[str, ...]:

@@ -9,14 +9,19 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from evalrig.attempt import modelcalls
 from evalrig.attempt.canary import needle
 from evalrig.attempt.episode import read_transcript
 from evalrig.attempt.evidence import evidence_digest, rederive_canary
+from evalrig.attempt.modelcalls import GatewayUse
 from evalrig.attempt.sandbox import resolve_level
 from evalrig.attempt.streams import SCAN_INCOMPLETE
 from evalrig.attempt.verifiers import verify_evidence
 from evalrig.core.episode import termination_of
 from evalrig.core.errors import Problem, invalid
+from evalrig.core.metering import CallMismatch, spend_mismatches
+from evalrig.core.pricing import genai_prices_version, pricer
+from evalrig.models.gateway import ModelCall, ReplayOf
 from evalrig.models.run import Result, RunManifest
 from evalrig.run.lifecycle import register_finished, scratch_dir
 from evalrig.store import layout
@@ -31,8 +36,10 @@ from evalrig.store.bundle import (
     unfinished_state,
 )
 from evalrig.store.checkpoint import refuse_version_clash, register_seal
+from evalrig.store.jsonl import read_records
 from evalrig.store.ledger import registrations_of
 from evalrig.store.lookup import run_tasks
+from evalrig.store.recording import Recording, judge_calls
 from evalrig.store.signing import keyring
 from evalrig.store.tasks import LoadedTask
 
@@ -103,6 +110,7 @@ def verify_run(dir: Path, home: Path | None = None) -> VerifyReport:
     rederived, verdict_problems = rederive(dir, b)
     problems += verdict_problems
     problems += termination_problems(dir, b)
+    problems += metered_problems(dir, b)
     if problems:
         raise invalid(f"{len(problems)} mismatch(es) in the run bundle", file=dir,
                       problems=problems,
@@ -115,6 +123,50 @@ def verify_run(dir: Path, home: Path | None = None) -> VerifyReport:
             refuse_unlike_registration(dir, b.manifest, home, mine[0].manifest_digest)
     return VerifyReport(results=len(b.results), rederived=rederived, files=len(b.manifest.files),
                         manifest=b.manifest)
+
+
+def metered_problems(dir: Path, b: RunBundle) -> list[Problem]:
+    """Every gateway call's cost priced again from its line's usage with the run's table as
+    of its t_start, and each attempt's metered candidate spend summed again from its lines
+    (docs/gateway.md, "Evidence"). Where the installed genai-prices is not the one that
+    priced the run, only the calls `[prices]` priced can be checked (the table's are its)."""
+    facts = b.manifest.gateway
+    if facts is None:
+        return []
+    price = pricer(facts.prices or {})
+    check_table = genai_prices_version() == facts.genai_prices
+    spend = {}
+    for a in b.actuals:
+        cand = a.spend.candidate if a.spend is not None else None
+        if cand is not None and cand.source == "metered":
+            spend[a.attempt_id] = cand.cost_usd
+    out = []
+    for aid in dict.fromkeys(r.attempt_id for r in b.results):
+        evidence = dir / layout.ATTEMPTS_DIR / aid
+        # the judge's calls are kept beside its output (verifier/, and verifier/reverify-<n>/)
+        judged = [evidence / layout.VERIFIER_DIR, *sorted((evidence / layout.VERIFIER_DIR).glob("reverify-*"))]
+        for folder in judged:
+            path = folder / layout.MODEL_JSONL
+            out += _call_problems(path, aid, spend_mismatches(aid, read_records(path, ModelCall).records, facts,
+                                                              price, None, check_table), dir)
+        path = evidence / layout.MODEL_JSONL
+        lines = read_records(path, ModelCall).records
+        out += _call_problems(path, aid, spend_mismatches(aid, lines, facts, price, spend.get(aid), check_table), dir)
+    return out
+
+
+def _call_problems(path: Path, aid: str, found: list[CallMismatch], dir: Path) -> list[Problem]:
+    """Each mismatch as verify says it: a call's line by attempt and seq, a spend by attempt."""
+    out = []
+    for m in found:
+        if m.seq is None:
+            out.append(Problem(str(dir / layout.ACTUALS_JSONL), f"attempt {aid}: the metered candidate spend "
+                               f"{m.recorded} is not the sum of its model.jsonl lines ({m.derived})"))
+        else:
+            derived = "unpriced" if m.derived is None else m.derived
+            out.append(Problem(str(path), f"attempt {aid}, call seq {m.seq}: cost_usd {m.recorded} is not "
+                               f"its usage priced with the run's table as of its t_start ({derived})"))
+    return out
 
 
 def evidence_problems(dir: Path, b: RunBundle) -> list[Problem]:
@@ -220,6 +272,7 @@ def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
     superseded = _superseded(b)
     bad, problems = _changed_verifiers(b, tasks, str(tasks_dir), superseded)
     available = resolve_level("auto").level
+    judges = _judge_replay(dir, b, tasks)
     n = 0
     path = str(dir / layout.RESULTS_JSONL)
     scratch = scratch_dir("evalrig-verify-", keep=False)
@@ -232,9 +285,12 @@ def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
                 continue
             # Judge under the level the attempt was judged under where this machine has it.
             level = r.sandbox if available == "bwrap" else available
+            judge = modelcalls.judge_models(judges, tasks[r.task_id].spec.verifier, scratch / f"judge-{i}",
+                                            tasks[r.task_id].spec.max_evidence_bytes, [], (r.task_id, r.rep))
             v = verify_evidence(tasks[r.task_id], dir / layout.ATTEMPTS_DIR / r.attempt_id, level, 0,
                                 b.manifest.settings.max_retries, scratch, secrets=secrets,
-                                timeout_scale=b.manifest.settings.timeout_scale)
+                                timeout_scale=b.manifest.settings.timeout_scale,
+                                models=judge[0] if judge is not None else None)
             n += 1
             now = _verdict_word(v.passed)
             if now != recorded[0]:
@@ -247,6 +303,22 @@ def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return n, problems
+
+
+def _judge_replay(dir: Path, b: RunBundle, tasks: dict[str, LoadedTask]) -> GatewayUse | None:
+    """A judge that called models (`[verifier] models = true`) is re-run against its own
+    recorded calls (verifier/model.jsonl), served as `--replay` serves them: no key, no
+    network, nothing spent, and a request it did not make then gets 409 (so a judge that
+    asks something else now re-derives differently, and says so)."""
+    facts = b.manifest.gateway
+    wanted = [r for r in b.results if r.task_id in tasks and getattr(tasks[r.task_id].spec.verifier, "models", False)]
+    if facts is None or not wanted:
+        return None
+    calls = {(r.task_id, r.rep): tuple(judge_calls(dir / layout.ATTEMPTS_DIR / r.attempt_id)) for r in wanted}
+    recording = Recording(replay_of=ReplayOf(run_id=b.manifest.run_id, manifest_sha256=facts.file_digest),
+                          calls=calls, gateway=facts)
+    return GatewayUse(key=f"verify:{dir.resolve()}:{b.manifest.run_id}",
+                      upstreams=tuple((name, u.api) for name, u in facts.upstreams.items()), recording=recording)
 
 
 def _verdict_word(passed: bool | None) -> str:
