@@ -21,6 +21,13 @@ PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_pro
 programs read one or the other)."""
 
 
+GATEWAY_VARS = ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY",
+                "EVALRIG_GATEWAY", "EVALRIG_GATEWAY_UPSTREAMS", "NO_PROXY", "no_proxy")
+"""The variables that point an agent, driver or verifier at the model gateway
+(docs/gateway.md): the rig sets them when a gateway serves the run, so a checkpoint's `env`
+that sets any of them is refused (exit 4) rather than allowed to aim the SDKs elsewhere."""
+
+
 def minimal_path() -> str:
     return MINIMAL_PATH
 

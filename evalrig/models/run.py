@@ -251,10 +251,14 @@ class RunManifest(Record, Signed):
     defaults: DefaultsUsed | None = Field(
         default=None, description="The defaults file that supplied options when the run was made; "
         "absent when none did.")
+    gateway: GatewayFacts | None = Field(default=None, description=(
+        "The model gateway that served the run's calls (docs/gateway.md); absent: none did."))
+    replay_of: ReplayOf | None = Field(default=None, description=(
+        "run --replay: the registered run whose recorded calls were served; absent otherwise."))
 
     @model_serializer(mode="wrap")
     def _no_null_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return without_nulls(handler(self), ("defaults", *SIGNED_KEYS))
+        return without_nulls(handler(self), ("defaults", "gateway", "replay_of", *SIGNED_KEYS))
 
 
 class Resume(Strict):

@@ -1,0 +1,70 @@
+"""core/pricing.py: genai-prices' bundled table and the operator's [prices] (docs/gateway.md, "Prices")."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from evalrig.core import pricing
+from evalrig.models.gateway import CallUsage, ModelPrice
+
+AS_OF = datetime(2026, 6, 1, tzinfo=UTC)
+MTOK = CallUsage(input_tokens=1_000_000, output_tokens=1_000_000, cache_read_tokens=500_000)
+
+
+def test_table_prices_a_known_model_with_cached_input_at_the_cache_price() -> None:
+    # gpt-4.1-mini: $0.40 input, $0.10 cache read, $1.60 output per million tokens;
+    # input_tokens counts the cached ones too, so 0.5M at 0.40 + 0.5M at 0.10 + 1M at 1.60
+    price = pricing.pricer({})
+    assert price("openai/gpt-4.1-mini", "openai", MTOK, AS_OF) == pytest.approx(1.85)
+
+
+def test_unknown_model_is_unpriced() -> None:
+    price = pricing.pricer({})
+    assert price("openai/no-such-model-xyz", "openai", MTOK, AS_OF) is None
+    assert price("local/gpt-4.1-mini", "no-such-provider", MTOK, AS_OF) is None
+    assert not pricing.is_priced({}, "openai/no-such-model-xyz", "openai", AS_OF)
+    assert pricing.is_priced({}, "anthropic/claude-haiku-4-5", "anthropic", AS_OF)
+
+
+def test_override_by_qualified_name_wins_and_cache_defaults_to_input_price() -> None:
+    overrides = {"local/qwen3:8b": ModelPrice(input=1, output=2),
+                 "openai/gpt-4.1-mini": ModelPrice(input=10, output=20, cache_read=5, cache_write=7)}
+    price = pricing.pricer(overrides)
+    usage = CallUsage(input_tokens=1_000_000, output_tokens=1_000_000,
+                      cache_read_tokens=250_000, cache_write_tokens=250_000)
+    # no cache prices: every input token at the input price
+    assert price("local/qwen3:8b", "openai", usage, AS_OF) == pytest.approx(1 + 2)
+    # 0.5M plain at 10, 0.25M read at 5, 0.25M written at 7, 1M out at 20
+    assert price("openai/gpt-4.1-mini", "openai", usage, AS_OF) == pytest.approx(5 + 1.25 + 1.75 + 20)
+    assert pricing.is_priced(overrides, "local/qwen3:8b", "openai", AS_OF)
+    assert price("local/qwen3:8b", "openai", CallUsage(input_tokens=0, output_tokens=0), AS_OF) == 0
+
+
+def test_prices_digest_is_canonical() -> None:
+    a = pricing.prices_digest({"x/a": ModelPrice(input=1, output=2), "x/b": ModelPrice(input=0, output=0)})
+    b = pricing.prices_digest({"x/b": ModelPrice(input=0.0, output=0.0), "x/a": ModelPrice(input=1.0, output=2.0)})
+    assert a == b and a.startswith("sha256:")
+    assert a != pricing.prices_digest({"x/a": ModelPrice(input=1, output=2)})
+    assert pricing.prices_digest({}) != a
+
+
+def test_version_is_the_installed_package() -> None:
+    from importlib.metadata import version
+
+    assert pricing.genai_prices_version() == version("genai-prices")
+
+
+def test_pricing_reads_the_bundled_snapshot_only() -> None:
+    # a snapshot swapped in (what genai-prices' auto-update does after a fetch) changes nothing,
+    # and pricing starts no updater thread
+    from genai_prices import data_snapshot, update_prices
+
+    data_snapshot.set_custom_snapshot(data_snapshot.DataSnapshot(providers=[], from_auto_update=True))
+    try:
+        price = pricing.pricer({})
+        assert price("openai/gpt-4.1-mini", "openai", MTOK, AS_OF) == pytest.approx(1.85)
+    finally:
+        data_snapshot.set_custom_snapshot(None)
+    assert update_prices._shared_updater.thread is None
