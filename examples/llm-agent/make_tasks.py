@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     seed = a.seed if a.seed is not None else time.time_ns() % 2**32
     rng = random.Random(seed)
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     a.tasks_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".fresh-", dir=a.tasks_dir))
     answers: dict[str, str] = {}
