@@ -175,6 +175,10 @@ RayAddressOpt = Annotated[str | None, typer.Option("--ray-address", help="The Ra
 DriverSecretOpt = Annotated[list[str] | None, typer.Option("--driver-secret", metavar="<name>", help="Pass this environment variable to the drivers and command verifiers of tasks that list it in [episode] or [verifier] secrets, never to the agent (repeatable; a simulated user's or a judge's model key).")]
 AllowNetworkOpt = Annotated[bool, typer.Option("--allow-network", help="Grant the network to a checkpoint or task that says network = true (through the egress proxy; else refused, exit 4).")]
 AllowHostOpt = Annotated[list[str] | None, typer.Option("--allow-host", metavar="<host[:port]>", help="With --allow-network: a host the agent may reach through the egress proxy, any port unless one is named (repeatable; none: no host).")]
+GatewayOpt = Annotated[Path | None, typer.Option("--gateway", metavar="<file>", help="The model gateway's file: upstreams, keys' variables, [prices] (docs/gateway.md); needed by a checkpoint with [models].")]
+ReplayOpt = Annotated[Path | None, typer.Option("--replay", metavar="<bundle>", help="Serve every model call from this registered run's recorded calls (no key, no upstream; never decides).")]
+MaxCostPerAttemptOpt = Annotated[float | None, typer.Option("--max-cost-usd-per-attempt", metavar="<usd>", help="Every task's candidate budget in metered USD (the lower of it and a task's [budget] wins).")]
+MaxCostOpt = Annotated[float | None, typer.Option("--max-cost-usd", metavar="<usd>", help="No attempt starts once the run's metered spend reaches it (the run ends incomplete, exit 5).")]
 
 
 @command("run", "evalrig run --checkpoint examples/champion --tasks tasks --out runs/champion")
@@ -197,6 +201,10 @@ def run(
     keep_workspaces: Annotated[bool, typer.Option("--keep-workspaces", help="Keep attempt workspaces.")] = False,
     allow_network: AllowNetworkOpt = False,
     allow_host: AllowHostOpt = None,
+    gateway: GatewayOpt = None,
+    replay: ReplayOpt = None,
+    max_cost_usd_per_attempt: MaxCostPerAttemptOpt = None,
+    max_cost_usd: MaxCostOpt = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue --out, taking every setting from its manifest.")] = False,
     suite: Annotated[list[str] | None, typer.Option("--suite", metavar="<suite>", help="Only this suite (repeatable; marks the run subset).")] = None,
     task: Annotated[list[str] | None, typer.Option("--task", metavar="<id>", help="Only this task id (repeatable; marks the run subset).")] = None,
@@ -218,6 +226,9 @@ def run(
 
     if timeout_scale is not None and not (timeout_scale > 0 and math.isfinite(timeout_scale)):
         raise UsageError(f"--timeout-scale {timeout_scale}: must be a finite number greater than 0")
+    for flag, usd in (("--max-cost-usd-per-attempt", max_cost_usd_per_attempt), ("--max-cost-usd", max_cost_usd)):
+        if usd is not None and not (usd > 0 and math.isfinite(usd)):
+            raise UsageError(f"{flag} {usd}: must be a finite number of US dollars greater than 0")
     _check_suites(suite or [])
     defaults_used = None
     if not resume:
@@ -235,6 +246,9 @@ def run(
                 jobs, supplied = given.jobs, [*supplied, "jobs"]
             if sandbox is None and given.sandbox is not None:
                 sandbox, supplied = SandboxChoice(given.sandbox), [*supplied, "sandbox"]
+            # a replay reads no gateway: the defaults' file is for runs that call upstreams
+            if gateway is None and replay is None and given.gateway is not None:
+                gateway, supplied = defaults_file.path(given.gateway), [*supplied, "gateway"]
             if supplied:
                 defaults_used = DefaultsUsed(file=str(defaults_file.file), supplied=sorted(supplied))
     req = RunRequest(
@@ -251,6 +265,8 @@ def run(
         # None when not given: with --resume the manifest's value stands
         allow_network=True if allow_network else None,
         allow_hosts=tuple(allow_host) if allow_host else None,
+        gateway=gateway, replay=replay, max_cost_usd_per_attempt=max_cost_usd_per_attempt,
+        max_cost_usd=max_cost_usd,
         defaults=defaults_used,
     )
     reporter: Any = (QuietReporter() if quiet() else BarReporter() if sys.stderr.isatty() and not json_out

@@ -179,10 +179,15 @@ class RunSettings(Strict):
         "the task's [budget] wins). Absent when not given."))
     max_cost_usd: float | None = Field(default=None, gt=0, description=(
         "--max-cost-usd: no attempt starts once the run's metered spend reaches it. Absent when not given."))
+    gateway: str | None = Field(default=None, description=(
+        "--gateway (or the defaults file's `gateway`): the model gateway file, absolute. Absent when none."))
+    replay: str | None = Field(default=None, description=(
+        "--replay: the registered run bundle whose recorded model calls were served, absolute. Absent when none."))
 
     @model_serializer(mode="wrap")
     def _no_null_driver_secrets(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return without_nulls(handler(self), ("driver_secrets", "max_cost_usd_per_attempt", "max_cost_usd"))
+        return without_nulls(handler(self), ("driver_secrets", "max_cost_usd_per_attempt", "max_cost_usd",
+                                            "gateway", "replay"))
 
 
 MAY_CHANGE_ON_RESUME = frozenset({"jobs", "executor", "ray_address", "keep_workspaces"})
@@ -222,7 +227,7 @@ class DefaultsUsed(Strict):
     """Which `run` options a defaults file supplied (the rest came from flags or built-in defaults)."""
 
     file: str = Field(description="The file, resolved: an evalrig.toml or a pyproject.toml.")
-    supplied: list[str] = Field(description="The option names it supplied, sorted (tasks, policy, repeat, jobs, sandbox).")
+    supplied: list[str] = Field(description="The option names it supplied, sorted (tasks, policy, repeat, jobs, sandbox, gateway).")
 
 
 class RunManifest(Record, Signed):

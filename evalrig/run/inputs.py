@@ -27,9 +27,10 @@ from evalrig.attempt.sandbox import (
     seccomp_why,
 )
 from evalrig.attempt.trial import scratch_base
-from evalrig.core.environment import DRIVER_RIG_SET, RIG_SET
+from evalrig.core.environment import DRIVER_RIG_SET, GATEWAY_VARS, RIG_SET
 from evalrig.core.errors import EvalrigError, Problem, invalid
 from evalrig.core.plan import Filters, OutcomeSettings, Plan, build_plan
+from evalrig.core.tomlerr import key_lines, line_of
 from evalrig.models.run import (
     InterpreterPin,
     PolicyPin,
@@ -38,6 +39,7 @@ from evalrig.models.run import (
     SealCheck,
     SealEntry,
 )
+from evalrig.run.gateway import GatewaySetup, setup_for_file, setup_for_replay
 from evalrig.run.settings import Resolved, shown
 from evalrig.store.checkpoint import (
     CHECKPOINT_TOML,
@@ -51,8 +53,10 @@ from evalrig.store.checkpoint import (
     resolve_commands,
 )
 from evalrig.store.clock import utcnow
+from evalrig.store.gateway import ModelUse, check_models, load_gateway_file, resolve_keys
 from evalrig.store.layout import MANIFEST
 from evalrig.store.policy import load_policy
+from evalrig.store.recording import load_recording
 from evalrig.store.tasks import LoadedTask, TaskSet, load_taskset
 
 
@@ -71,6 +75,8 @@ class Inputs:
     driver_secrets: dict[str, str] = field(default_factory=dict)
     interpreters: list[InterpreterPin] = field(default_factory=list)
     network_warning: str | None = None
+    gateway: GatewaySetup | None = None
+    """The model gateway's inputs (--gateway or --replay); None when the run serves none."""
 
 
 def gather_inputs(r: Resolved, home: Path, phase: Literal["start", "resume"],
@@ -94,7 +100,10 @@ def gather_inputs(r: Resolved, home: Path, phase: Literal["start", "resume"],
                       Path(s.tasks_dir))
     tasks = {t.id: t for t in taskset.tasks}
     asking = refuse_ungranted_network(checkpoint, [tasks[i] for i in plan.task_ids], s.allow_network)
-    refuse_shared_uid(level.level, [tasks[i] for i in plan.task_ids], s.secrets, os.geteuid() == 0)
+    planned = [tasks[i] for i in plan.task_ids]
+    refuse_shared_uid(level.level, planned, s.secrets, os.geteuid() == 0)
+    gateway = gateway_setup(s, checkpoint, planned, level.level, home, entry.checkpoint_id, taskset.id,
+                            environ)
     return Inputs(
         checkpoint=checkpoint,
         seal=check,
@@ -109,7 +118,108 @@ def gather_inputs(r: Resolved, home: Path, phase: Literal["start", "resume"],
         home=home,
         interpreters=pins,
         network_warning=network_warning(level.level, s.allow_network and asking),
+        gateway=gateway,
     )
+
+
+# -- the model gateway (docs/gateway.md) -----------------------------------------------------
+
+
+def _line(path: Path, *key: str) -> int | None:
+    try:
+        return line_of(key_lines(path.read_text(encoding="utf-8")), key)
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _gateway_users(checkpoint: Checkpoint, tasks: Sequence[LoadedTask]) -> list[Problem]:
+    """What in the run calls models: the checkpoint's [models], drivers and verifiers that say
+    `models = true`."""
+    ckpt = checkpoint.dir / CHECKPOINT_TOML
+    found = []
+    if checkpoint.spec.models is not None:
+        found.append(Problem(str(ckpt), "the checkpoint names models its agent calls", "models.allowed",
+                             _line(ckpt, "models", "allowed")))
+    for t in tasks:
+        toml = t.dir / "task.toml"
+        if t.spec.episode is not None and t.spec.episode.models:
+            found.append(Problem(str(toml), "the episode's driver calls models", "episode.models",
+                                 _line(toml, "episode", "models")))
+        if getattr(t.spec.verifier, "models", False):
+            found.append(Problem(str(toml), "the verifier calls models", "verifier.models",
+                                 _line(toml, "verifier", "models")))
+    return found
+
+
+def refuse_gateway_vars(checkpoint: Checkpoint) -> None:
+    """The rig sets the gateway's variables itself (docs/gateway.md): a checkpoint's env that
+    sets one would aim the SDKs elsewhere, or shadow the rig's, so it is refused."""
+    ckpt = checkpoint.dir / CHECKPOINT_TOML
+    problems = [Problem(str(ckpt), f"{name} is the model gateway's variable, set by the rig",
+                        f"agent.env.{name}", _line(ckpt, "agent", "env", name))
+                for name in GATEWAY_VARS if name in checkpoint.spec.agent.env]
+    if problems:
+        first = problems[0]
+        raise invalid(first.message, file=first.file, field=first.field, line=first.line, problems=problems[1:],
+                      hint="remove it from [agent] env: the rig points the agent at the model gateway itself "
+                      f"({', '.join(GATEWAY_VARS)}), with a per-attempt token in place of any key, when "
+                      "the run is given --gateway FILE (docs/gateway.md)")
+
+
+def gateway_setup(s: RunSettings, checkpoint: Checkpoint, tasks: Sequence[LoadedTask], level: str,
+                  home: Path, checkpoint_id: str, taskset_id: str,
+                  environ: Mapping[str, str]) -> GatewaySetup | None:
+    """The gateway's inputs, every refusal (exit 4) made before the first attempt: model
+    users without --gateway or --replay, a gateway the sandbox could bypass, the gateway
+    file's own problems (keys unset, upstreams missing, models unpriced), a recording that
+    is not this run's."""
+    refuse_gateway_vars(checkpoint)
+    users = _gateway_users(checkpoint, tasks)
+    if users and s.gateway is None and s.replay is None:
+        first = users[0]
+        raise invalid(f"{first.message}, and the run has no model gateway", file=first.file,
+                      field=first.field, line=first.line, problems=users[1:],
+                      hint="give --gateway FILE (the operator's upstreams and keys, docs/gateway.md) "
+                      "or --replay BUNDLE (a registered run's recorded calls)")
+    if s.gateway is None and s.replay is None:
+        return None
+    if not egress_enforced(level):  # type: ignore[arg-type]
+        flag = "--gateway" if s.gateway is not None else "--replay"
+        raise invalid(
+            f"{flag}: under --sandbox process {'without root' if os.geteuid() != 0 else 'here'} the "
+            "sandbox gets no network namespace of its own, so the agent could reach the upstreams around "
+            "the gateway (and would run as the rig's own user, who holds the keys)", field=flag,
+            hint="use --sandbox bwrap, or run the rig as root with util-linux nsenter (docs/gateway.md): "
+            "a gateway the agent could bypass proves nothing")
+    if s.replay is not None:
+        return setup_for_replay(load_recording(Path(s.replay), home, checkpoint_id, taskset_id))
+    assert s.gateway is not None
+    gw = load_gateway_file(Path(s.gateway))
+    keys = resolve_keys(gw, environ)
+    check_models(gw, model_uses(checkpoint, tasks), utcnow())
+    return setup_for_file(gw.spec, gw.facts(), keys)
+
+
+def model_uses(checkpoint: Checkpoint, tasks: Sequence[LoadedTask]) -> list[ModelUse]:
+    """Every model the run may call, by role, with where it is named."""
+    ckpt = checkpoint.dir / CHECKPOINT_TOML
+    uses = []
+    if checkpoint.spec.models is not None:
+        line = _line(ckpt, "models", "allowed")
+        uses += [ModelUse(m, "candidate", str(ckpt), f"models.allowed[{i}]", line)
+                 for i, m in enumerate(checkpoint.spec.models.allowed)]
+    for t in tasks:
+        toml = t.dir / "task.toml"
+        if t.spec.episode is not None and t.spec.episode.models:
+            line = _line(toml, "episode", "models_allowed")
+            uses += [ModelUse(m, "driver", str(toml), f"episode.models_allowed[{i}]", line)
+                     for i, m in enumerate(t.spec.episode.models_allowed)]
+        verifier = t.spec.verifier
+        if getattr(verifier, "models", False):
+            line = _line(toml, "verifier", "models_allowed")
+            uses += [ModelUse(m, "judge", str(toml), f"verifier.models_allowed[{i}]", line)
+                     for i, m in enumerate(getattr(verifier, "models_allowed", []))]
+    return uses
 
 
 def seal_check(dir: Path, home: Path, phase: Literal["start", "resume", "end"]
@@ -321,6 +431,11 @@ def refuse_other_inputs(manifest: RunManifest, inputs: Inputs, attempted: set[st
         problems.append(Problem(None, f"checkpoint: bundle has {manifest.checkpoint.id}, "
                                       f"this command gives {inputs.sealed.checkpoint_id}"))
     problems += _interpreter_changes(manifest.settings.interpreters, inputs.interpreters)
+    facts = inputs.gateway.facts if inputs.gateway is not None else None
+    if manifest.gateway != facts:
+        problems.append(Problem(None, "--gateway: the gateway file or the price table (genai-prices "
+                                      "version, [prices]) differs from the bundle's: "
+                                      f"{_facts_said(manifest.gateway)} then, {_facts_said(facts)} now"))
     if manifest.policy_pin != inputs.policy_pin:
         before = manifest.policy_pin.digest if manifest.policy_pin else "none"
         after = inputs.policy_pin.digest if inputs.policy_pin else "none"
@@ -335,6 +450,14 @@ def refuse_other_inputs(manifest: RunManifest, inputs: Inputs, attempted: set[st
                       problems=problems,
                       hint="a bundle evaluates one sealed checkpoint on one task set: "
                       "start a new bundle with a new --out")
+
+
+def _facts_said(facts: object) -> str:
+    from evalrig.models.gateway import GatewayFacts
+
+    if not isinstance(facts, GatewayFacts):
+        return "no gateway"
+    return (f"file {facts.file_digest}, genai-prices {facts.genai_prices}, [prices] {facts.prices_digest}")
 
 
 def _interpreter_changes(before: list[InterpreterPin], after: list[InterpreterPin]) -> list[Problem]:

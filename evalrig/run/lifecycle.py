@@ -254,6 +254,8 @@ def _start_run(turn: Turn, book: TrialBook, history: str, tallied: Callable[[Pat
         subset=inputs.plan.subset, policy_pin=inputs.policy_pin, plan_digest=inputs.plan.digest,
         status="running", counts=book.counts(), seal_checks=[inputs.seal], history=history,  # type: ignore[arg-type]
         created_at=utcnow(), defaults=turn.defaults,
+        gateway=inputs.gateway.facts if inputs.gateway is not None else None,
+        replay_of=inputs.gateway.replay_of if inputs.gateway is not None else None,
     )
     manifest = write_run_manifest(out, manifest, inputs.home)
     turn.reporter.started(len(inputs.plan), 0)

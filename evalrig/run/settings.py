@@ -56,6 +56,10 @@ class RunRequest:
     argv: tuple[str, ...] = ()
     allow_network: bool | None = None
     allow_hosts: tuple[str, ...] | None = None
+    gateway: Path | None = None
+    replay: Path | None = None
+    max_cost_usd_per_attempt: float | None = None
+    max_cost_usd: float | None = None
     defaults: DefaultsUsed | None = None
     """Which of these a defaults file supplied (recorded in a new bundle's manifest)."""
 
@@ -88,6 +92,10 @@ FLAG = {
     "interpreter_prefixes": "--interpreter-prefix",
     "allow_network": "--allow-network",
     "allow_hosts": "--allow-host",
+    "gateway": "--gateway",
+    "replay": "--replay",
+    "max_cost_usd_per_attempt": "--max-cost-usd-per-attempt",
+    "max_cost_usd": "--max-cost-usd",
 }
 
 
@@ -119,6 +127,10 @@ def _given(req: RunRequest) -> dict[str, Any]:
                                  if req.interpreter_prefixes else None),
         "allow_network": req.allow_network,
         "allow_hosts": allow_hosts(req.allow_hosts) if req.allow_hosts else None,
+        "gateway": _abs(req.gateway),
+        "replay": _abs(req.replay),
+        "max_cost_usd_per_attempt": req.max_cost_usd_per_attempt,
+        "max_cost_usd": req.max_cost_usd,
     }
     return {k: v for k, v in vals.items() if v is not None}
 
@@ -156,6 +168,10 @@ def _defaults() -> dict[str, Any]:
         "interpreter_prefixes": [],
         "allow_network": False,
         "allow_hosts": [],
+        "gateway": None,
+        "replay": None,
+        "max_cost_usd_per_attempt": None,
+        "max_cost_usd": None,
     }
 
 
@@ -189,6 +205,9 @@ def resolve_settings(req: RunRequest, manifest: RunManifest | None) -> Resolved:
         raise UsageError("--allow-host needs --allow-network",
                          hint="the operator grants the network with --allow-network, then names "
                          "each host it may reach with --allow-host HOST[:PORT]")
+    if vals["gateway"] is not None and vals["replay"] is not None:
+        raise UsageError("--gateway and --replay: give one",
+                         hint="--replay serves the recorded calls and reads no key: it needs no --gateway")
     repeat, seed = vals.pop("repeat"), vals.pop("seed")
     try:
         settings = RunSettings(**vals)

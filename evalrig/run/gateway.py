@@ -1,0 +1,87 @@
+"""What a run's model gateway is built from (docs/gateway.md): `GatewaySetup`, made by
+`run/inputs.py` before the first attempt, and handed to the run loop, which starts one
+`evalrig.attempt.gateway.Gateway` per rig process from it (`setup.gateway()`, or
+`Gateway(setup.upstream_conns(), setup.price, replay=setup.replay())`).
+
+A setup holds the keys in memory only (never in the manifest, a bundle or a log), and what
+the manifest records: `facts` (the gateway file's digest, the price table) and `replay_of`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from evalrig.core.pricing import Pricer, price_provider, pricer
+from evalrig.models.gateway import GatewayFacts, GatewayFile, ReplayOf, Upstream
+from evalrig.models.inputs import Role
+from evalrig.store.recording import Recorded, Recording
+
+if TYPE_CHECKING:
+    from evalrig.attempt.gateway import Gateway, Replay, UpstreamConn  # type: ignore[import-not-found, unused-ignore]
+
+ALL_ROLES: tuple[Role, ...] = ("candidate", "driver", "judge")
+
+
+@dataclass(frozen=True)
+class GatewaySetup:
+    """The built inputs of the run's gateway: upstreams with their keys, the pricer, and
+    (for `--replay`) the recording. Exactly one of `file` and `recording` is set."""
+
+    price: Pricer
+    facts: GatewayFacts | None
+    """The manifest's `gateway`: the file that served the run (None for a replay)."""
+    replay_of: ReplayOf | None = None
+    file: GatewayFile | None = None
+    keys: Mapping[str, str | None] = field(default_factory=dict, repr=False)
+    recording: Recording | None = None
+
+    def upstream_conns(self) -> dict[str, UpstreamConn]:
+        """Each upstream with its key (for a replay: the recorded run's upstreams, keyless,
+        serving every role: only the recording answers, matched by role and digest)."""
+        from evalrig.attempt.gateway import UpstreamConn  # type: ignore[import-not-found, unused-ignore]
+
+        if self.file is not None:
+            return {name: _conn(UpstreamConn, name, up, self.keys.get(name))
+                    for name, up in sorted(self.file.upstreams.items())}
+        recorded = self.recording.gateway if self.recording is not None else None
+        if recorded is None:
+            return {}
+        return {name: UpstreamConn(name=name, api=u.api, base_url=u.base_url, key=None, max_concurrent=16,
+                                   roles=ALL_ROLES, price_provider=u.api, timeout_s=600.0)
+                for name, u in sorted(recorded.upstreams.items())}
+
+    def replay(self) -> Replay | None:
+        """The recording as the gateway serves it, or None when the run calls upstreams."""
+        if self.recording is None:
+            return None
+        from evalrig.attempt.gateway import RecordedCall, Replay  # type: ignore[import-not-found, unused-ignore]
+
+        return Replay({trial: [RecordedCall(**_fields(r)) for r in calls]
+                       for trial, calls in self.recording.calls.items()})
+
+    def gateway(self) -> Gateway:
+        """One process's gateway (the run's, or a Ray worker's)."""
+        from evalrig.attempt.gateway import Gateway  # type: ignore[import-not-found, unused-ignore]
+
+        return Gateway(self.upstream_conns(), self.price, replay=self.replay())
+
+
+def _fields(r: Recorded) -> dict[str, Any]:
+    return {k: getattr(r, k) for k in r.__dataclass_fields__}
+
+
+def _conn(cls: Any, name: str, up: Upstream, key: str | None) -> Any:
+    return cls(name=name, api=up.api, base_url=up.base_url, key=key, max_concurrent=up.max_concurrent,
+               roles=tuple(up.roles), price_provider=price_provider(up), timeout_s=up.timeout_s)
+
+
+def setup_for_file(file: GatewayFile, facts: GatewayFacts, keys: Mapping[str, str | None]) -> GatewaySetup:
+    return GatewaySetup(price=pricer(file.prices), facts=facts, file=file, keys=dict(keys))
+
+
+def setup_for_replay(recording: Recording) -> GatewaySetup:
+    """A replay spends nothing and reads no key; its pricer prices nothing new (each served
+    call carries the recording's cost)."""
+    return GatewaySetup(price=pricer({}), facts=None, replay_of=recording.replay_of, recording=recording)
