@@ -137,7 +137,8 @@ class Relay:
                  start_agent: Callable[[sandbox.Channel], sandbox.Finished],
                  start_driver: Callable[[sandbox.Channel], sandbox.Finished],
                  driver_stderr: Path, secrets: Mapping[str, str],
-                 cancel: threading.Event | None = None) -> None:
+                 cancel: threading.Event | None = None,
+                 metered_cost: Callable[[], float] | None = None) -> None:
         self.ep = episode
         self.max_output = max_output_bytes
         self.deadline_s = deadline_s
@@ -148,6 +149,9 @@ class Relay:
         self.driver_stderr = driver_stderr
         self.secrets = {k: v for k, v in secrets.items() if v}
         self.cancel = cancel
+        # Under the model gateway, `[episode] max_cost_usd` sums the candidate's metered
+        # spend (docs/gateway.md), never what its frames report.
+        self.metered_cost = metered_cost
         self.out = EpisodeOutcome()
         self.seq = 0
         self.history: list[Any] = []  # chat messages exchanged with the agent, as recorded
@@ -378,7 +382,8 @@ class Relay:
                         self.tokens[key] += v
         if self.out.turns >= self.ep.max_turns:
             self._end("max_turns", None)
-        elif self.ep.max_cost_usd is not None and self.cost >= self.ep.max_cost_usd:
+        elif self.ep.max_cost_usd is not None and (
+                self.metered_cost() if self.metered_cost is not None else self.cost) >= self.ep.max_cost_usd:
             self._end("budget", None)
         else:
             self.calls = [c.id for c in frame.message.tool_calls or []]

@@ -37,15 +37,15 @@ import queue
 import shutil
 import stat
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from evalrig.attempt import egress, episode, sandbox, stages
+from evalrig.attempt import egress, episode, modelcalls, sandbox, stages
 from evalrig.attempt.canary import (
     CANARY_FILE,
     WHERE_MAX,
@@ -55,9 +55,11 @@ from evalrig.attempt.canary import (
 )
 from evalrig.attempt.evidence import collect, evidence_digest
 from evalrig.attempt.evidence import remove_tree as _remove_tree
+from evalrig.attempt.modelcalls import GatewayUse
 from evalrig.attempt.streams import ScanBudget, scan
 from evalrig.attempt.verifiers import (
     VERIFIER_OUTPUT_CAP,
+    JudgeModels,
     Verdict,
     is_finite_number,
     verify_evidence,
@@ -65,6 +67,7 @@ from evalrig.attempt.verifiers import (
 from evalrig.core import environment
 from evalrig.core.digest import canonical_line
 from evalrig.models.agent import EstimateLine, UsageFile
+from evalrig.models.gateway import Budget
 from evalrig.models.run import (
     Actual,
     Canary,
@@ -77,8 +80,18 @@ from evalrig.models.run import (
 )
 from evalrig.store.checkpoint import SEAL_JSON, Checkpoint
 from evalrig.store.files import read_answer
-from evalrig.store.layout import DRIVER_DIR, NETWORK_JSONL, TRANSCRIPT, VERIFIER_DIR
+from evalrig.store.layout import (
+    DRIVER_DIR,
+    MODEL_DIR,
+    MODEL_JSONL,
+    NETWORK_JSONL,
+    TRANSCRIPT,
+    VERIFIER_DIR,
+)
 from evalrig.store.tasks import LoadedTask
+
+if TYPE_CHECKING:
+    from evalrig.attempt.gateway import CallLedger
 
 __all__ = [
     "AttemptOutcome",
@@ -122,6 +135,9 @@ class AttemptSpec:
     # run --driver-secret: name → value, for the drivers and command verifiers whose task
     # lists the name; never the agent's, never written anywhere (docs/episodes.md)
     driver_secrets: Mapping[str, str] = field(default_factory=dict)
+    # run --gateway / --replay: the model gateway serves the agent, and the driver and the
+    # command verifier where their task says `models = true` (docs/gateway.md)
+    gateway: GatewayUse | None = None
 
     @property
     def deadline_s(self) -> float:
@@ -387,14 +403,16 @@ def flush_removals() -> None:
 
 def agent_env(spec: AttemptSpec, ws: Workspace, canary: str | None,
               episode: bool = False) -> dict[str, str]:
-    """Exactly the documented variables (evalrig.core.environment), nothing inherited from the rig."""
+    """Exactly the documented variables (evalrig.core.environment), nothing inherited from the
+    rig; the model gateway's for the attempt's own run (never its estimate)."""
     return environment.agent_env(
         spec.checkpoint.spec.agent.env, spec.secrets, home=str(ws.home), tmpdir=ws.tmpdir,
         prompt=str(ws.prompt), work=str(ws.work), out=str(ws.out), task_id=spec.task.id,
         attempt_id=spec.attempt_id, deadline_s=spec.deadline_s, seed=spec.seed, canary=canary,
         # the agent's own run, not its estimate: the proxy's address
         proxy_url=egress.PROXY_URL if canary is not None and network_of(spec) else None,
-        episode=episode)
+        episode=episode,
+        gateway=modelcalls.env_for(spec.gateway) if canary is not None and spec.gateway is not None else None)
 
 
 def network_of(spec: AttemptSpec) -> bool:
@@ -422,7 +440,8 @@ def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, st
             timeout_s: float, max_output: int, stdout: Path, stderr: Path,
             scan_for: list[bytes], networked: bool = False,
             channel: sandbox.Channel | None = None, spare: str = "",
-            scan_budget: ScanBudget | None = None) -> Any:
+            scan_budget: ScanBudget | None = None,
+            gateway: sandbox.GatewayGrant | None = None) -> Any:
     allowance = _disk_allowance(spec)
     return sandbox.launch(
         sandbox.Launch(
@@ -434,6 +453,7 @@ def _launch(spec: AttemptSpec, ws: Workspace, argv: list[str], env: dict[str, st
             ro_paths=list(spec.interpreter_prefixes),
             network=False,  # an agent never shares the host's network (docs/security.md)
             egress=spec.allow_hosts if networked else None,
+            gateway=gateway,
             timeout_s=timeout_s,
             max_output_bytes=max_output,
             stdout_path=stdout,
@@ -567,7 +587,7 @@ def _estimate_fields(spec: AttemptSpec, root: Path, argv: list[str]) -> dict[str
 
 @dataclass(frozen=True)
 class Usage:
-    source: Literal["reported", "missing"]
+    source: Literal["reported", "missing", "metered", "replayed"]
     cost_usd: float | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -707,6 +727,9 @@ class _Record:
     final: bool = False  # an unscored attempt never run or verified again, whatever its fault
     driver_hosts: tuple[str, ...] | None = None  # an episode's driver had network: the hosts it reached
     turn_usage: dict[str, Any] | None = None  # an episode's per-turn usage, summed
+    # the model gateway's records of the attempt (candidate and driver) and of its judge
+    ledger: CallLedger | None = None
+    judge_ledger: CallLedger | None = None
     # the canary scans of the agent's streams and evidence, in all (docs/attempts.md "The canary")
     scan: ScanBudget = field(default_factory=ScanBudget)
 
@@ -747,6 +770,8 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
     finally:
         laps.lap(stages.WORKSPACE)
     argv = list(spec.checkpoint.spec.agent.command)
+    if spec.gateway is not None:
+        rec.ledger = modelcalls.new_ledger(spec.evidence_dir, spec.task.spec.max_evidence_bytes)
     if spec.task.spec.episode is not None:
         if not _episode(spec, ws, argv, canary, rec):
             return
@@ -754,7 +779,8 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
         rec.fin = _launch(spec, ws, argv, agent_env(spec, ws, canary), spec.deadline_s,
                           spec.task.spec.max_output_bytes, spec.evidence_dir / "stdout.txt",
                           spec.evidence_dir / "stderr.txt", [needle(canary)],
-                          networked=network_of(spec), scan_budget=rec.scan)
+                          networked=network_of(spec), scan_budget=rec.scan,
+                          gateway=_gateway_grant(spec, rec, "candidate", canary))
         rec.status, rec.error = _status_of(rec.fin, spec.cancel)
         rec.fault = "start"  # an infra_error here: the sandbox never ran the agent
     assert rec.fin is not None
@@ -763,6 +789,7 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
     rec.canary_where += tuple(rec.fin.canary_found_in or ())
     if write_network_log(spec.evidence_dir, rec.fin.egress, [needle(canary)]):
         rec.canary_where += (NETWORK_JSONL,)
+    rec.canary_where += _model_canary(spec.evidence_dir, rec.ledger, canary)
     laps.lap(stages.CANARY)
     if rec.fin.error:  # nothing ran: no evidence to take
         return
@@ -770,7 +797,7 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
         got = collect(ws.root, spec.evidence_dir, spec.task.spec.evidence,
                       spec.task.spec.max_evidence_bytes,
                       _secret_bytes(spec), [needle(canary)],
-                      already=_spent_on_streams(spec.evidence_dir),
+                      already=_spent_on_streams(spec.evidence_dir) + _spent_on_models(spec.evidence_dir),
                       make_out=spec.task.spec.verifier.kind == "command",
                       # the planted file is the rig's, not a leak (a copy of it elsewhere is)
                       exclude=frozenset({f"home/{CANARY_FILE}"}), scan=rec.scan)
@@ -788,11 +815,20 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
     rec.evidence_skipped_count = got.skipped_count
     if rec.status in ("interrupted", "infra_error"):  # infra_error here: an episode's driver fault
         return
+    faults = rec.ledger.upstream_faults() if rec.ledger is not None else 0
+    if faults:
+        # docs/gateway.md "Upstream faults": a dead key or a rate limit is never scored as the
+        # side's failure; after the agent's input, the attempt is final and unscored
+        rec.status, rec.fault, rec.final = "infra_error", "agent", True
+        rec.error = (f"upstream fault: {faults} model call(s) failed upstream (refused, reset or timed "
+                     f"out; {MODEL_JSONL} says which): final, unscored, counted worst for the candidate")
+        return
     rec.verdict = verify_evidence(
         spec.task, spec.evidence_dir, rec.fin.level, spec.slot, spec.verifier_retries,
         _verify_scratch(spec),
         output_dir=spec.evidence_dir / VERIFIER_DIR, cancel=spec.cancel,
         secrets=spec.driver_secrets, timeout_scale=spec.timeout_scale,
+        models=_judge_models(spec, rec, canary),
     )
     laps.lap(stages.VERIFY)
     if spec.cancel is not None and spec.cancel.is_set() and rec.verdict.outcome == "fault":
@@ -805,6 +841,83 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
             rec.status = rec.verdict.outcome
     elif rec.verdict.outcome == "fault":
         rec.error = f"{rec.error}; the diagnostic verifier run faulted: {rec.verdict.error}"
+
+
+def _gateway_grant(spec: AttemptSpec, rec: _Record, role: Literal["candidate", "driver"],
+                   canary: str) -> sandbox.GatewayGrant | None:
+    """The launch's way to the model gateway: the candidate's (the checkpoint's `[models]`;
+    the task's `[budget]` with --max-cost-usd-per-attempt, the lower wins) or the episode
+    driver's (`[episode] models = true`: its `models_allowed` and `budget`); None without."""
+    use, ledger = spec.gateway, rec.ledger
+    if use is None or ledger is None:
+        return None
+    if role == "candidate":
+        models = spec.checkpoint.spec.models
+        allowed: list[str] = list(models.allowed) if models is not None else []
+        per_attempt = (Budget(max_cost_usd=use.max_cost_usd_per_attempt)
+                       if use.max_cost_usd_per_attempt is not None else None)
+        budget = modelcalls.merged_budget(spec.task.spec.budget, per_attempt)
+    else:
+        ep = spec.task.spec.episode
+        if ep is None or not ep.models:
+            return None
+        allowed, budget = list(ep.models_allowed), ep.budget
+    grant = modelcalls.grant_for(role, allowed, budget, [needle(canary)], (spec.task.id, spec.rep))
+    return sandbox.GatewayGrant(modelcalls.process_gateway(use), grant, ledger)
+
+
+def _judge_models(spec: AttemptSpec, rec: _Record, canary: str) -> JudgeModels | None:
+    """`[verifier] models = true`: the judge's grant (its `models_allowed` and `budget`), its
+    calls kept in a ledger of their own under the verifier's output (verifier/model.jsonl,
+    verifier/model/): they are made after the attempt's evidence was digested and handed to
+    the verifier, and like every verifier output they stay out of both (docs/attempts.md)."""
+    use, ver = spec.gateway, spec.task.spec.verifier
+    if use is None or not getattr(ver, "models", False):
+        return None
+    rec.judge_ledger = modelcalls.new_ledger(spec.evidence_dir / VERIFIER_DIR, spec.task.spec.max_evidence_bytes)
+    grant = modelcalls.grant_for("judge", list(getattr(ver, "models_allowed", [])), getattr(ver, "budget", None),
+                                 [needle(canary)], (spec.task.id, spec.rep))
+    return JudgeModels(sandbox.GatewayGrant(modelcalls.process_gateway(use), grant, rec.judge_ledger),
+                       lambda: modelcalls.env_for(use))
+
+
+def _metered_cost(ledger: CallLedger | None) -> Callable[[], float] | None:
+    """The candidate's metered spend so far (an episode's `max_cost_usd` under a gateway)."""
+    if ledger is None:
+        return None
+
+    def cost() -> float:
+        got = ledger.spend("candidate")
+        return got.cost_usd or 0.0 if got is not None else 0.0
+
+    return cost
+
+
+def _model_canary(evidence_dir: Path, ledger: CallLedger | None, canary: str) -> tuple[str, ...]:
+    """Where the canary was in the attempt's model calls: a call the gateway refused for it
+    (its line says so; the request never left the rig), and every kept request body joined
+    in `seq` order (a value split across calls; docs/gateway.md "Limits fail closed")."""
+    if ledger is None:
+        return ()
+    found: tuple[str, ...] = ()
+    if any(c.refused == "canary" for c in ledger.calls()):
+        found += (MODEL_JSONL,)
+    joined = modelcalls.joined_requests(evidence_dir)
+    if joined and scan(joined, [needle(canary)]):
+        found += (f"{MODEL_DIR}/ (requests joined)",)
+    return found
+
+
+def _spent_on_models(evidence_dir: Path) -> int:
+    """The bytes the gateway's ledger kept in the evidence (they count against its cap)."""
+    total = 0
+    for p in (evidence_dir / MODEL_JSONL, *((evidence_dir / MODEL_DIR).iterdir()
+                                           if (evidence_dir / MODEL_DIR).is_dir() else ())):
+        try:
+            total += os.lstat(p).st_size
+        except FileNotFoundError:
+            pass
+    return total
 
 
 def _driver_root(spec: AttemptSpec) -> Path:
@@ -843,9 +956,13 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
     # attempt id, sparing what carries this tag; the driver's by this tag, which the agent
     # cannot guess and so cannot put on processes of its own.
     tag = os.urandom(16).hex()
+    # [episode] models = true: the driver reaches the gateway as role driver (docs/gateway.md)
+    dgate = _gateway_grant(spec, rec, "driver", canary)
     denv = environment.driver_env(home=str(root / "home"), tmpdir=tmp, out=str(root / "out"),
                                   task_id=spec.task.id, attempt_id=spec.attempt_id, seed=spec.seed,
-                                  tag=tag, secrets=environment.granted(ep.secrets, spec.driver_secrets))
+                                  tag=tag, secrets=environment.granted(ep.secrets, spec.driver_secrets),
+                                  gateway=modelcalls.env_for(spec.gateway)
+                                  if dgate is not None and spec.gateway is not None else None)
     grace = episode.GRACE_S + ep.driver_timeout_s
     # The driver's network is the operator's grant like the agent's (--allow-network,
     # --allow-host): the egress proxy in the driver's own namespace, never the host's network.
@@ -857,7 +974,7 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
         return sandbox.launch(sandbox.Launch(
             argv=list(ep.driver), cwd=root / "driver", env=denv, level=spec.level,
             rw_paths=[root], ro_paths=sandbox.interpreter_binds(ep.driver[0]),
-            network=False, egress=spec.allow_hosts if networked else None,
+            network=False, egress=spec.allow_hosts if networked else None, gateway=dgate,
             timeout_s=spec.deadline_s + grace,
             max_output_bytes=VERIFIER_OUTPUT_CAP, stdout_path=root / "stdout.txt",
             stderr_path=root / "stderr.txt", slot=spec.slot, pool="judges",
@@ -869,14 +986,15 @@ def _episode(spec: AttemptSpec, ws: Workspace, argv: list[str], canary: str, rec
                        spec.task.spec.max_output_bytes, spec.evidence_dir / "stdout.txt",
                        spec.evidence_dir / "stderr.txt", [needle(canary)],
                        networked=network_of(spec), channel=channel,
-                       spare=f"{environment.DRIVER_TAG_ENV}={tag}", scan_budget=rec.scan)
+                       spare=f"{environment.DRIVER_TAG_ENV}={tag}", scan_budget=rec.scan,
+                       gateway=_gateway_grant(spec, rec, "candidate", canary))
 
     got = episode.Relay(
         episode=ep, max_output_bytes=spec.task.spec.max_output_bytes, deadline_s=spec.deadline_s,
         transcript=spec.evidence_dir / TRANSCRIPT, task_id=spec.task.id,
         attempt_id=spec.attempt_id, seed=spec.seed, start_agent=start_agent,
         start_driver=start_driver, driver_stderr=root / "stderr.txt", secrets=_secret_values(spec),
-        cancel=spec.cancel).run()
+        cancel=spec.cancel, metered_cost=_metered_cost(rec.ledger)).run()
     rec.fin = got.agent
     rec.termination = got.termination
     if networked:
@@ -941,6 +1059,26 @@ def fault_fields(rec: _Record) -> dict[str, Any]:
     return {"fault": fault, "final": True if rec.final or fault == "agent" else None}
 
 
+def _metered_spend(spec: AttemptSpec, rec: _Record, spend: Spend) -> Spend:
+    """Under the model gateway (docs/gateway.md "Spend"): the candidate's spend is the sum of
+    its calls (zero when it made none: the rig saw every call it could make), its own
+    usage.json kept beside as `reported`, never used; the driver's and the judge's are
+    metered where they reached the gateway (`models = true`), else what they reported."""
+    use = spec.gateway
+    if use is None:
+        return spend
+    source = "replayed" if use.replayed else "metered"
+    candidate = modelcalls.metered(rec.ledger, "candidate") or RoleSpend(
+        cost_usd=0.0, input_tokens=0, output_tokens=0, source=source, calls=0,  # type: ignore[arg-type]
+        estimated=False if source == "metered" else None)
+    ep, ver = spec.task.spec.episode, spec.task.spec.verifier
+    driver = modelcalls.metered(rec.ledger, "driver") if ep is not None and ep.models else None
+    judge = (modelcalls.metered(rec.judge_ledger, "judge")
+             if getattr(ver, "models", False) else None)
+    return Spend(candidate=candidate, driver=driver or spend.driver, judge=judge or spend.judge,
+                 reported=spend.candidate)
+
+
 def _records(spec: AttemptSpec, rec: _Record, usage: Usage, canary: Canary, network: bool,
              wall_s: float, laps: stages.Laps) -> AttemptOutcome:
     """The attempt's Actual and Result: the one place either is made."""
@@ -948,6 +1086,12 @@ def _records(spec: AttemptSpec, rec: _Record, usage: Usage, canary: Canary, netw
     error = rec.error
     if usage.error:
         error = f"{error}; {usage.error}" if error else usage.error
+    spend = _metered_spend(spec, rec, spend_of(spec.evidence_dir, usage,
+                                               rec.verdict.usage if rec.verdict else None))
+    if spec.gateway is not None and spend.candidate is not None:
+        # the cost, tokens and source of the attempt are the metered ones
+        c = spend.candidate
+        usage = Usage(c.source, c.cost_usd, c.input_tokens, c.output_tokens)  # type: ignore[arg-type]
     ids: dict[str, Any] = {"trial_id": spec.trial_id, "attempt_id": spec.attempt_id,
                            "task_id": spec.task.id, "rep": spec.rep}
     actual = Actual(
@@ -965,7 +1109,7 @@ def _records(spec: AttemptSpec, rec: _Record, usage: Usage, canary: Canary, netw
         stderr_bytes=fin.stderr_bytes if fin else 0,
         stdout_truncated=bool(fin and fin.stdout_truncated),
         stderr_truncated=bool(fin and fin.stderr_truncated),
-        spend=spend_of(spec.evidence_dir, usage, rec.verdict.usage if rec.verdict else None),
+        spend=spend,
     )
     v = rec.verdict
     if rec.status == "infra_error" and v is not None and v.runs > 0 and v.untrusted_calls > 0:

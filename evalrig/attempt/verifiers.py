@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from pathlib import Path
@@ -45,6 +45,16 @@ Outcome = Literal["passed", "failed", "fault"]
 # A command verifier's stdout/stderr kept per run (a chatty judge must not fill the bundle).
 VERIFIER_OUTPUT_CAP = 1 << 20
 _REWARD_KEYS = frozenset({"reward", "checks", "passed"})
+
+
+@dataclass(frozen=True)
+class JudgeModels:
+    """A command verifier's way to the model gateway (`[verifier] models = true`, role judge;
+    docs/gateway.md): the launch's grant (`sandbox.GatewayGrant`) and a maker of the
+    gateway's variables (a fresh token per run of the verifier)."""
+
+    grant: Any
+    env: Callable[[], dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -248,7 +258,7 @@ def _judge_uid_apart() -> bool:
 def _run_command_once(
     spec: CommandVerifier, verifier_dir: Path, evidence_dir: Path, run_dir: Path,
     level: str, slot: int, cancel: threading.Event | None, secrets: Mapping[str, str],
-    side: AgentSide | None = None, log: Path | None = None,
+    side: AgentSide | None = None, log: Path | None = None, models: JudgeModels | None = None,
 ) -> tuple[Verdict, int]:
     """One run of the verifier; (its verdict, the untrusted calls it made)."""
     from evalrig.attempt import sandbox, untrusted
@@ -288,14 +298,18 @@ def _run_command_once(
     # process carrying it (unique per run: scratch is a fresh mkdtemp)
     given = granted(spec.secrets, secrets)
     redact = {name: value.encode() for name, value in given.items() if value}
+    # [verifier] models = true: the gateway as role judge; never with the host's network,
+    # where a listener of its own could not be bound (docs/gateway.md)
+    models = models if models is not None and not spec.network else None
     env = verifier_env(home=str(home), tmpdir=tmp, evidence=str(evidence_dir),
-                       verdict=str(verdict_dir), tag=tag, secrets=given)
+                       verdict=str(verdict_dir), tag=tag, secrets=given,
+                       gateway=models.env() if models is not None else None)
     if service is not None:
         env[untrusted.RUN_UNTRUSTED_ENV] = str(service.client)
     ro = [verifier_dir, evidence_dir, *sandbox.interpreter_binds(spec.command[0])]
     try:
         fin = _launch_verifier(sandbox, spec, verifier_dir, env, level, rw, ro, run_dir, slot, tag,
-                               cancel, redact, judge, service)
+                               cancel, redact, judge, service, models.grant if models is not None else None)
     finally:
         if service is not None:
             service.close()
@@ -309,7 +323,7 @@ def _run_command_once(
 def _launch_verifier(sandbox: Any, spec: CommandVerifier, verifier_dir: Path, env: dict[str, str],
                      level: str, rw: list[Path], ro: list[Path], run_dir: Path, slot: int, tag: str,
                      cancel: threading.Event | None, redact: dict[str, bytes], judge: bool,
-                     service: Any) -> Any:
+                     service: Any, gateway: Any = None) -> Any:
     return sandbox.launch(
         sandbox.Launch(
             argv=list(spec.command),
@@ -330,6 +344,7 @@ def _launch_verifier(sandbox: Any, spec: CommandVerifier, verifier_dir: Path, en
             redact=redact,
             unprivileged=judge,  # process as root: the judges' pool, never root (docs/security.md)
             paused=service.paused_s if service is not None else None,
+            gateway=gateway,
         )
     )
 
@@ -358,6 +373,7 @@ def verify_command(
     spec: CommandVerifier, verifier_dir: Path | None, evidence_dir: Path, level: str, slot: int,
     retries: int, scratch: Path, cancel: threading.Event | None = None,
     secrets: Mapping[str, str] | None = None, side: AgentSide | None = None,
+    models: JudgeModels | None = None,
 ) -> CommandOutcome:
     """Run the command verifier, re-running it on a fault up to `retries` times, but never
     after a faulted run that made untrusted calls (`side`: the service is offered; its
@@ -373,7 +389,7 @@ def verify_command(
         run_dir = scratch / f"run-{n}"
         runs.append(run_dir)
         verdict, made = _run_command_once(spec, verifier_dir, evidence_dir, run_dir, level, slot, cancel,
-                                          secrets or {}, side, log)
+                                          secrets or {}, side, log, models)
         calls += made
         if verdict.outcome != "fault" or (cancel is not None and cancel.is_set()) or made:
             break  # after an untrusted call a fault is final: another run is another draw
@@ -445,6 +461,7 @@ def verify_evidence(
     cancel: threading.Event | None = None,
     secrets: Mapping[str, str] | None = None,
     timeout_scale: float = 1.0,
+    models: JudgeModels | None = None,
 ) -> Verdict:
     """Judge the stored evidence of one attempt with the task's verifier.
 
@@ -473,7 +490,7 @@ def verify_evidence(
                              disk_bytes=disk_allowance(task.spec.max_evidence_bytes),
                              redact={k: v.encode() for k, v in (secrets or {}).items() if v})
         got = verify_command(spec, task.verifier_dir, view, level, slot, retries, scratch, cancel,
-                             secrets, side)
+                             secrets, side, models)
         if output_dir is not None:
             store_output(got.verdict, got.run_dirs, output_dir, secrets, scratch / UNTRUSTED_JSONL)
         return got.verdict

@@ -284,6 +284,7 @@ def run(
                                        for f in found.verifier_faults],
                    "driver_faults": [vars(d) for d in found.driver_faults],
                    "final_unscored": list(summary.final_unscored),
+                   "stopped_for": summary.stopped_for,
                    "warnings": [found.common_failure.as_dict()] if found.common_failure else []})
     else:
         say(_summary_lines(summary))
@@ -351,6 +352,9 @@ def _fault_lines(s: RunSummary) -> list[str]:
 
 def _incomplete_line(s: RunSummary) -> str:
     unscored = s.counts.unscored
+    if s.stopped_for is not None:  # the user's money is a resource like disk (docs/gateway.md)
+        return (f"incomplete: {s.stopped_for}; {count(unscored, 'trial')} "
+                f"{'has' if unscored == 1 else 'have'} no scored attempt")
     faulted = sum(len(f.trials) for f in s.findings.verifier_faults)
     resume = f"evalrig run --out {s.bundle} --resume"
     if faulted and faulted == unscored:

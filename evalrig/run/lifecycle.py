@@ -94,6 +94,8 @@ class RunSummary:
     attempts failed (run.findings)."""
     verifier_dirs: Mapping[str, Path] = field(default_factory=dict)
     """task id -> the verifier/ folder to fix, for each task in `findings.verifier_faults`."""
+    stopped_for: str | None = None
+    """Why the run stopped starting attempts before its plan was done (--max-cost-usd reached)."""
     final_unscored: tuple[str, ...] = ()
     """Trials left unscored for good (a fault after the agent's first input, or a verifier
     that kept faulting when re-verified), in plan order: `run` exits 5 naming each."""
@@ -320,7 +322,8 @@ def _run(turn: Turn, manifest: RunManifest, book: TrialBook, to_run: list[Trial]
             from evalrig.run.executors.ray import KEPT_WHERE  # the optional extra's module
 
             turn.reporter.warning(f"--keep-workspaces: the attempt workspaces are {KEPT_WHERE}")
-    return _finish(turn, manifest, book, stop.signal is not None, kept, loop.ran, tallied)
+    return _finish(turn, manifest, book, stop.signal is not None, kept, loop.ran, tallied,
+                   stopped_for=loop.spent_out)
 
 
 SCRATCH_PREFIXES = ("evalrig-attempts-", "evalrig-verify-")
@@ -376,7 +379,7 @@ def _remove_scratch(scratch: Path) -> None:
 
 
 def _finish(turn: Turn, manifest: RunManifest, book: TrialBook, stopped: bool, kept: int,
-            ran: int, tallied: Callable[[Path], str]) -> RunSummary:
+            ran: int, tallied: Callable[[Path], str], stopped_for: str | None = None) -> RunSummary:
     counts = book.counts()
     checks = list(manifest.seal_checks)
     error = None
@@ -416,7 +419,7 @@ def _finish(turn: Turn, manifest: RunManifest, book: TrialBook, stopped: bool, k
                       "and run again into a new --out")
     interrupted = stopped and status != "complete"
     return RunSummary(final.run_id, status, counts, turn.out, interrupted, kept, ran, *_findings(turn, counts),
-                      final_unscored=_settled(book))
+                      final_unscored=_settled(book), stopped_for=stopped_for if status != "complete" else None)
 
 
 def _settled(book: TrialBook) -> tuple[str, ...]:

@@ -21,6 +21,11 @@ Choices the contract leaves open:
   resume (run.reverify), every other one is final.
 - An attempt stopped by Ctrl-C or SIGTERM before it ran ends `interrupted`, with no
   result line (nothing was measured).
+- `--max-cost-usd TOTAL` (docs/gateway.md "Budgets"): the run's metered spend is every
+  role's metered cost in actuals.jsonl (candidate, driver and judge: the user's money),
+  those of earlier turns included; once it reaches TOTAL no attempt starts, the attempts
+  running finish, and the run ends `incomplete` (exit 5) saying so (`Loop.spent_out`).
+  A replayed run spends nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Literal, Protocol
 
+from evalrig.attempt import modelcalls
+from evalrig.attempt.modelcalls import GatewayUse
 from evalrig.attempt.trial import AttemptSpec, fault_outcome
 from evalrig.core.plan import Trial
 from evalrig.models.run import Actual, AttemptEvent, Estimate, Result, RunSettings
@@ -46,7 +53,7 @@ from evalrig.run.inputs import Inputs
 from evalrig.run.progress import Reporter, progress_of
 from evalrig.store import layout
 from evalrig.store.clock import utcnow
-from evalrig.store.jsonl import Journal
+from evalrig.store.jsonl import Journal, read_records
 from evalrig.store.layout import RUN_JSONL
 
 WAIT_S = 0.25  # how often the loop looks at the stop flag while attempts run
@@ -136,8 +143,12 @@ class Loop:
         self.stop = stop
         self.scratch = scratch
         self.work = hooks.work or trial_work()
+        self.gateway = gateway_use(inputs, settings)
         self.executor = make_executor(settings.executor, settings.jobs, self.work,
-                                      settings.ray_address, leave_cluster=leave_cluster)
+                                      settings.ray_address, leave_cluster=leave_cluster,
+                                      env=_gateway_keys(inputs) if settings.executor == "ray" else None)
+        if self.gateway is not None and inputs.gateway is not None and settings.executor == "local":
+            modelcalls.register(self.gateway, inputs.gateway.gateway())
         self.free_slots = list(range(self.executor.slots - 1, -1, -1))
         self.inflight: dict[str, Launched] = {}
         # No estimate command: the estimate is "none" and needs no worker round trip.
@@ -146,6 +157,9 @@ class Loop:
         self.t0 = time.monotonic()
         (out / layout.ATTEMPTS_DIR).mkdir(exist_ok=True)
         self.journal = Journal(out, RUN_JSONL)
+        # --max-cost-usd: what this bundle's attempts have spent so far, metered
+        self.spent = _metered_in(out) if settings.max_cost_usd is not None else 0.0
+        self.spent_out: str | None = None  # why no further attempt started (the money ran out)
 
     def execute(self, trials: list[Trial]) -> None:
         """Launch and record until every trial has run (or a stop was asked for).
@@ -164,7 +178,8 @@ class Loop:
                 got = self.collect(self.executor.wait(WAIT_S)) if self.inflight else Collected()
                 pending.extendleft(reversed([i.queued.retried() for i, _, r in got.records
                                              if self._retry(i, r)]))
-                if not self.stop.event.is_set():
+                self.spent += sum(_metered_cost(a) for _, a, _ in got.records)
+                if not self.stop.event.is_set() and pending and not self._money_out():
                     got.jobs += self.launch(pending)
                 self.journal.write(layout.ACTUALS_JSONL, [a for _, a, _ in got.records])
                 self.journal.write(layout.RESULTS_JSONL, [r for _, _, r in got.records])
@@ -174,7 +189,7 @@ class Loop:
                 self.record_ends(got)
                 if self.stop.event.is_set():
                     self.executor.cancel()
-                if not self.inflight and (not pending or self.stop.event.is_set()):
+                if not self.inflight and (not pending or self.stop.event.is_set() or self.spent_out):
                     break
         finally:
             if self.inflight:  # leaving on an error: stop the attempts before waiting for them
@@ -184,6 +199,16 @@ class Loop:
             self.journal.close()
 
     # launching
+
+    def _money_out(self) -> bool:
+        """--max-cost-usd reached: no attempt starts any more (the reason kept)."""
+        total = self.settings.max_cost_usd
+        if total is None or self.spent < total:
+            return False
+        if self.spent_out is None:
+            self.spent_out = (f"--max-cost-usd {total:g} reached: the run's metered spend is "
+                              f"${self.spent:.4f}, so no further attempt started")
+        return True
 
     def launch(self, pending: deque[Queued]) -> list[Job]:
         """Start lines (and inline estimates) for as many attempts as there are free slots."""
@@ -217,6 +242,7 @@ class Loop:
             verifier_retries=self.settings.max_retries, cancel=self.stop.event,
             interpreter_prefixes=tuple(Path(p) for p in self.settings.interpreter_prefixes),
             allow_network=self.settings.allow_network, allow_hosts=tuple(self.settings.allow_hosts),
+            gateway=self.gateway,
         )
         return Launched(item, spec)
 
@@ -286,6 +312,52 @@ class Loop:
         out = fault_outcome(item.spec, status, f"the rig failed while running the attempt: {done.error}",
                             done.wall_s)
         return out.actual, out.result
+
+
+def gateway_use(inputs: Inputs, settings: RunSettings) -> GatewayUse | None:
+    """What every attempt's process needs of the run's gateway (docs/gateway.md): the file or
+    the recording, the upstreams in the file's order, --max-cost-usd-per-attempt; no key."""
+    setup = inputs.gateway
+    if setup is None:
+        return None
+    per_attempt = settings.max_cost_usd_per_attempt
+    if setup.file is not None:
+        assert setup.facts is not None
+        return GatewayUse(key=setup.facts.file_digest,
+                          upstreams=tuple((n, u.api) for n, u in setup.file.upstreams.items()),
+                          file=setup.file, max_cost_usd_per_attempt=per_attempt)
+    assert setup.recording is not None and setup.replay_of is not None
+    recorded = setup.recording.gateway
+    return GatewayUse(key=f"replay:{setup.replay_of.run_id}",
+                      upstreams=tuple((n, u.api) for n, u in (recorded.upstreams.items() if recorded else ())),
+                      recording=setup.recording, max_cost_usd_per_attempt=per_attempt)
+
+
+def _gateway_keys(inputs: Inputs) -> dict[str, str]:
+    """The upstreams' keys as Ray's runners read them (each makes its own Gateway): by each
+    upstream's `key_env`, in the runners' runtime environment alone."""
+    setup = inputs.gateway
+    if setup is None or setup.file is None:
+        return {}
+    return {up.key_env: key for name, up in setup.file.upstreams.items()
+            if up.key_env and (key := setup.keys.get(name))}
+
+
+def _metered_cost(actual: Actual) -> float:
+    """Every role's metered cost of one attempt (the run's spend, --max-cost-usd)."""
+    spend = actual.spend
+    if spend is None:
+        return 0.0
+    return sum(r.cost_usd or 0.0 for r in (spend.candidate, spend.driver, spend.judge)
+               if r is not None and r.source == "metered")
+
+
+def _metered_in(out: Path) -> float:
+    """The metered spend of the attempts a bundle already holds (a resumed run's earlier turns)."""
+    path = out / layout.ACTUALS_JSONL
+    if not path.is_file():
+        return 0.0
+    return sum(_metered_cost(a) for a in read_records(path, Actual).records)
 
 
 def _estimate_id() -> str:

@@ -57,6 +57,14 @@ SCM_RIGHTS); under ``process`` (root only, `egress_enforced`) in a namespace the
 on a thread, which ``nsenter --net=/proc/self/fd/N`` puts the agent in. The proxy serves
 the socket from the rig's process and ends every connection when launch() returns.
 
+The model gateway (``Launch.gateway``, docs/gateway.md) is bound the same way at
+127.0.0.1:4000, in the same namespace (a second listener when both are granted; without
+egress, bwrap's ``--unshare-net`` namespace or the one the rig makes under process as
+root). Its session is opened before the program starts and closed after every process of
+the launch died, a call still in flight upstream read to its end for its usage. Under
+``process`` where no such namespace can be made (`gateway_enforced`), a launch with a
+gateway is refused (an infra error): a gateway the agent could bypass proves nothing.
+
 Where no PID namespace can be made, the rig becomes a child subreaper, kills every
 adopted process whose environment carries ``EVALRIG_ATTEMPT_ID=<attempt_tag>`` (an episode
 driver's launch: ``<tag_var>=<attempt_tag>``) and not ``spare``, and reports
@@ -114,23 +122,38 @@ Where each part lives:
 - `spec`: `Launch`, `Channel`, `Finished`, `LevelChoice`, `Level`, `BASE_UID`.
 - `host`: `HOST` (the host's answers, asked once per process), the kernel calls
   (unshare(2), setns(2)) on a thread of their own, the child subreaper.
-- `levels`: `resolve_level` (bwrap probing), `unshare`, `egress_enforced`, `containment_for`.
+- `levels`: `resolve_level` (bwrap probing), `unshare`, `egress_enforced`, `gateway_enforced`,
+  `containment_for`.
 - `view`: what an agent sees under bwrap (`ETC_FILES`, the mounts), `interpreter_binds`.
 - `plan`: the argv chain per level: limits, the uid drop, held variables, the attempt root's owner.
 - `running`: `launch` and its supervision (streams, limits, cancel, the leftover sweep).
 - `disk`: `entry_bytes` and the disk watch.
 - `uids`: the host-wide uid lease (`lease_uid`, the agents' and the judges' pools).
 - `leftovers`: removing what a uid left on the host, where no private view could be made.
-- `sockets`: listeners bound inside a sandbox's network namespace (the egress proxy's) and
+- `sockets`: listeners bound inside a sandbox's network namespace (the egress proxy's and the
+  model gateway's) and
   bwrap's --info-fd/--block-fd handshake.
 """
 
 from evalrig.attempt.sandbox.disk import MAX_NEW_ENTRIES, disk_allowance, entry_bytes
 from evalrig.attempt.sandbox.host import HOST
-from evalrig.attempt.sandbox.levels import containment_for, egress_enforced, resolve_level
+from evalrig.attempt.sandbox.levels import (
+    containment_for,
+    egress_enforced,
+    gateway_enforced,
+    resolve_level,
+)
 from evalrig.attempt.sandbox.plan import private_view_why, seccomp_why
 from evalrig.attempt.sandbox.running import launch
-from evalrig.attempt.sandbox.spec import BASE_UID, Channel, Finished, Launch, Level, LevelChoice
+from evalrig.attempt.sandbox.spec import (
+    BASE_UID,
+    Channel,
+    Finished,
+    GatewayGrant,
+    Launch,
+    Level,
+    LevelChoice,
+)
 from evalrig.attempt.sandbox.uids import POOLS, Lease, Pool, lease_uid
 from evalrig.attempt.sandbox.view import ETC_FILES, interpreter_binds
 
@@ -140,11 +163,13 @@ __all__ = [
     "HOST",
     "Channel",
     "Finished",
+    "GatewayGrant",
     "Launch",
     "Level",
     "LevelChoice",
     "containment_for",
     "egress_enforced",
+    "gateway_enforced",
     "entry_bytes",
     "disk_allowance",
     "MAX_NEW_ENTRIES",

@@ -162,6 +162,13 @@ def egress_enforced(level: Level) -> bool:
     return _is_root() and _tool("nsenter") is not None
 
 
+def gateway_enforced(level: Level) -> bool:
+    """Whether the model gateway can be served at this level: its listener needs a network
+    namespace of the sandbox's own, made as the egress proxy's is (`egress_enforced`);
+    elsewhere it is refused, since the agent could reach the upstreams around it."""
+    return egress_enforced(level)
+
+
 def containment_for(level: Level) -> Literal["namespace", "subreaper"]:
     """What launch() will use at this level: a PID namespace, or the subreaper fallback."""
     if level == "bwrap":

@@ -213,12 +213,12 @@ def _plan(spec: Launch, leased: int | None = None) -> _Plan:
     # A grant the rig can enforce: the agent joins the namespace the rig made for its proxy
     # (nsenter goes right after the top helper, while it is still root). Unenforced
     # (egress_enforced): the host's.
-    proxied = spec.egress is not None and egress_enforced("process")
+    proxied = (spec.egress is not None or spec.gateway is not None) and egress_enforced("process")
     netns_at = len(top) if proxied else None
     tail = limits_argv + drop + list(spec.argv)
     if unshare is None:
         return _Plan(top + tail, spec.cwd, "subreaper", uid, env=helpers_env, netns_at=netns_at)
-    net = [] if spec.network or spec.egress is not None else _unshare_net()
+    net = [] if spec.network or proxied or spec.egress is not None else _unshare_net()
     argv = top + unshare[:-2] + net + unshare[-2:] + tail
     return _Plan(argv, spec.cwd, "namespace", uid, env=helpers_env, netns_at=netns_at, private=private)
 
@@ -277,8 +277,9 @@ def _namespaces_on_thread(unshare: list[str], spec: Launch) -> bool:
     """Whether the rig makes this launch's PID (and network) namespace itself: for an
     agent's launch as root (the one every attempt makes; a command verifier's keeps the
     `unshare` chain), where `unshare` needs no user namespace (a process that has threads
-    cannot enter a new one), and without an egress proxy (whose namespace `nsenter` joins)."""
-    return spec.unprivileged and "--user" not in unshare and spec.egress is None
+    cannot enter a new one), and without an egress proxy or a model gateway (whose namespace
+    `nsenter` joins)."""
+    return spec.unprivileged and "--user" not in unshare and spec.egress is None and spec.gateway is None
 
 
 def _process_env(env: Mapping[str, str], held: Mapping[str, str]) -> list[str]:

@@ -21,9 +21,9 @@ from typing import Literal
 from evalrig.attempt.sandbox.disk import _DiskWatch
 from evalrig.attempt.sandbox.host import _become_subreaper, _check, _libc, _on_thread
 from evalrig.attempt.sandbox.leftovers import sweep
-from evalrig.attempt.sandbox.levels import containment_for
+from evalrig.attempt.sandbox.levels import containment_for, gateway_enforced
 from evalrig.attempt.sandbox.plan import _chown_tree, _needs_uid, _open_way, _Plan, _plan
-from evalrig.attempt.sandbox.sockets import _Egress, _Handshake, _nsenter
+from evalrig.attempt.sandbox.sockets import _Handshake, _nsenter, _Services
 from evalrig.attempt.sandbox.spec import Finished, Launch
 from evalrig.attempt.sandbox.uids import Lease, lease_uid
 from evalrig.attempt.sandbox.view import _visible_in_sandbox
@@ -143,6 +143,11 @@ def _launch(spec: Launch) -> Finished:
     why = _unstartable(spec)
     if why is not None:
         return _failed(spec, why[0], "agent", why[1])
+    if spec.gateway is not None and not gateway_enforced(spec.level):
+        # a gateway the agent could bypass proves nothing (docs/gateway.md); `run` refuses
+        # it before the first attempt, and a launch never starts one unenforced
+        return _failed(spec, "the model gateway needs a network namespace of the sandbox's own "
+                       "(bwrap, or process as root with util-linux nsenter)", "infra")
     lease: Lease | None = None
     try:
         _become_subreaper()
@@ -214,7 +219,8 @@ class _Run:
         }
         scanners = {name: StreamScanner(spec.scan_for, shared=self.scan) for name in sinks}
         self.streams_s += time.perf_counter() - began
-        egress = _Egress(spec.egress) if spec.egress is not None and (
+        wanted = spec.egress is not None or spec.gateway is not None
+        egress = _Services(spec.egress, spec.gateway) if wanted and (
             self.plan.handshake or self.plan.netns_at is not None) else None
         shake = _Handshake(self.plan.rlimits, egress, status=self.plan.status_fd,
                            seccomp=self.plan.seccomp) if self.plan.handshake else None

@@ -2,7 +2,9 @@
 starts: a thread enters the namespace with setns (or a forked child enters a user
 namespace first and passes the socket back with SCM_RIGHTS), or the rig makes a new
 namespace on a thread; bwrap's --info-fd/--block-fd handshake holds its init meanwhile.
-The egress proxy (evalrig.attempt.egress) serves such a listener today (docs/security.md).
+The egress proxy (evalrig.attempt.egress, at 127.0.0.1:3128) and the model gateway
+(evalrig.attempt.gateway, at 127.0.0.1:4000) serve such listeners, both in the one
+namespace when both are granted (docs/security.md).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from evalrig.attempt.sandbox.host import (
 
 if TYPE_CHECKING:  # the egress proxy needs pydantic; a launch without one must not
     from evalrig.attempt.egress import Session
+    from evalrig.attempt.gateway import Session as GatewaySession
+    from evalrig.attempt.sandbox.spec import GatewayGrant
     from evalrig.models.run import NetworkConnection
 
 
@@ -37,8 +41,8 @@ class _Handshake:
     bwrap writes the host pid of its init to the info pipe and closes it; the init then
     waits on the block pipe before it forks the agent. The rig sets the rlimits on the
     init in that pause (the agent inherits them), which spares a `prlimit` exec per
-    attempt, and binds the egress proxy's listener inside the sandbox's network namespace
-    when the launch has a grant (`_listener_in`), then releases it.
+    attempt, and binds the egress proxy's and the model gateway's listeners inside the
+    sandbox's network namespace when the launch has them (`_listeners_in`), then releases it.
 
     With --json-status-fd bwrap also says whether it got as far as running the command:
     it writes an "exit-code" record only when its setup finished and the exec was reached,
@@ -49,12 +53,12 @@ class _Handshake:
     (--seccomp) and loads it right before it runs the command.
     """
 
-    def __init__(self, rlimits: tuple[tuple[int, int], ...], egress: _Egress | None = None,
+    def __init__(self, rlimits: tuple[tuple[int, int], ...], services: _Services | None = None,
                  *, status: bool = False, seccomp: bytes | None = None) -> None:
         self.rlimits = rlimits
-        self.egress = egress
+        self.services = services
         self.info_r, self._info_w = os.pipe()
-        self._block_r, self._block_w = os.pipe() if rlimits or egress else (-1, -1)
+        self._block_r, self._block_w = os.pipe() if rlimits or services else (-1, -1)
         self._status_r, self._status_w = os.pipe() if status else (-1, -1)
         self._seccomp_r = -1
         if seccomp is not None:  # a few hundred bytes: far below a pipe's buffer
@@ -101,8 +105,8 @@ class _Handshake:
             try:
                 for which, value in self.rlimits:
                     resource.prlimit(self.pid, which, (value, value))
-                if self.egress is not None:
-                    self.egress.serve(_listener_in(self.pid))
+                if self.services is not None:
+                    self.services.serve(_listeners_in(self.pid, self.services.addresses()))
             except ProcessLookupError:
                 return False  # it died already
             # Any other failure propagates: launch() kills the held sandbox, an infra error.
@@ -165,19 +169,33 @@ _FD_WAIT_S = 10.0
 _PROXY_ADDRESS = ("127.0.0.1", 3128)  # evalrig.attempt.egress.PROXY_ADDRESS (tests check they agree)
 
 
-class _Egress:
-    """One launch's proxy: the listening socket inside the agent's network namespace, and
-    the session (evalrig.attempt.egress) serving it from the rig's side."""
+_GATEWAY_ADDRESS = ("127.0.0.1", 4000)  # evalrig.attempt.gateway.GATEWAY_ADDRESS (tests check they agree)
 
-    def __init__(self, allow: tuple[str, ...]) -> None:
+
+Address = tuple[str, int]
+
+
+class _Services:
+    """One launch's listeners inside the agent's network namespace, and the sessions
+    serving them from the rig's side: the egress proxy's (evalrig.attempt.egress; the
+    operator's network grant) and the model gateway's (evalrig.attempt.gateway), each
+    where granted, both in the one namespace (docs/security.md)."""
+
+    def __init__(self, allow: tuple[str, ...] | None, gateway: GatewayGrant | None = None) -> None:
         self.allow = allow
+        self.gateway = gateway
         self.session: Session | None = None
+        self.gateway_session: GatewaySession | None = None
         self._netns = -1
 
+    def addresses(self) -> list[Address]:
+        return ([_PROXY_ADDRESS] if self.allow is not None else []) + (
+            [_GATEWAY_ADDRESS] if self.gateway is not None else [])
+
     def own_namespace(self) -> int:
-        """process: a new network namespace with the proxy's listener; its fd for nsenter."""
-        self._netns, listener = _new_netns_listener()
-        self.serve(listener)
+        """process: a new network namespace with the listeners; its fd for nsenter."""
+        self._netns, listeners = _new_netns_listeners(self.addresses())
+        self.serve(listeners)
         return self._netns
 
     def spawned(self) -> None:
@@ -186,13 +204,20 @@ class _Egress:
             os.close(self._netns)
             self._netns = -1
 
-    def serve(self, listener: socket.socket) -> None:
-        from evalrig.attempt.egress import open_session
-
+    def serve(self, listeners: list[socket.socket]) -> None:
+        """Hand each listener (in the order of `addresses`) to its session."""
         try:
-            self.session = open_session(listener, self.allow)
+            rest = list(listeners)
+            if self.allow is not None:
+                from evalrig.attempt.egress import open_session
+
+                self.session = open_session(rest.pop(0), self.allow)
+            if self.gateway is not None:
+                grant = self.gateway
+                self.gateway_session = grant.gateway.open(rest.pop(0), grant.grant, grant.ledger)
         except BaseException:
-            listener.close()
+            for listener in listeners:
+                listener.close()
             raise
 
     def records(self) -> tuple[NetworkConnection, ...]:
@@ -202,9 +227,15 @@ class _Egress:
         return self.session.hosts() if self.session is not None else []
 
     def close(self) -> None:
+        """Every process of the launch is dead: end the connections. The gateway's
+        session reads a call still in flight upstream to its end (its usage) first."""
         self.spawned()
-        if self.session is not None:
-            self.session.close()
+        try:
+            if self.session is not None:
+                self.session.close()
+        finally:
+            if self.gateway_session is not None:
+                self.gateway_session.close()
 
 
 def _nsenter(netns_fd: int) -> list[str]:
@@ -223,8 +254,8 @@ def _loopback_up() -> None:
             fcntl.ioctl(s.fileno(), _SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | _IFF_UP))
 
 
-def _proxy_listener(*, own_namespace: bool) -> socket.socket:
-    """The proxy's listening socket, made in the calling thread's network namespace.
+def _listener_at(address: Address, *, own_namespace: bool) -> socket.socket:
+    """A listening socket at `address`, made in the calling thread's network namespace.
 
     In a namespace the rig made (`own_namespace`) the rig brings `lo` up itself. In
     bubblewrap's, bwrap's init sets `lo` up on its own, at the same moment the rig learns
@@ -237,9 +268,9 @@ def _proxy_listener(*, own_namespace: bool) -> socket.socket:
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         if own_namespace:
-            listener.bind(_PROXY_ADDRESS)
+            listener.bind(address)
         else:
-            _bind_when_there(listener)
+            _bind_when_there(listener, address)
         listener.listen(64)
     except BaseException:
         listener.close()
@@ -247,8 +278,25 @@ def _proxy_listener(*, own_namespace: bool) -> socket.socket:
     return listener
 
 
-def _bind_when_there(listener: socket.socket) -> None:
-    """Bind to _PROXY_ADDRESS, waiting while bwrap's init has not added it yet.
+def _listeners_at(addresses: list[Address], *, own_namespace: bool) -> list[socket.socket]:
+    made: list[socket.socket] = []
+    try:
+        for address in addresses:
+            made.append(_listener_at(address, own_namespace=own_namespace))
+    except BaseException:
+        for listener in made:
+            listener.close()
+        raise
+    return made
+
+
+def _proxy_listener(*, own_namespace: bool) -> socket.socket:
+    """The egress proxy's listening socket (`_listener_at` _PROXY_ADDRESS)."""
+    return _listener_at(_PROXY_ADDRESS, own_namespace=own_namespace)
+
+
+def _bind_when_there(listener: socket.socket, address: Address = _PROXY_ADDRESS) -> None:
+    """Bind to `address`, waiting while bwrap's init has not added it yet.
 
     The kernel says nothing when the address appears, and the wait is a few system calls
     of bwrap's long, so a short backoff (0.1 ms doubling to 10 ms, within _FD_WAIT_S) is
@@ -258,7 +306,7 @@ def _bind_when_there(listener: socket.socket) -> None:
     pause = 0.0001
     while True:
         try:
-            listener.bind(_PROXY_ADDRESS)
+            listener.bind(address)
             return
         except OSError as e:
             if e.errno != errno.EADDRNOTAVAIL or time.monotonic() > deadline:
@@ -267,14 +315,14 @@ def _bind_when_there(listener: socket.socket) -> None:
         pause = min(pause * 2, 0.01)
 
 
-def _new_netns_listener() -> tuple[int, socket.socket]:
-    """A new network namespace (loopback up) and the proxy's listener in it (root only)."""
+def _new_netns_listeners(addresses: list[Address]) -> tuple[int, list[socket.socket]]:
+    """A new network namespace (loopback up) and listeners at `addresses` in it (root only)."""
 
-    def make() -> tuple[int, socket.socket]:
+    def make() -> tuple[int, list[socket.socket]]:
         _check(_libc().unshare(_CLONE_NEWNET), "unshare(CLONE_NEWNET)")
         fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            return fd, _proxy_listener(own_namespace=True)
+            return fd, _listeners_at(addresses, own_namespace=True)
         except BaseException:
             os.close(fd)
             raise
@@ -282,28 +330,39 @@ def _new_netns_listener() -> tuple[int, socket.socket]:
     return _on_thread(make)
 
 
+def _new_netns_listener() -> tuple[int, socket.socket]:
+    """A new network namespace (loopback up) and the proxy's listener in it (root only)."""
+    fd, listeners = _new_netns_listeners([_PROXY_ADDRESS])
+    return fd, listeners[0]
+
+
 def _listener_in(pid: int) -> socket.socket:
-    """The proxy's listener bound inside the network namespace of bwrap's init `pid`.
+    """The proxy's listener bound inside the network namespace of bwrap's init `pid`."""
+    return _listeners_in(pid, [_PROXY_ADDRESS])[0]
+
+
+def _listeners_in(pid: int, addresses: list[Address]) -> list[socket.socket]:
+    """Listeners at `addresses` bound inside the network namespace of bwrap's init `pid`.
 
     The init is held on --block-fd, so nothing of the agent's runs there yet. Where the
     namespace belongs to the rig's own user namespace (bwrap as root), a thread enters it;
     else (bwrap in a user namespace) only a single-threaded process may enter that user
-    namespace first, so a forked child does, and sends the socket back (SCM_RIGHTS).
+    namespace first, so a forked child does, and sends the sockets back (SCM_RIGHTS).
     """
     net = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
         if os.stat(f"/proc/{pid}/ns/user").st_ino == os.stat("/proc/self/ns/user").st_ino:
-            def enter() -> socket.socket:
+            def enter() -> list[socket.socket]:
                 _check(_libc().setns(net, _CLONE_NEWNET), "setns(network namespace)")
-                return _proxy_listener(own_namespace=False)
+                return _listeners_at(addresses, own_namespace=False)
 
             return _on_thread(enter)
-        return _listener_by_fork(pid, net)
+        return _listeners_by_fork(pid, net, addresses)
     finally:
         os.close(net)
 
 
-def _listener_by_fork(pid: int, net: int) -> socket.socket:
+def _listeners_by_fork(pid: int, net: int, addresses: list[Address]) -> list[socket.socket]:
     user = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     libc = _libc()  # loaded before the fork: the child only calls into it
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -316,20 +375,23 @@ def _listener_by_fork(pid: int, net: int) -> socket.socket:
                 if os.stat("/proc/self/ns/user").st_ino != os.fstat(user).st_ino:
                     _check(libc.setns(user, _CLONE_NEWUSER), "setns(user namespace)")
                 _check(libc.setns(net, _CLONE_NEWNET), "setns(network namespace)")
-                listener = _proxy_listener(own_namespace=False)
-                socket.send_fds(theirs, [b"L"], [listener.fileno()])
+                listeners = _listeners_at(addresses, own_namespace=False)
+                socket.send_fds(theirs, [b"L"], [s.fileno() for s in listeners])
                 code = 0
             finally:
                 os._exit(code)
         theirs.close()
         ours.settimeout(_FD_WAIT_S)
         try:
-            _, fds, _, _ = socket.recv_fds(ours, 1, 1)
+            _, fds, _, _ = socket.recv_fds(ours, 1, len(addresses))
         finally:
             os.waitpid(child, 0)
-        if not fds:
-            raise OSError(f"could not bind the egress proxy inside the sandbox of pid {pid}")
-        return socket.socket(fileno=fds[0])
+        got = [socket.socket(fileno=fd) for fd in fds]
+        if len(got) != len(addresses):
+            for s in got:
+                s.close()
+            raise OSError(f"could not bind the listeners {addresses} inside the sandbox of pid {pid}")
+        return got
     finally:
         ours.close()
         theirs.close()

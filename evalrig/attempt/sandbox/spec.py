@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:  # the egress proxy needs pydantic; a launch without one must not
+    from evalrig.attempt.gateway import CallLedger, Gateway, Grant
     from evalrig.attempt.streams import ScanBudget
     from evalrig.models.run import NetworkConnection
 
@@ -32,6 +33,19 @@ class LevelChoice:
     level: Level
     warning: str | None
     bwrap_path: str | None
+
+
+@dataclass(frozen=True)
+class GatewayGrant:
+    """A launch's way to the model gateway (docs/gateway.md): the rig process's `Gateway`,
+    what this sandbox's calls may do (`Grant`: role, models, budget, canary needles) and
+    the attempt's `CallLedger` (model.jsonl and model/ in its evidence). The listener at
+    evalrig.attempt.gateway.GATEWAY_ADDRESS is bound inside the sandbox's own network
+    namespace, as the egress proxy's is; the session ends after every process is dead."""
+
+    gateway: Gateway
+    grant: Grant
+    ledger: CallLedger
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,10 @@ class Launch:
     # The operator's grant (--allow-host values): an egress proxy reached at
     # evalrig.attempt.egress.PROXY_ADDRESS inside the sandbox's own network namespace. None: no proxy.
     egress: tuple[str, ...] | None = None
+    # The model gateway (docs/gateway.md): its listener at 127.0.0.1:4000 in the same
+    # namespace. None: no gateway. Refused (an infra error) where no namespace of the
+    # sandbox's own can hold it (process without root or nsenter).
+    gateway: GatewayGrant | None = None
     # An episode's process (evalrig.attempt.episode): stdin and stdout are the relay's
     # pipes instead of /dev/null and a capped file, and the relay may stop it.
     channel: Channel | None = None

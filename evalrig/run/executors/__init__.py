@@ -19,7 +19,7 @@ never runs more jobs at once than its `slots`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -80,14 +80,17 @@ class Executor(Protocol):
 
 
 def make_executor(kind: str, slots: int, work: AttemptWork | None = None,
-                  ray_address: str | None = None, *, leave_cluster: bool = False) -> Executor:
+                  ray_address: str | None = None, *, leave_cluster: bool = False,
+                  env: Mapping[str, str] | None = None) -> Executor:
     """With `leave_cluster`, the Ray executor leaves the cluster when closed, as it does one
-    it joined itself (the caller joined it for this run, in `check_executor`)."""
+    it joined itself (the caller joined it for this run, in `check_executor`). `env`: the
+    variables Ray's workers need in their environment (the model gateway's keys); a local
+    executor's threads have the rig's own."""
     check_executor(kind)
     if kind == "ray":
         from evalrig.run.executors.ray import RayExecutor
 
-        return RayExecutor(slots, work or trial_work(), ray_address, leave_cluster=leave_cluster)
+        return RayExecutor(slots, work or trial_work(), ray_address, leave_cluster=leave_cluster, env=env)
     from evalrig.run.executors.local import LocalExecutor
 
     return LocalExecutor(slots, work or trial_work())

@@ -22,6 +22,10 @@ with `error` set, which the runner records as `infra_error` and retries under it
 rules, and the dead runner is replaced when its size is next needed.
 
 Choices written down here and in docs/ray.md:
+- The model gateway: each runner's process serves its own attempts' calls, with a
+  `Gateway` it makes from the spec's `GatewayUse` (evalrig.attempt.modelcalls) at its first
+  attempt; the upstreams' keys reach it in the actor's runtime environment (`env_vars`),
+  never in a job or a bundle; `max_concurrent` is per process.
 - A checkpoint without an estimate command has nothing to run for the estimate phase:
   that record is made on the driver, saving a round trip per attempt.
 - An estimate's `at` is the driver's clock when the job was submitted, so every time in a
@@ -540,8 +544,12 @@ class RayExecutor:
     """
 
     def __init__(self, slots: int, work: AttemptWork, address: str | None, *,
-                 leave_cluster: bool = False) -> None:
+                 leave_cluster: bool = False, env: Mapping[str, str] | None = None) -> None:
         self.slots = slots
+        # The model gateway's keys (docs/gateway.md "Under Ray"): each runner's process makes
+        # its own Gateway and reads them from its environment, set here in the actor's
+        # runtime environment; they never travel in a job, a spec or a bundle.
+        self._runtime_env = {"env_vars": dict(env)} if env else None
         self._work = work
         self._ray = require_ray()
         self._leave = connect(address) or leave_cluster  # see close()
@@ -685,8 +693,9 @@ class RayExecutor:
                 self._end(r)
 
     def _start(self, cpus: float) -> None:
+        extra = {"runtime_env": self._runtime_env} if self._runtime_env else {}
         handle = self._actor.options(num_cpus=cpus, max_concurrency=2,
-                                     scheduling_strategy="SPREAD", **ACTOR_OPTIONS).remote()
+                                     scheduling_strategy="SPREAD", **ACTOR_OPTIONS, **extra).remote()
         runner = _Runner(handle, cpus, handle.pid.remote())
         self._starting[runner.ready] = runner
 
