@@ -33,6 +33,7 @@ from evalrig.models.base import (
     Timestamp,
     without_null,
 )
+from evalrig.models.gateway import Pricing
 from evalrig.models.inputs import PolicyInvariants, PolicyTripwires, PolicyWatch, Suite
 from evalrig.models.run import PolicyPin, SandboxLevel
 
@@ -40,7 +41,7 @@ Verdict = Literal["promote", "promote-maintenance", "keep-champion", "block"]
 Reason = Literal["quality", "efficiency", "maintenance", "tie", "inconclusive", "loss", "invariant", "regression"]
 Metric = Literal["cost", "wall_s", "cpu_s"]
 METRICS: tuple[Metric, ...] = ("cost", "wall_s", "cpu_s")
-FigureSource = Literal["metered", "reported", "missing", "mixed"]
+FigureSource = Literal["metered", "reported", "missing", "mixed", "estimated", "replayed"]
 """Where a side's figures of one metric came from, over the attempts that count: `metered`
 (the rig measured every one), `reported` (every one is the agent's own word, its usage.json),
 `missing` (none has the figure), `mixed` (any other combination). Only `metered` can grant."""
@@ -319,6 +320,13 @@ class Comparison(Record):
     facts: Facts
     suites: dict[Suite, SuiteStats]
     calibration: dict[Literal["champion", "candidate"], Calibration]
+    pricing: Pricing | None = Field(default=None, description=(
+        "The one price table both runs' metered model calls were priced with (docs/gateway.md); "
+        "absent when neither run was served by a model gateway."))
+
+    @model_serializer(mode="wrap")
+    def _no_null_pricing(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(handler(self), "pricing")
 
     @model_validator(mode="after")
     def _all_suites(self) -> Comparison:

@@ -14,11 +14,17 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
-from evalrig.models.base import Digest, Record, Strict
+from evalrig.models.base import Digest, Record, Strict, without_null
 from evalrig.models.inputs import (
     UPSTREAM_NAME_PATTERN,
     Budget,
@@ -95,6 +101,10 @@ class ModelPrice(HandWritten):
     cache_read: Price | None = None
     cache_write: Price | None = None
 
+    @model_serializer(mode="wrap")
+    def _no_null_cache(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(without_null(handler(self), "cache_read"), "cache_write")
+
 
 class GatewayFile(HandWritten):
     """`run --gateway FILE`: the operator's upstreams and prices. Never inside a checkpoint
@@ -151,6 +161,12 @@ class ModelCall(Record):
 class UpstreamFacts(Strict):
     api: Api
     base_url: str
+    price_provider: str | None = Field(default=None, description="genai-prices' provider id its calls "
+                                       "were priced as (compare and verify price them so again).")
+
+    @model_serializer(mode="wrap")
+    def _no_null_provider(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(handler(self), "price_provider")
 
 
 class GatewayFacts(Strict):
@@ -160,6 +176,13 @@ class GatewayFacts(Strict):
     genai_prices: str = Field(description="The installed genai-prices version that priced the calls.")
     prices_digest: Digest = Field(description="sha256 of the canonical JSON of the file's [prices].")
     upstreams: dict[str, UpstreamFacts]
+    prices: dict[str, ModelPrice] | None = Field(default=None, description=(
+        "The file's [prices] themselves (prices_digest is their digest), so compare and verify can "
+        "price the calls again without the file."))
+
+    @model_serializer(mode="wrap")
+    def _no_null_prices(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(handler(self), "prices")
 
 
 class ReplayOf(Strict):
@@ -175,3 +198,9 @@ class Pricing(Strict):
     genai_prices: str
     prices_digest: Digest
     as_of: str = Field(description="The candidate run's created_at (UTC ISO 8601).")
+    closed: str | None = Field(default=None, description=(
+        "Why cost cannot decide between these runs (their [prices] differ, say); absent when it can."))
+
+    @model_serializer(mode="wrap")
+    def _no_null_closed(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(handler(self), "closed")

@@ -49,8 +49,9 @@ class LoadedGateway:
         return GatewayFacts(
             file_digest=self.digest, genai_prices=genai_prices_version(),
             prices_digest=prices_digest(self.spec.prices),
-            upstreams={name: UpstreamFacts(api=u.api, base_url=u.base_url)
-                       for name, u in sorted(self.spec.upstreams.items())})
+            upstreams={name: UpstreamFacts(api=u.api, base_url=u.base_url, price_provider=price_provider(u))
+                       for name, u in sorted(self.spec.upstreams.items())},
+            prices=dict(sorted(self.spec.prices.items())))
 
 
 def load_gateway_file(path: Path) -> LoadedGateway:
