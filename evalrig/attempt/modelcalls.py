@@ -35,6 +35,7 @@ from evalrig.models.run import RoleSpend
 
 if TYPE_CHECKING:
     from evalrig.attempt.gateway import CallLedger, Gateway, Grant
+    from evalrig.attempt.verifiers import JudgeModels
     from evalrig.store.recording import Recording
 
 __all__ = [
@@ -144,6 +145,22 @@ def env_for(use: GatewayUse) -> dict[str, str]:
     """The gateway's variables for one launch, with a fresh token of the rig's (worth
     nothing outside the rig: the gateway holds the real keys and ignores the agent's)."""
     return environment.gateway_env(use.upstreams, f"evalrig-{secrets.token_hex(16)}")
+
+
+def judge_models(use: GatewayUse | None, verifier: object, output_dir: Path, max_evidence_bytes: int,
+                 needles: Sequence[bytes], trial: tuple[str, int]) -> tuple[JudgeModels, CallLedger] | None:
+    """`[verifier] models = true`: the judge's way to the gateway (its `models_allowed` and
+    `budget`) and its ledger, writing under `output_dir` (the verifier's output: see the
+    module docstring); None without a gateway or without `models`."""
+    if use is None or not getattr(verifier, "models", False):
+        return None
+    from evalrig.attempt.sandbox import GatewayGrant
+    from evalrig.attempt.verifiers import JudgeModels
+
+    ledger = new_ledger(output_dir, max_evidence_bytes)
+    grant = grant_for("judge", list(getattr(verifier, "models_allowed", [])), getattr(verifier, "budget", None),
+                      needles, trial)
+    return JudgeModels(GatewayGrant(process_gateway(use), grant, ledger), lambda: env_for(use)), ledger
 
 
 def metered(ledger: CallLedger | None, role: Role) -> RoleSpend | None:

@@ -867,18 +867,15 @@ def _gateway_grant(spec: AttemptSpec, rec: _Record, role: Literal["candidate", "
 
 
 def _judge_models(spec: AttemptSpec, rec: _Record, canary: str) -> JudgeModels | None:
-    """`[verifier] models = true`: the judge's grant (its `models_allowed` and `budget`), its
-    calls kept in a ledger of their own under the verifier's output (verifier/model.jsonl,
-    verifier/model/): they are made after the attempt's evidence was digested and handed to
-    the verifier, and like every verifier output they stay out of both (docs/attempts.md)."""
-    use, ver = spec.gateway, spec.task.spec.verifier
-    if use is None or not getattr(ver, "models", False):
+    """`[verifier] models = true`: the judge's grant, its calls in verifier/model.jsonl
+    (evalrig.attempt.modelcalls: out of the evidence digest, as every verifier output)."""
+    got = modelcalls.judge_models(spec.gateway, spec.task.spec.verifier, spec.evidence_dir / VERIFIER_DIR,
+                                  spec.task.spec.max_evidence_bytes, [needle(canary)],
+                                  (spec.task.id, spec.rep))
+    if got is None:
         return None
-    rec.judge_ledger = modelcalls.new_ledger(spec.evidence_dir / VERIFIER_DIR, spec.task.spec.max_evidence_bytes)
-    grant = modelcalls.grant_for("judge", list(getattr(ver, "models_allowed", [])), getattr(ver, "budget", None),
-                                 [needle(canary)], (spec.task.id, spec.rep))
-    return JudgeModels(sandbox.GatewayGrant(modelcalls.process_gateway(use), grant, rec.judge_ledger),
-                       lambda: modelcalls.env_for(use))
+    rec.judge_ledger = got[1]
+    return got[0]
 
 
 def _metered_cost(ledger: CallLedger | None) -> Callable[[], float] | None:

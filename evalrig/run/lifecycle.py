@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Literal
 
 from evalrig import __version__
+from evalrig.attempt import modelcalls
 from evalrig.attempt.evidence import remove_tree
+from evalrig.attempt.modelcalls import GatewayUse
 from evalrig.attempt.trial import (
     SHM,
     flush_removals,
@@ -47,6 +49,7 @@ from evalrig.models.run import (
     RunCounts,
     RunEntry,
     RunManifest,
+    RunSettings,
 )
 from evalrig.run.book import (
     BundleRows,
@@ -58,7 +61,7 @@ from evalrig.run.book import (
 from evalrig.run.executors import check_executor
 from evalrig.run.findings import Findings, find
 from evalrig.run.inputs import Inputs, gather_inputs, refuse_other_inputs, run_warnings, seal_check
-from evalrig.run.loop import Hooks, Loop, Stop
+from evalrig.run.loop import Hooks, Loop, Stop, gateway_use
 from evalrig.run.progress import Reporter, SilentReporter
 from evalrig.run.provenance import copy_history, new_provenance, taskset_ref
 from evalrig.run.reverify import reverify
@@ -307,7 +310,8 @@ def _run(turn: Turn, manifest: RunManifest, book: TrialBook, to_run: list[Trial]
     scratch = scratch_dir("evalrig-attempts-", keep=s.keep_workspaces)
     try:
         reverify(turn.out, book, to_reverify or [], turn.inputs.tasks, turn.inputs.level.level,
-                 s.max_retries, scratch / "reverify", turn.inputs.driver_secrets, s.timeout_scale)
+                 s.max_retries, scratch / "reverify", turn.inputs.driver_secrets, s.timeout_scale,
+                 _reverify_gateway(turn.inputs, s))
         with stop.handlers():
             loop = Loop(turn.out, turn.inputs, s, book, turn.reporter, turn.hooks, stop, scratch,
                         leave_cluster=turn.leave_cluster)
@@ -324,6 +328,15 @@ def _run(turn: Turn, manifest: RunManifest, book: TrialBook, to_run: list[Trial]
             turn.reporter.warning(f"--keep-workspaces: the attempt workspaces are {KEPT_WHERE}")
     return _finish(turn, manifest, book, stop.signal is not None, kept, loop.ran, tallied,
                    stopped_for=loop.spent_out)
+
+
+def _reverify_gateway(inputs: Inputs, s: RunSettings) -> GatewayUse | None:
+    """The run's gateway for a resume's re-verifications (a judge that calls models); this
+    process serves them with the Gateway its setup made."""
+    use = gateway_use(inputs, s)
+    if use is not None and inputs.gateway is not None:
+        modelcalls.register(use, inputs.gateway.gateway())
+    return use
 
 
 SCRATCH_PREFIXES = ("evalrig-attempts-", "evalrig-verify-")

@@ -17,7 +17,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from evalrig.attempt import modelcalls
+from evalrig.attempt.canary import needle
 from evalrig.attempt.evidence import evidence_digest
+from evalrig.attempt.modelcalls import GatewayUse
 from evalrig.attempt.verifiers import VERIFIER_DIR, verify_evidence
 from evalrig.core.plan import Trial
 from evalrig.models.run import Result
@@ -30,7 +33,7 @@ REVERIFY_PREFIX = "reverify-"
 
 def reverify(out: Path, book: TrialBook, items: list[tuple[Trial, str]], tasks: Mapping[str, Any],
              level: str, retries: int, scratch: Path, secrets: Mapping[str, str],
-             timeout_scale: float = 1.0) -> int:
+             timeout_scale: float = 1.0, gateway: GatewayUse | None = None) -> int:
     """Re-verify each (trial, attempt id) from its stored evidence; append the new result
     lines and book them. Returns how many were re-verified."""
     if not items:
@@ -47,7 +50,7 @@ def reverify(out: Path, book: TrialBook, items: list[tuple[Trial, str]], tasks: 
         if before is None or task is None:
             continue
         lines.append(_reverified(out / layout.ATTEMPTS_DIR / attempt_id, before, task, level, retries,
-                                 scratch, secrets, timeout_scale))
+                                 scratch, secrets, timeout_scale, gateway))
     append_lines(out / layout.RESULTS_JSONL, lines)
     for r in lines:
         book.result(r.trial_id, r.inputs_id, r.status, r.attempt_id, r.fault, r.final, r.verifier_runs)
@@ -55,12 +58,18 @@ def reverify(out: Path, book: TrialBook, items: list[tuple[Trial, str]], tasks: 
 
 
 def _reverified(evidence: Path, before: Result, task: Any, level: str, retries: int, scratch: Path,
-                secrets: Mapping[str, str], timeout_scale: float) -> Result:
+                secrets: Mapping[str, str], timeout_scale: float, gateway: GatewayUse | None = None) -> Result:
     verifier_out = evidence / VERIFIER_DIR
     n = 1 + sum(1 for p in verifier_out.glob(f"{REVERIFY_PREFIX}*")) if verifier_out.is_dir() else 1
+    # a judge that calls models reaches the gateway again, its calls beside this run's output
+    judge = modelcalls.judge_models(gateway, task.spec.verifier, verifier_out / f"{REVERIFY_PREFIX}{n}",
+                                    task.spec.max_evidence_bytes,
+                                    [needle(before.canary.value)] if before.canary.value else [],
+                                    (before.task_id, before.rep))
     v = verify_evidence(task, evidence, level, 0, retries, scratch,
                         output_dir=verifier_out / f"{REVERIFY_PREFIX}{n}",
-                        secrets={k: secrets[k] for k in secrets}, timeout_scale=timeout_scale)
+                        secrets={k: secrets[k] for k in secrets}, timeout_scale=timeout_scale,
+                        models=judge[0] if judge is not None else None)
     digest, size = evidence_digest(evidence)
     runs = before.verifier_runs + v.runs
     if v.outcome == "fault":

@@ -362,6 +362,11 @@ def _listeners_in(pid: int, addresses: list[Address]) -> list[socket.socket]:
         os.close(net)
 
 
+def _listener_by_fork(pid: int, net: int) -> socket.socket:
+    """The proxy's listener alone, by `_listeners_by_fork`."""
+    return _listeners_by_fork(pid, net, [_PROXY_ADDRESS])[0]
+
+
 def _listeners_by_fork(pid: int, net: int, addresses: list[Address]) -> list[socket.socket]:
     user = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     libc = _libc()  # loaded before the fork: the child only calls into it

@@ -1,0 +1,293 @@
+"""The model gateway in the sandbox (docs/gateway.md), through `eval.sh`, under bwrap and
+under process as root: an agent written with the official `openai` SDK reaches the
+stand-in provider (examples/model-standin) only through the gateway, with no network and
+no key; its spend is metered; the canary never reaches the provider; budgets, upstream
+faults, `--max-cost-usd` and a kill -9 of the rig mid-call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.redteam import EVAL_SH, add_task, bwrap_works, eval_sh, make_checkpoint, results
+
+ROOT = Path(__file__).resolve().parent.parent
+STANDIN = ROOT / "examples" / "model-standin" / "standin.py"
+AGENT = Path(__file__).with_name("gateway_agent.py")
+KEY = "sk-standin-REAL-KEY-0123456789abcdef"
+SANDBOXES = ["bwrap", "process"]
+# what the official SDK needs, copied out of the rig's venv into a folder the sandbox sees
+# (--interpreter-prefix) and the agent's uid may read; the system python3 imports it
+SDK_PACKAGES = ("openai", "httpx", "httpcore", "anyio", "sniffio", "certifi", "idna", "h11", "pydantic",
+                "pydantic_core", "typing_extensions", "typing_inspection", "annotated_types", "distro",
+                "jiter", "tqdm")
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the gateway needs a namespace of the sandbox's own")
+
+
+def _sandbox(sandbox: str) -> str:
+    if sandbox == "bwrap" and not bwrap_works():
+        pytest.skip("bwrap cannot run on this machine")
+    return sandbox
+
+
+@pytest.fixture(scope="module")
+def sdk() -> Iterator[Path]:
+    import openai
+
+    site = Path(openai.__file__).parent.parent
+    dest = Path(tempfile.mkdtemp(prefix="evalrig-test-sdk-"))
+    for name in SDK_PACKAGES:
+        src = site / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif (site / f"{name}.py").is_file():
+            shutil.copyfile(site / f"{name}.py", dest / f"{name}.py")
+    for dirpath, _dirs, files in os.walk(dest):
+        os.chmod(dirpath, 0o755)
+        for f in files:
+            os.chmod(os.path.join(dirpath, f), 0o644)
+    os.chmod(dest, 0o755)
+    yield dest
+    shutil.rmtree(dest, ignore_errors=True)
+
+
+@dataclass
+class Standin:
+    port: int
+    log: Path
+    proc: subprocess.Popen[bytes]
+
+    def requests(self) -> list[dict[str, object]]:
+        if not self.log.is_file():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def standin(tmp_path: Path) -> Iterator[Standin]:
+    port_file, log = tmp_path / "standin.port", tmp_path / "standin.jsonl"
+    answers = tmp_path / "answers.json"
+    answers.write_text(json.dumps({"Answer ok.": "ok"}))
+    proc = subprocess.Popen([sys.executable, str(STANDIN), "--port", "0", "--port-file", str(port_file),
+                             "--key", KEY, "--log", str(log), "--answers", str(answers)])
+    try:
+        for _ in range(200):
+            if port_file.is_file() and port_file.read_text().strip():
+                break
+            time.sleep(0.05)
+        yield Standin(int(port_file.read_text()), log, proc)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _gateway_file(tmp: Path, port: int) -> Path:
+    path = tmp / "gateway.toml"
+    path.write_text(f'[upstreams.openai]\napi = "openai"\nbase_url = "http://127.0.0.1:{port}/v1"\n'
+                    'key_env = "STANDIN_KEY"\n'
+                    '[prices]\n"openai/standin-small" = { input = 1.0, output = 2.0 }\n'
+                    '"openai/fail-500" = { input = 1.0, output = 2.0 }\n'
+                    '"openai/slow-4000" = { input = 1.0, output = 2.0 }\n')
+    return path
+
+
+def _checkpoint(root: Path, sdk: Path, port: int, **env: str) -> Path:
+    given = {"PYTHONPATH": str(sdk), "HUNT_FOR": KEY, "DIRECT_PORT": str(port), **env}
+    env_toml = ", ".join(f'{k} = "{v}"' for k, v in given.items())
+    ck = make_checkpoint(root / "ck", AGENT.read_text(), agent_toml=f"env = {{ {env_toml} }}")
+    with (ck / "checkpoint.toml").open("a") as f:
+        f.write('[models]\nallowed = ["openai/standin-small", "openai/fail-500", "openai/slow-4000"]\n')
+    return ck
+
+
+def _run(home: Path, root: Path, ck: Path, tasks: Path, gw: Path, sdk: Path, sandbox: str,
+         *extra: str, out: str = "out"):  # noqa: ANN202 - a redteam Step
+    return eval_sh(home, "run", "--checkpoint", ck, "--tasks", tasks, "--out", root / out,
+                   "--sandbox", sandbox, "--repeat", "1", "--jobs", "1", "--gateway", gw,
+                   "--interpreter-prefix", sdk, *extra, env={"STANDIN_KEY": KEY})
+
+
+def _lines(path: Path) -> list[dict[str, object]]:
+    return [orjson.loads(x) for x in path.read_bytes().splitlines() if x.strip()] if path.is_file() else []
+
+
+def _setup(tmp_path: Path, sdk: Path, standin: Standin, *, task_extra: str = "", tasks_n: int = 1,
+           **env: str) -> tuple[Path, Path, Path, Path]:
+    home, root = tmp_path / "home", tmp_path
+    ck = _checkpoint(root, sdk, standin.port, **env)
+    assert eval_sh(home, "seal", ck).code == 0
+    tasks = root / "tasks"
+    for i in range(tasks_n):
+        add_task(tasks, "fixed", f"t{i}", extra=task_extra)
+    return home, ck, tasks, _gateway_file(root, standin.port)
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_an_openai_sdk_agent_reaches_models_only_through_the_gateway(
+        tmp_path: Path, sdk: Path, standin: Standin, sandbox: str) -> None:
+    """No network, no key: the SDK works unchanged through the gateway, the key hunt and a
+    direct connection to the provider fail, the spend is metered, and the attempt did not
+    "have network" (so `invariant.isolated` can hold)."""
+    home, ck, tasks, gw = _setup(tmp_path, sdk, standin)
+    step = _run(home, tmp_path, ck, tasks, gw, sdk, _sandbox(sandbox))
+    assert step.code == 0, step
+    [res] = results(tmp_path / "out")
+    assert res["status"] == "passed", res
+    assert res["network"] is False and res["network_hosts"] == [] and res["sandbox"] == sandbox
+    assert res["canary"]["found"] is False
+    ev = tmp_path / "out" / "attempts" / str(res["attempt_id"])
+    hunt = json.loads((ev / "out" / "hunt.json").read_text())
+    assert hunt["found"] == [] and hunt["statuses"] == [200], hunt
+    assert hunt["direct"].startswith("refused"), hunt
+    for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "EVALRIG_GATEWAY", "EVALRIG_GATEWAY_UPSTREAMS", "NO_PROXY"):
+        assert var in hunt["env"], hunt["env"]
+    [call] = _lines(ev / "model.jsonl")
+    assert (call["role"], call["model"], call["status"], call["refused"]) == ("candidate", "standin-small", 200, None)
+    assert (ev / "model" / "0.request.json").is_file()
+    [req] = standin.requests()
+    assert req["key_ok"] is True  # the gateway sent the real key; the agent never had it
+    [actual] = _lines(tmp_path / "out" / "actuals.jsonl")
+    spend = actual["spend"]
+    assert spend["candidate"]["source"] == "metered" and spend["candidate"]["calls"] == 1, spend
+    assert spend["candidate"]["cost_usd"] == call["cost_usd"] > 0
+    assert actual["usage_source"] == "metered" and actual["cost_usd"] == call["cost_usd"]
+    assert KEY not in (tmp_path / "out" / "manifest.json").read_text()
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_the_canary_in_a_prompt_is_refused_and_never_reaches_the_provider(
+        tmp_path: Path, sdk: Path, standin: Standin, sandbox: str) -> None:
+    home, ck, tasks, gw = _setup(tmp_path, sdk, standin, LEAK="1")
+    _run(home, tmp_path, ck, tasks, gw, sdk, _sandbox(sandbox))
+    [res] = results(tmp_path / "out")
+    assert res["canary"]["found"] is True and "model.jsonl" in res["canary"]["where"], res
+    ev = tmp_path / "out" / "attempts" / str(res["attempt_id"])
+    [call] = _lines(ev / "model.jsonl")
+    assert (call["status"], call["refused"]) == (403, "canary")
+    assert standin.requests() == []  # never forwarded
+    assert not (ev / "model" / "0.request.json").exists()  # only its digest is kept
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_budget_refuses_the_call_past_it(tmp_path: Path, sdk: Path, standin: Standin, sandbox: str) -> None:
+    home, ck, tasks, gw = _setup(tmp_path, sdk, standin, task_extra="[budget]\nmax_calls = 1\n", CALLS="3")
+    step = _run(home, tmp_path, ck, tasks, gw, sdk, _sandbox(sandbox))
+    assert step.code == 0, step
+    [res] = results(tmp_path / "out")
+    ev = tmp_path / "out" / "attempts" / str(res["attempt_id"])
+    hunt = json.loads((ev / "out" / "hunt.json").read_text())
+    assert hunt["statuses"] == [200, 429, 429], hunt
+    assert [c["refused"] for c in _lines(ev / "model.jsonl")] == [None, "budget", "budget"]
+    assert len(standin.requests()) == 1
+
+
+def test_an_upstream_fault_makes_the_attempt_a_final_fault(tmp_path: Path, sdk: Path, standin: Standin) -> None:
+    """A 500 from the provider is never scored as the candidate's failure: final, unscored."""
+    home, ck, tasks, gw = _setup(tmp_path, sdk, standin, MODEL="fail-500")
+    step = _run(home, tmp_path, ck, tasks, gw, sdk, "process")
+    assert step.code == 5, step
+    [res] = results(tmp_path / "out")
+    assert (res["status"], res["fault"], res["final"]) == ("infra_error", "agent", True), res
+    assert "upstream fault" in str(res["error"])
+    again = _run(home, tmp_path, ck, tasks, gw, sdk, "process")
+    assert again.code == 5 and len(results(tmp_path / "out")) == 1  # never run again
+
+
+def test_max_cost_usd_stops_the_run_incomplete(tmp_path: Path, sdk: Path, standin: Standin) -> None:
+    home, ck, tasks, gw = _setup(tmp_path, sdk, standin, tasks_n=3)
+    step = _run(home, tmp_path, ck, tasks, gw, sdk, "process", "--max-cost-usd", "0.000001")
+    assert step.code == 5, step
+    assert "--max-cost-usd" in step.stderr and "incomplete" in step.stderr, step
+    assert len(results(tmp_path / "out")) == 1  # the first attempt spent it all; no other started
+    manifest = orjson.loads((tmp_path / "out" / "manifest.json").read_bytes())
+    assert manifest["status"] == "incomplete"
+
+
+def test_kill_9_of_the_rig_mid_call_then_resume(tmp_path: Path, sdk: Path, standin: Standin) -> None:
+    """The call's line is whole or absent, and the resumed run finishes."""
+    home, ck, tasks, gw = _setup(tmp_path, sdk, standin, MODEL="slow-4000")
+    argv = [str(EVAL_SH), "run", "--checkpoint", str(ck), "--tasks", str(tasks), "--out", str(tmp_path / "out"),
+            "--sandbox", "process", "--repeat", "1", "--jobs", "1", "--gateway", str(gw),
+            "--interpreter-prefix", str(sdk)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALRIG_")}
+    env.update({"EVALRIG_HOME": str(home), "NO_COLOR": "1", "STANDIN_KEY": KEY})
+    rig = subprocess.Popen(argv, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            if standin.requests():
+                break
+            time.sleep(0.05)
+        assert standin.requests(), "the call never reached the stand-in"
+        os.killpg(rig.pid, signal.SIGKILL)
+    finally:
+        rig.wait()
+    for ev in (tmp_path / "out" / "attempts").iterdir():
+        data = (ev / "model.jsonl").read_bytes() if (ev / "model.jsonl").exists() else b""
+        assert data == b"" or data.endswith(b"\n")
+        for line in data.splitlines():
+            orjson.loads(line)
+    step = eval_sh(home, "run", "--out", tmp_path / "out", "--resume", env={"STANDIN_KEY": KEY}, timeout=120)
+    assert step.code == 0, step
+    assert [r["status"] for r in results(tmp_path / "out")] == ["passed"]
+
+
+def test_the_gateway_variables_name_the_upstreams_as_the_sdks_expect() -> None:
+    from evalrig.core.environment import GATEWAY_VARS, gateway_env
+
+    env = gateway_env([("local", "openai"), ("claude", "anthropic"), ("openai", "openai")], "tok")
+    assert env["OPENAI_BASE_URL"] == "http://127.0.0.1:4000/openai/v1"  # the one called openai
+    assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:4000/claude"  # else the first of its api
+    assert json.loads(env["EVALRIG_GATEWAY_UPSTREAMS"]) == {
+        "local": "http://127.0.0.1:4000/local/v1", "claude": "http://127.0.0.1:4000/claude",
+        "openai": "http://127.0.0.1:4000/openai/v1"}
+    assert env["OPENAI_API_KEY"] == env["ANTHROPIC_API_KEY"] == "tok"
+    assert env["NO_PROXY"] == env["no_proxy"] == "127.0.0.1,localhost"
+    assert set(env) == set(GATEWAY_VARS)
+    assert "ANTHROPIC_BASE_URL" not in gateway_env([("local", "openai")], "tok")
+
+
+@pytest.mark.skipif(not shutil.which("unshare") or not shutil.which("nsenter"), reason="needs unshare, nsenter")
+def test_both_listeners_are_bound_in_one_namespace_by_a_forked_child() -> None:
+    """The egress proxy's and the gateway's listeners, made together where bwrap runs in a
+    user namespace (setns in a forked child, SCM_RIGHTS), here as root."""
+    from evalrig.attempt import sandbox
+
+    hold = ("from evalrig.attempt.sandbox.sockets import _loopback_up; import time; _loopback_up(); "
+            "print('up', flush=True); time.sleep(30)")
+    held = subprocess.Popen(["unshare", "--net", sys.executable, "-c", hold], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert held.stdout is not None and held.stdout.readline().strip() == "up"
+        net = os.open(f"/proc/{held.pid}/ns/net", os.O_RDONLY)
+        try:
+            made = sandbox.sockets._listeners_by_fork(
+                held.pid, net, [sandbox.sockets._PROXY_ADDRESS, sandbox.sockets._GATEWAY_ADDRESS])
+        finally:
+            os.close(net)
+        try:
+            assert [s.getsockname() for s in made] == [("127.0.0.1", 3128), ("127.0.0.1", 4000)]
+            probe = "import socket; socket.create_connection(('127.0.0.1', 4000), 5).close(); print('ok')"
+            got = subprocess.run(["nsenter", f"--net=/proc/{held.pid}/ns/net", "python3", "-c", probe],
+                                 capture_output=True, text=True, timeout=20)
+            assert got.stdout.strip() == "ok", got.stderr
+        finally:
+            for s in made:
+                s.close()
+    finally:
+        held.kill()
+        held.wait()
