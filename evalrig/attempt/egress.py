@@ -33,12 +33,12 @@ import asyncio
 import ipaddress
 import re
 import socket
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from evalrig.attempt.aioloop import LOOP
 from evalrig.core.environment import PROXY_VARS
 from evalrig.models.run import NetworkConnection
 
@@ -339,32 +339,9 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn
         writer.close()
 
 
-# -- the loop ----------------------------------------------------------------------------
+# -- the loop: the process's one (attempt/aioloop.py), shared with the model gateway --
 
-
-class _Loop:
-    """One asyncio loop on a daemon thread, started at the first session of the process."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None or not self._loop.is_running():
-                loop = asyncio.new_event_loop()
-                ready = threading.Event()
-                loop.call_soon(ready.set)
-                threading.Thread(target=loop.run_forever, name="evalrig-egress", daemon=True).start()
-                ready.wait()
-                self._loop = loop
-            return self._loop
-
-    def call(self, coro: object, timeout: float) -> None:
-        asyncio.run_coroutine_threadsafe(coro, self.loop()).result(timeout)  # type: ignore[arg-type]
-
-
-_PROXY = _Loop()
+_PROXY = LOOP
 
 
 def open_session(listener: socket.socket, allow: Sequence[str]) -> Session:

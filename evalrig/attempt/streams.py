@@ -225,13 +225,22 @@ def scan_body(body: bytes, needles: Sequence[bytes], *, cpu_s: float = 5.0) -> b
     finds, or its scan did not finish within `cpu_s` seconds of this thread's CPU time
     (for the model gateway, docs/attempts.md "The canary": a body the scan cannot finish
     is not forwarded)."""
+    return scan_body_verdict(body, needles, cpu_s=cpu_s) != "clean"
+
+
+def scan_body_verdict(body: bytes, needles: Sequence[bytes], *, cpu_s: float = 5.0) -> str:
+    """`scan_body`, saying which: "found" (a needle in any form), "unfinished" (the scan ran
+    out of its `cpu_s` seconds or its decompression budget) or "clean"; the model gateway
+    words its refusal by it (`canary` or `scan`)."""
     budget = ScanBudget(GZIP_BUDGET, cpu_s=cpu_s)
     scanner = StreamScanner(needles, shared=budget)
     for at in range(0, len(body), _BODY_STEP):
         scanner.feed(body[at : at + _BODY_STEP])
         if scanner._found or budget.expired():
             break
-    return scanner.found or budget.expired()
+    if scanner.found:
+        return "found"
+    return "unfinished" if budget.expired() else "clean"
 
 
 class _Window:

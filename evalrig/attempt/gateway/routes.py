@@ -1,0 +1,141 @@
+"""What the gateway serves and what it refuses, and its refusals in each provider's error
+shape (docs/gateway.md, "Exact points").
+
+Only three endpoints: `POST /NAME/v1/chat/completions` and `POST /NAME/v1/responses` for an
+upstream of api `openai`, `POST /NAME/v1/messages` for one of api `anthropic`. The request
+target must be exactly that: no query, no encoded byte, no dot segment, no absolute form.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from evalrig.models.gateway import Api, CallApi, Refusal
+
+__all__ = [
+    "FEATURES", "Route", "error_body", "feature_problem", "max_output_tokens", "parse_route",
+    "refusal", "shape_of",
+]
+
+_TARGET = re.compile(r"^/([A-Za-z0-9][A-Za-z0-9_-]{0,63})/(v1/chat/completions|v1/responses|v1/messages)$")
+_ENDPOINTS: dict[str, tuple[Api, CallApi]] = {
+    "v1/chat/completions": ("openai", "openai-chat"),
+    "v1/responses": ("openai", "openai-responses"),
+    "v1/messages": ("anthropic", "anthropic-messages"),
+}
+
+
+@dataclass(frozen=True)
+class Route:
+    upstream: str
+    call_api: CallApi
+    rest: str
+    """What follows the upstream's base URL: `chat/completions`, `responses` (an OpenAI
+    base URL ends in `/v1`) or `v1/messages` (the Anthropic SDK adds the version)."""
+
+
+def parse_route(method: str, raw_target: str, apis: Mapping[str, Api]) -> Route | None:
+    """The route of a request, or None (404): an exact POST to one of the three endpoints of
+    an upstream of the matching api."""
+    if method != "POST":
+        return None
+    m = _TARGET.match(raw_target)
+    if m is None:
+        return None
+    name, endpoint = m.group(1), m.group(2)
+    api, call_api = _ENDPOINTS[endpoint]
+    if apis.get(name) != api:
+        return None
+    return Route(name, call_api, endpoint[len("v1/"):] if api == "openai" else endpoint)
+
+
+def shape_of(raw_target: str, apis: Mapping[str, Api]) -> Api:
+    """Whose error shape answers a request: the api of the upstream its first segment names,
+    else Anthropic's for a path ending in /messages, else OpenAI's."""
+    first = raw_target.lstrip("/").split("/", 1)[0]
+    api = apis.get(first)
+    if api is not None:
+        return api
+    return "anthropic" if raw_target.split("?", 1)[0].endswith("/messages") else "openai"
+
+
+# -- errors -------------------------------------------------------------------------------
+
+_STATUS: dict[Refusal, int] = {
+    "route": 404, "size": 413, "invalid": 400, "model": 403, "role": 403, "feature": 403,
+    "budget": 429, "canary": 403, "scan": 403, "replay": 409,
+}
+_TYPE: dict[Refusal, str] = {
+    "route": "not_found_error", "size": "invalid_request_error", "invalid": "invalid_request_error",
+    "model": "permission_error", "role": "permission_error", "feature": "permission_error",
+    "budget": "budget_exhausted", "canary": "permission_error", "scan": "permission_error",
+    "replay": "not_in_recording",
+}
+_CODE: dict[Refusal, str] = {
+    "route": "route", "size": "request_too_large", "invalid": "invalid", "model": "model_not_allowed",
+    "role": "role_not_allowed", "feature": "feature_not_allowed", "budget": "budget_exhausted",
+    "canary": "canary", "scan": "scan", "replay": "not_in_recording",
+}
+
+
+def error_body(shape: Api, etype: str, message: str, code: str | None = None) -> bytes:
+    """An error as the provider words it: OpenAI `{"error": {"message", "type", "param",
+    "code"}}`, Anthropic `{"type": "error", "error": {"type", "message"}}`."""
+    if shape == "anthropic":
+        return orjson.dumps({"type": "error", "error": {"type": etype, "message": message}})
+    return orjson.dumps({"error": {"message": message, "type": etype, "param": None, "code": code}})
+
+
+def refusal(shape: Api, refused: Refusal, message: str) -> tuple[int, bytes]:
+    """(status, body) of the gateway's own refusal."""
+    etype = _TYPE[refused]
+    if refused == "size" and shape == "anthropic":
+        etype = "request_too_large"
+    return _STATUS[refused], error_body(shape, etype, f"evalrig gateway: {message}", _CODE[refused])
+
+
+# -- features the gateway refuses ---------------------------------------------------------
+
+FEATURES = ("mcp_servers", "container", "background", "previous_response_id", "conversation",
+            "web_search_options")
+"""Body keys that reach state or services outside the attempt (docs/gateway.md). Present
+with any value but null/false, they are refused. `web_search_options` is Chat Completions'
+provider-hosted web search."""
+
+_DEFAULT_TIERS = (None, "auto", "default")
+
+
+def feature_problem(body: Mapping[str, Any]) -> str | None:
+    """Why the body asks for something the gateway does not pass on, or None."""
+    for key in FEATURES:
+        if key in body and body[key] not in (None, False):
+            return f"{key!r} is not served (no state or service outside the attempt)"
+    if body.get("store") is True:
+        return "'store': true is not served (nothing outlives the attempt)"
+    if body.get("service_tier") not in _DEFAULT_TIERS:
+        return "a 'service_tier' other than the default is not served (the call could not be priced)"
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            return "'tools' must be a list"
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict):
+                return f"tools[{i}] must be an object"
+            kind = tool.get("type", "custom" if "input_schema" in tool or "name" in tool else None)
+            if kind not in ("function", "custom"):
+                return (f"tools[{i}] has type {kind!r}: only function (and custom) tools are served, "
+                        "no provider-hosted tool")
+    return None
+
+
+def max_output_tokens(body: Mapping[str, Any]) -> int | None:
+    """The output bound the request states (`max_tokens`, `max_output_tokens`,
+    `max_completion_tokens`), the largest when several, or None."""
+    found = [v for k in ("max_tokens", "max_output_tokens", "max_completion_tokens")
+             if isinstance(v := body.get(k), int) and not isinstance(v, bool) and v > 0]
+    return max(found) if found else None

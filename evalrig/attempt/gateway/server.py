@@ -1,0 +1,535 @@
+"""The gateway's server: one sandbox's listener served on the rig's loop, every call taken
+through the steps of docs/gateway.md ("Each call") and recorded in the attempt's ledger.
+
+HTTP: aiohttp, its low-level server on the listener the sandbox side bound (no routing
+table: the three endpoints are matched here, on the raw request target) and its client,
+with one connection pool per rig process, for the upstreams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from evalrig.attempt.aioloop import LOOP
+from evalrig.attempt.gateway.budget import Book
+from evalrig.attempt.gateway.ledger import CallLedger
+from evalrig.attempt.gateway.replay import Replay
+from evalrig.attempt.gateway.routes import (
+    error_body,
+    feature_problem,
+    max_output_tokens,
+    parse_route,
+    refusal,
+    shape_of,
+)
+from evalrig.attempt.gateway.usage import StreamUsage, estimate, from_body
+from evalrig.attempt.streams import scan_body_verdict
+from evalrig.core.digest import sha256_bytes
+from evalrig.models.base import format_ts
+from evalrig.models.gateway import Api, Budget, CallApi, CallUsage, ModelCall, Refusal, Role
+
+__all__ = ["BODY_LIMIT", "FORWARDED_HEADERS", "Gateway", "Grant", "Pricer", "Session", "UpstreamConn"]
+
+BODY_LIMIT = 8 << 20
+"""A request body over 8 MiB gets 413."""
+SCAN_CPU_S = 5.0
+"""The canary scan's CPU bound per request; a body it cannot finish is refused."""
+FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent", "anthropic-version", "anthropic-beta",
+                     "OpenAI-Beta")
+"""The only request headers passed to an upstream (and scanned); the rig adds the key."""
+_OPEN_TIMEOUT_S = 10.0
+_CLOSE_GRACE_S = 1.0
+
+Pricer = Callable[[str, str, CallUsage, datetime], float | None]
+"""(qualified model, provider id, usage, as of) -> USD, None when unpriced."""
+
+
+@dataclass(frozen=True)
+class UpstreamConn:
+    """One `[upstreams.NAME]` with its key resolved (never written anywhere)."""
+
+    name: str
+    api: Api
+    base_url: str
+    key: str | None = field(repr=False)
+    max_concurrent: int = 16
+    roles: tuple[Role, ...] = ("candidate",)
+    price_provider: str = ""
+    timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What one sandbox's calls may do."""
+
+    role: Role
+    allowed: frozenset[str]
+    budget: Budget | None
+    needles: tuple[bytes, ...]
+    trial: tuple[str, int]
+
+
+class Gateway:
+    """One per rig process (per run, per Ray worker): the upstreams, their pools and limits."""
+
+    def __init__(self, upstreams: Mapping[str, UpstreamConn], price: Pricer, *,
+                 replay: Replay | None = None) -> None:
+        self.upstreams = dict(upstreams)
+        self.price = price
+        self.replay = replay
+        self.apis: dict[str, Api] = {n: u.api for n, u in self.upstreams.items()}
+        self._limits: dict[str, asyncio.Semaphore] = {}
+        self._client: aiohttp.ClientSession | None = None
+        self._sessions: set[Session] = set()
+        self._lock = threading.Lock()
+        self.scan_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="evalrig-gateway-scan")
+        self.write_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="evalrig-gateway-write")
+        self.longest_s = max((u.timeout_s for u in self.upstreams.values()), default=60.0)
+
+    def open(self, listener: Any, grant: Grant, ledger: CallLedger) -> Session:
+        """Serve `listener` (already listening) for one sandbox; `Session.close()` ends it."""
+        session = Session(self, grant, ledger)
+        LOOP.call(session._serve(listener), _OPEN_TIMEOUT_S)
+        with self._lock:
+            self._sessions.add(session)
+        return session
+
+    def close(self) -> None:
+        """End every session, then close the upstream connection pools."""
+        with self._lock:
+            sessions = list(self._sessions)
+        for s in sessions:
+            s.close()
+        if self._client is not None:
+            LOOP.call(self._client.close(), _OPEN_TIMEOUT_S)
+            self._client = None
+        self.scan_pool.shutdown(wait=False)
+        self.write_pool.shutdown(wait=True)
+
+    def _forget(self, session: Session) -> None:
+        with self._lock:
+            self._sessions.discard(session)
+
+    def client(self) -> aiohttp.ClientSession:
+        if self._client is None:
+            self._client = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30),
+                skip_auto_headers=("User-Agent",))
+        return self._client
+
+    def limit(self, name: str) -> asyncio.Semaphore:
+        sem = self._limits.get(name)
+        if sem is None:
+            sem = self._limits[name] = asyncio.Semaphore(self.upstreams[name].max_concurrent)
+        return sem
+
+
+@dataclass
+class _Line:
+    """A call's line, filled in as the call goes."""
+
+    seq: int
+    role: Role
+    t_start: datetime
+    t0: float
+    upstream: str | None = None
+    model: str | None = None
+    api: CallApi | None = None
+    stream: bool = False
+    status: int = 500
+    request: bytes = b""
+    request_sha256: str = ""
+    response: bytes = b""
+    response_sha256: str | None = None
+    sse: bool = False
+    usage: CallUsage | None = None
+    usage_raw: dict[str, Any] | None = None
+    usage_source: str | None = None
+    cost_usd: float = 0.0
+    refused: Refusal | None = None
+    upstream_fault: bool = False
+    error: str | None = None
+    bodies: str = "kept"
+
+    def model_call(self) -> ModelCall:
+        return ModelCall(
+            seq=self.seq, role=self.role, upstream=self.upstream, model=self.model, api=self.api,
+            stream=self.stream, status=self.status, t_start=format_ts(self.t_start),
+            t_start_ms=int(self.t_start.timestamp() * 1000),
+            t_ms=round((time.perf_counter() - self.t0) * 1000, 3),
+            request_sha256=self.request_sha256, response_sha256=self.response_sha256,
+            usage=self.usage, usage_raw=self.usage_raw,
+            usage_source=self.usage_source,  # type: ignore[arg-type]
+            cost_usd=self.cost_usd, refused=self.refused, upstream_fault=self.upstream_fault,
+            error=self.error, bodies=self.bodies)  # type: ignore[arg-type]
+
+
+class Session:
+    """One sandbox's listener being served."""
+
+    def __init__(self, gateway: Gateway, grant: Grant, ledger: CallLedger) -> None:
+        self.gw = gateway
+        self.grant = grant
+        self.ledger = ledger
+        self.book = Book(grant.budget)
+        self._calls: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server | None = None
+        self._web: web.Server | None = None
+        self._closed = False
+
+    async def _serve(self, listener: Any) -> None:
+        self._web = web.Server(self._handle, access_log=None)
+        self._server = await asyncio.get_running_loop().create_server(self._web, sock=listener)
+
+    def close(self) -> None:
+        """End the sandbox's connections; a call still reading its upstream for usage is
+        read to its end (bounded by the upstream's time-out) and recorded first."""
+        if self._closed:
+            return
+        self._closed = True
+        LOOP.call(self._shutdown(), self.gw.longest_s + 30)
+        self.gw._forget(self)
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        if self._web is not None:
+            await self._web.shutdown(_CLOSE_GRACE_S)
+        if self._calls:
+            await asyncio.wait(list(self._calls), timeout=self.gw.longest_s + 10)
+
+    # -- one request ------------------------------------------------------------------------
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        responded: asyncio.Future[web.StreamResponse] = loop.create_future()
+        task = loop.create_task(self._call(request, responded))
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+        return await asyncio.shield(responded)
+
+    async def _call(self, request: web.BaseRequest, responded: asyncio.Future[web.StreamResponse]) -> None:
+        line = _Line(seq=self.ledger.next_seq(), role=self.grant.role, t_start=datetime.now(UTC),
+                     t0=time.perf_counter())
+        try:
+            await self._steps(request, responded, line)
+        except Exception as e:  # noqa: BLE001 - the call still gets an answer and a line
+            line.error = line.error or f"gateway error: {type(e).__name__}"
+            if not responded.done():
+                await self._answer(request, responded, line, 500, error_body(
+                    "openai", "server_error", "evalrig gateway: internal error"))
+        finally:
+            if not responded.done():
+                responded.set_result(web.Response(status=500))
+        await asyncio.get_running_loop().run_in_executor(self.gw.write_pool, self._record, line)
+
+    async def _steps(self, request: web.BaseRequest, responded: asyncio.Future[web.StreamResponse],
+                     line: _Line) -> None:
+        gw, grant = self.gw, self.grant
+        target = request.raw_path
+        shape = shape_of(target, gw.apis)
+        body, over = await _read_body(request)
+        line.request, line.request_sha256 = body, sha256_bytes(body)
+        if over:
+            line.bodies = "digest-only"
+            return await self._refuse(request, responded, line, shape, "size",
+                                      f"the request body is over {BODY_LIMIT} bytes", close=True)
+        route = parse_route(request.method, target, gw.apis)
+        if route is None:
+            return await self._refuse(request, responded, line, shape, "route", (
+                "only POST /NAME/v1/chat/completions, /NAME/v1/responses (openai upstreams) and "
+                "/NAME/v1/messages (anthropic upstreams) are served"))
+        line.upstream, line.api = route.upstream, route.call_api
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            obj = None
+        if not isinstance(obj, dict):
+            return await self._refuse(request, responded, line, shape, "invalid",
+                                      "the body is not a JSON object")
+        line.stream = obj.get("stream") is True
+        model = obj.get("model")
+        if not isinstance(model, str) or not 0 < len(model) <= 256 or not model.isprintable():
+            return await self._refuse(request, responded, line, shape, "invalid",
+                                      "'model' must be a model name")
+        line.model = model
+        qualified = f"{route.upstream}/{model}"
+        if qualified not in grant.allowed:
+            named = ", ".join(sorted(grant.allowed)) or "none (this build names no [models])"
+            return await self._refuse(request, responded, line, shape, "model",
+                                      f"model {qualified!r} is not allowed; allowed: {named}")
+        up = gw.upstreams[route.upstream]
+        if grant.role not in up.roles:
+            return await self._refuse(request, responded, line, shape, "role",
+                                      f"upstream {up.name!r} does not serve role {grant.role!r}")
+        problem = feature_problem(obj)
+        if problem is not None:
+            return await self._refuse(request, responded, line, shape, "feature", problem)
+        provider = up.price_provider or up.api
+        async with self.book.slots:
+            in_count = (len(body) + 3) // 4
+            max_out = max_output_tokens(obj)
+            reserve = CallUsage(input_tokens=in_count, output_tokens=max_out or 0)
+            r = self.book.admit(in_count + (max_out or 0),
+                                gw.price(qualified, provider, reserve, line.t_start) or 0.0)
+            if isinstance(r, str):
+                return await self._refuse(request, responded, line, shape, "budget",
+                                          f"the budget is exhausted: {r}")
+            forwarded = False
+            try:
+                headers = {h: v for h in FORWARDED_HEADERS if (v := request.headers.get(h)) is not None}
+                if grant.needles:
+                    scanned = body + b"\n" + "\n".join(headers.values()).encode("utf-8", "replace")
+                    verdict = await asyncio.get_running_loop().run_in_executor(
+                        gw.scan_pool, _scan, scanned, grant.needles)
+                    if verdict != "clean":
+                        line.bodies = "digest-only"
+                        why = ("the request holds this attempt's canary: it is not forwarded"
+                               if verdict == "found" else
+                               "the request could not be scanned within its bound: it is not forwarded")
+                        return await self._refuse(request, responded, line, shape,
+                                                  "canary" if verdict == "found" else "scan", why)
+                if gw.replay is not None:
+                    forwarded = await self._replayed(request, responded, line, shape)
+                    return
+                forwarded = True
+                await self._forward(request, responded, line, shape, up, route.rest, obj, body, headers,
+                                    max_out)
+                if line.usage is not None and line.usage_source != "replayed":
+                    line.cost_usd = self._price(qualified, provider, line)
+            finally:
+                self.book.settle(r, line.usage, line.cost_usd, forwarded)
+
+    def _price(self, qualified: str, provider: str, line: _Line) -> float:
+        assert line.usage is not None
+        cost = self.gw.price(qualified, provider, line.usage, line.t_start)
+        if cost is None:
+            line.error = line.error or f"{qualified} is not priced (cost recorded as 0)"
+            return 0.0
+        return float(cost)
+
+    async def _replayed(self, request: web.BaseRequest, responded: asyncio.Future[web.StreamResponse],
+                        line: _Line, shape: Api) -> bool:
+        assert self.gw.replay is not None
+        rc = self.gw.replay.take(self.grant.trial, self.grant.role, line.request_sha256)
+        if rc is None:
+            await self._refuse(request, responded, line, shape, "replay", (
+                "not_in_recording: the recording has no unserved call of this trial and role "
+                "with this request's digest"))
+            return False
+        line.usage, line.usage_raw, line.cost_usd = rc.usage, rc.usage_raw, rc.cost_usd
+        line.usage_source = "replayed"
+        line.sse = rc.stream
+        await self._answer(request, responded, line, rc.status, rc.response, rc.content_type)
+        return True
+
+    async def _forward(self, request: web.BaseRequest, responded: asyncio.Future[web.StreamResponse],
+                       line: _Line, shape: Api, up: UpstreamConn, rest: str, obj: dict[str, Any],
+                       body: bytes, headers: dict[str, str], max_out: int | None) -> None:
+        changed = False
+        if line.api == "openai-responses" and obj.get("store") is not False:
+            obj["store"] = False
+            changed = True
+        if line.api == "openai-chat" and line.stream:
+            so = obj.get("stream_options")
+            if not isinstance(so, dict) or so.get("include_usage") is not True:
+                obj["stream_options"] = {**(so if isinstance(so, dict) else {}), "include_usage": True}
+                changed = True
+        data = orjson.dumps(obj) if changed else body
+        headers.setdefault("Content-Type", "application/json")
+        if up.key:
+            if up.api == "anthropic":
+                headers["x-api-key"] = up.key
+            else:
+                headers["Authorization"] = f"Bearer {up.key}"
+        url = f"{up.base_url}/{rest}"
+        assert line.api is not None
+        prepared: web.StreamResponse | None = None
+        su: StreamUsage | None = None
+        async with self.gw.limit(up.name):
+            try:
+                async with self.gw.client().post(
+                        url, data=data, headers=headers, allow_redirects=False,
+                        timeout=aiohttp.ClientTimeout(total=up.timeout_s)) as r:
+                    ctype = r.headers.get("Content-Type", "application/json")
+                    line.status = r.status
+                    if r.status >= 400 or r.status < 200:
+                        payload = await r.read()
+                        line.upstream_fault = r.status in (401, 403, 429) or r.status >= 500
+                        line.error = f"upstream {up.name} answered {r.status}"
+                        if not _is_json_object(payload):
+                            payload = error_body(shape, "api_error" if shape == "anthropic" else "server_error",
+                                                 f"upstream {up.name} answered {r.status}")
+                            ctype = "application/json"
+                        return await self._answer(request, responded, line, r.status, payload, ctype)
+                    if "text/event-stream" in ctype:
+                        su = StreamUsage(line.api)
+                        prepared = await self._stream(request, responded, line, r, ctype, su)
+                        line.usage, line.usage_raw = su.usage(), su.raw
+                    else:
+                        payload = await r.read()
+                        line.usage, line.usage_raw = from_body(line.api, payload)
+                        await self._answer(request, responded, line, r.status, payload, ctype)
+            except TimeoutError:
+                line.upstream_fault, line.error = True, f"upstream {up.name} timed out after {up.timeout_s} s"
+                await self._broken(request, responded, line, prepared, shape, 504, "timeout_error" if
+                                   shape == "anthropic" else "timeout", line.error)
+            except (aiohttp.ClientError, OSError) as e:
+                line.upstream_fault = True
+                line.error = f"upstream {up.name} failed: {type(e).__name__}"
+                await self._broken(request, responded, line, prepared, shape, 502, "api_error" if
+                                   shape == "anthropic" else "server_error", line.error)
+        if su is not None and line.usage is None:
+            line.usage_raw = su.raw
+        if line.usage is not None:
+            line.usage_source = "provider"
+        elif 200 <= line.status < 300:
+            line.usage = await asyncio.get_running_loop().run_in_executor(
+                self.gw.scan_pool, estimate, line.api, line.model or "", body, max_out, line.response)
+            line.usage_source = "estimated"
+
+    async def _stream(self, request: web.BaseRequest, responded: asyncio.Future[web.StreamResponse],
+                      line: _Line, r: aiohttp.ClientResponse, ctype: str,
+                      su: StreamUsage) -> web.StreamResponse:
+        """Pass the stream on chunk by chunk as it arrives, and read it to its end whatever the
+        caller does (the usage comes last)."""
+        line.sse = True
+        resp = web.StreamResponse(status=r.status, headers={"Content-Type": ctype, "Cache-Control": "no-cache"})
+        caller = True
+        try:
+            await resp.prepare(request)
+        except (ConnectionError, RuntimeError):
+            caller = False
+        h = hashlib.sha256()
+        kept: list[bytes] | None = []
+        size = 0
+        whole = False
+        try:
+            async for chunk in r.content.iter_any():
+                h.update(chunk)
+                su.feed(chunk)
+                size += len(chunk)
+                if kept is not None:
+                    if size > self.ledger.bodies_allowance:
+                        kept = None
+                    else:
+                        kept.append(chunk)
+                if caller:
+                    try:
+                        await resp.write(chunk)
+                    except (ConnectionError, RuntimeError):
+                        caller = False
+                        line.error = "the caller disconnected mid-stream (read to the end for usage)"
+            whole = True
+        finally:
+            line.response_sha256 = "sha256:" + h.hexdigest()
+            line.response = b"".join(kept) if kept is not None else b""
+            if kept is None:
+                line.bodies = "dropped"
+            if caller and whole:
+                try:
+                    await resp.write_eof()
+                except (ConnectionError, RuntimeError):
+                    pass
+            elif caller and request.transport is not None:
+                request.transport.abort()  # a broken upstream stream reaches the caller broken
+            # only now may the server finish the response (it would end the stream early)
+            responded.set_result(resp)
+        return resp
+
+    async def _broken(self, request: web.BaseRequest, responded: asyncio.Future[web.StreamResponse],
+                      line: _Line, prepared: web.StreamResponse | None, shape: Api, status: int,
+                      etype: str, message: str) -> None:
+        """An upstream that failed: a 502/504 in the provider's shape if nothing was sent yet,
+        else the caller's connection cut (a stream it gets whole or visibly broken)."""
+        if not responded.done():
+            line.status = status
+            return await self._answer(request, responded, line, status,
+                                      error_body(shape, etype, f"evalrig gateway: {message}"))
+        if request.transport is not None:
+            request.transport.abort()
+
+    async def _refuse(self, request: web.BaseRequest, responded: asyncio.Future[web.StreamResponse],
+                      line: _Line, shape: Api, refused: Refusal, message: str, *,
+                      close: bool = False) -> None:
+        line.refused = refused
+        line.error = message[:300]
+        status, payload = refusal(shape, refused, message)
+        await self._answer(request, responded, line, status, payload, close=close)
+
+    async def _answer(self, request: web.BaseRequest, responded: asyncio.Future[web.StreamResponse],
+                      line: _Line, status: int, payload: bytes, ctype: str = "application/json", *,
+                      close: bool = False) -> None:
+        """Send a whole response now (so the caller has it before the line is written)."""
+        line.status = status
+        line.response, line.response_sha256 = payload, sha256_bytes(payload)
+        resp = web.Response(status=status, body=payload, headers={"Content-Type": ctype})
+        if close:
+            resp.force_close()
+        try:
+            await resp.prepare(request)
+            await resp.write_eof()
+        except (ConnectionError, RuntimeError):
+            line.error = line.error or "the caller disconnected before the answer"
+        if not responded.done():
+            responded.set_result(resp)
+
+    # -- the record ---------------------------------------------------------------------------
+
+    def _record(self, line: _Line) -> None:
+        """Bodies first (within the allowance), then the line (runs in the write pool)."""
+        if line.bodies == "kept":
+            suffix = ".response.sse" if line.sse else ".response.json"
+            if self.ledger.keep_bodies(len(line.request) + len(line.response)):
+                try:
+                    self.ledger.write_body(line.seq, ".request.json", line.request)
+                    if line.response_sha256 is not None:
+                        self.ledger.write_body(line.seq, suffix, line.response)
+                except OSError as e:  # the line is kept whatever happens to the bodies
+                    line.bodies = "dropped"
+                    line.error = line.error or f"bodies not kept: {type(e).__name__}"
+            else:
+                line.bodies = "dropped"
+        line.request = line.response = b""
+        self.ledger.append(line.model_call())
+
+
+def _scan(data: bytes, needles: tuple[bytes, ...]) -> str:
+    return scan_body_verdict(data, needles, cpu_s=SCAN_CPU_S)
+
+
+def _is_json_object(data: bytes) -> bool:
+    try:
+        return isinstance(orjson.loads(data), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+async def _read_body(request: web.BaseRequest) -> tuple[bytes, bool]:
+    """(the body, whether it is over BODY_LIMIT); reading stops just past the limit."""
+    declared = request.content_length
+    if declared is not None and declared > BODY_LIMIT:
+        return b"", True
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        chunk = await request.content.read(1 << 16)
+        if not chunk:
+            break
+        parts.append(chunk)
+        size += len(chunk)
+        if size > BODY_LIMIT:
+            return b"".join(parts), True
+    return b"".join(parts), False
