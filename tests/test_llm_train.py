@@ -102,9 +102,12 @@ def test_the_llm_train_promotes_on_metered_cost_and_replays_with_the_stand_in_st
     p = subprocess.run([str(SCRIPT), str(train)], capture_output=True, text=True, env=env, timeout=1800,
                        stdin=subprocess.DEVNULL)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-5000:]
+    check_train(train, home, p.stdout, KEY)
 
+
+def check_train(train: Path, home: Path, stdout: str, key: str) -> None:
     # the verdict line, and the decision behind it
-    assert "promote (efficiency)" in p.stdout.splitlines(), p.stdout[-3000:]
+    assert "promote (efficiency)" in stdout.splitlines(), stdout[-3000:]
     decision = json.loads((train / "comparison" / "decisions" / "default-v2.json").read_text())
     assert (decision["verdict"], decision["reason"]) == ("promote", "efficiency")
     comparison = json.loads((train / "comparison" / "comparison.json").read_text())
@@ -135,7 +138,7 @@ def test_the_llm_train_promotes_on_metered_cost_and_replays_with_the_stand_in_st
     for where in (train / "champion", train / "candidate", train / "candidate-replay", home):
         for f in where.rglob("*"):
             if f.is_file():
-                assert KEY.encode() not in f.read_bytes(), f
+                assert key.encode() not in f.read_bytes(), f
 
     # the replay ran after the stand-in stopped: nothing more reached it, and its port is closed
     port = int((train / "standin.port").read_text())
