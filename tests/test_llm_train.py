@@ -110,6 +110,8 @@ def check_train(train: Path, home: Path, stdout: str, key: str) -> None:
     assert "promote (efficiency)" in stdout.splitlines(), stdout[-3000:]
     decision = json.loads((train / "comparison" / "decisions" / "default-v2.json").read_text())
     assert (decision["verdict"], decision["reason"]) == ("promote", "efficiency")
+    held = {r["name"]: r["held"] for r in decision["rules"]}
+    assert held["invariant.isolated"] and held["fresh.efficiency"] and not held["fresh.quality"]
     comparison = json.loads((train / "comparison" / "comparison.json").read_text())
     assert comparison["pricing"]["genai_prices"] and comparison["pricing"]["as_of"]
     assert "metered" in (train / "comparison" / "decisions" / "default-v2.md").read_text()
@@ -121,7 +123,7 @@ def check_train(train: Path, home: Path, stdout: str, key: str) -> None:
         assert len(actuals) == 60  # 20 fresh tasks x 3 trials
         assert {a["spend"]["candidate"]["source"] for a in actuals} == {"metered"}
         cost[side] = sum(a["spend"]["candidate"]["cost_usd"] for a in actuals)
-        assert all(r["status"] == "passed" for r in lines(train / side / "results.jsonl"))
+        assert {(r["status"], r["network"]) for r in lines(train / side / "results.jsonl")} == {("passed", False)}
         calls = model_calls(train / side)
         assert len(calls) == 60 and {(c["role"], c["usage_source"], c["status"]) for c in calls} == {
             ("candidate", "provider", 200)}

@@ -509,3 +509,55 @@ def test_a_sample_runs_through_eval_sh_gold_passes_noop_fails_and_verify_rederiv
         attempt = next((bundle / "attempts").glob("tau2-retail-0-*"))
         assert (attempt / "driver" / "trajectory.json").is_file()
         assert (attempt / "driver" / "db.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_simulated_customer_through_the_gateway_is_metered_driver_spend(tmp_path: Path) -> None:
+    """`--customer simulated --user-gateway` through `eval.sh run --gateway` with the stand-in
+    playing the customer: the driver's calls go through the rig's gateway as role `driver`
+    (the upstream `customer` of examples/gateway/standin.toml serves drivers only), with no
+    network and no key in the driver; they are in the attempt's model.jsonl and metered as
+    `spend.driver`, never the candidate's; the attempt stays isolated."""
+    from tests.redteam import eval_sh, make_checkpoint, results
+
+    out = tmp_path / "set"
+    convert(out, "--domain", "retail", "--customer", "simulated", "--user-model", "customer/gpt-4.1-mini",
+            "--user-gateway")
+    tasks = tmp_path / "tasks" / "fixed"
+    tasks.mkdir(parents=True)
+    shutil.copytree(out / "fixed" / "tau2-retail-0", tasks / "tau2-retail-0")
+    gold = {"tau2-retail-0": json.loads((tasks / "tau2-retail-0" / "driver" / "task.json").read_text())[
+        "evaluation_criteria"]}
+    key = "standin-key-tau2-customer-91d0"
+    standin = Standin(tmp_path, CUSTOMER_ANSWERS, key=key)
+    gateway = tmp_path / "gateway.toml"
+    gateway.write_text((ROOT / "examples" / "gateway" / "standin.toml").read_text().replace(
+        "http://127.0.0.1:8377", standin.url))
+    home = tmp_path / "home"
+    ck = make_checkpoint(tmp_path / "gold", GOLD_AGENT, name="gold", files={"gold.json": json.dumps(gold)})
+    try:
+        assert eval_sh(home, "seal", ck).code == 0
+        bundle = tmp_path / "run"
+        r = eval_sh(home, "run", "--checkpoint", ck, "--tasks", tmp_path / "tasks", "--out", bundle,
+                    "--repeat", "1", "--gateway", gateway, env={"STANDIN_API_KEY": key}, timeout=900)
+    finally:
+        standin.close()
+    assert r.code == 0, r
+    assert [(x["status"], x["termination"]) for x in results(bundle)] == [("passed", "driver_end")]
+    calls = standin.requests()
+    assert [(c["path"], c["key_ok"], c["body"]["model"]) for c in calls] == [
+        ("/v1/chat/completions", True, "gpt-4.1-mini")] * 2
+    attempt = next((bundle / "attempts").glob("tau2-retail-0-*"))
+    lines = [json.loads(x) for x in (attempt / "model.jsonl").read_text().splitlines()]
+    assert [(c["role"], c["upstream"], c["model"], c["status"], c["usage_source"]) for c in lines] == [
+        ("driver", "customer", "gpt-4.1-mini", 200, "provider")] * 2
+    actual = json.loads((bundle / "actuals.jsonl").read_text().splitlines()[0])
+    driver = actual["spend"]["driver"]
+    assert driver["source"] == "metered" and driver["calls"] == 2
+    assert driver["cost_usd"] == pytest.approx(sum(c["cost_usd"] for c in lines)) and driver["cost_usd"] > 0
+    assert actual["spend"]["candidate"] is None or actual["spend"]["candidate"]["cost_usd"] in (None, 0)
+    assert [x["network"] for x in results(bundle)] == [False]  # the gateway is not the network
+    for f in bundle.rglob("*"):
+        if f.is_file():
+            assert key.encode() not in f.read_bytes(), f
+
