@@ -81,20 +81,25 @@ fi
 step "start the stand-in provider on loopback (a made-up key it checks; the gateway adds it to each call)"
 export STANDIN_API_KEY=${STANDIN_API_KEY:-standin-key-$RANDOM$RANDOM}
 port_file=$train/standin.port
+gateway=$train/gateway.toml
+# A resumed train serves on the port of its first start: the gateway file is part of the
+# runs' inputs (its digest is in their manifests), and a run refuses to resume with another.
+port=0
+[ -f "$gateway" ] && port=$(sed -n 's|^base_url = "http://127.0.0.1:\([0-9]*\)/v1"$|\1|p' "$gateway" | head -1)
 rm -f "$port_file"
-"$py" "$here/model-standin/standin.py" --port 0 --port-file "$port_file" --key "$STANDIN_API_KEY" \
+"$py" "$here/model-standin/standin.py" --port "${port:-0}" --port-file "$port_file" --key "$STANDIN_API_KEY" \
   --answers "$answers" --log "$train/standin-requests.jsonl" 2>>"$train/standin.log" &
 standin_pid=$!
 stop_standin() { [ -n "${standin_pid:-}" ] && kill "$standin_pid" 2>/dev/null && wait "$standin_pid" 2>/dev/null; standin_pid=; }
 trap stop_standin EXIT
 for _ in $(seq 100); do [ -s "$port_file" ] && break; sleep 0.1; done
-[ -s "$port_file" ] || stop 6 "the stand-in did not start (see $train/standin.log)"
-port=$(cat "$port_file")
-# examples/gateway/standin.toml names port 8377; this train's copy names the port bound now.
+[ -s "$port_file" ] || stop 6 "the stand-in did not start on port ${port:-0} (see $train/standin.log)"
+# examples/gateway/standin.toml names port 8377; this train's copy names the port bound.
 # The file's digest goes into each run's manifest: both runs use this one copy.
-gateway=$train/gateway.toml
-sed "s|http://127.0.0.1:8377|http://127.0.0.1:$port|" "$here/gateway/standin.toml" > "$gateway.tmp" \
-  && mv "$gateway.tmp" "$gateway" || stop 6 "writing $gateway failed"
+if [ ! -f "$gateway" ]; then
+  sed "s|http://127.0.0.1:8377|http://127.0.0.1:$(cat "$port_file")|" "$here/gateway/standin.toml" > "$gateway.tmp" \
+    && mv "$gateway.tmp" "$gateway" || stop 6 "writing $gateway failed"
+fi
 
 "$ev" validate --tasks "$train/tasks" --checkpoint "$champion" --checkpoint "$candidate" "${prefixes[@]}" \
   || stop $? "the task set or a build does not validate"
