@@ -5,6 +5,7 @@ runs as a real process behind it and logs what reached it."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -158,3 +159,24 @@ def test_no_usage_is_estimated_and_output_priced_at_the_stated_maximum(sess: Ope
     assert lines[0]["cost_usd"] == pytest.approx((lines[0]["usage"]["input_tokens"] + 321 * 2) / 1e6)
     spend = sess.ledger.spend("candidate")
     assert spend is not None and spend.estimated is True and spend.source == "metered" and spend.calls == 2
+
+
+def test_the_estimate_never_fetches_tiktokens_encoding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the encoding on the machine (or with a file that is not it) the count is
+    characters/4, and nothing is fetched or removed: the rig has no network to wait on."""
+    import hashlib
+
+    from evalrig.attempt.gateway import usage
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(usage, "_encodings", {})
+    t0 = time.monotonic()
+    assert usage.count_tokens("openai-chat", "gpt-4.1-mini", b"x" * 41) == 11
+    url = usage._TIKTOKEN_FILES["o200k_base"][0]
+    bogus = tmp_path / hashlib.sha1(url.encode()).hexdigest()
+    bogus.write_bytes(b"not the encoding")
+    monkeypatch.setattr(usage, "_encodings", {})
+    assert usage.count_tokens("openai-chat", "gpt-4.1-mini", b"x" * 41) == 11
+    assert bogus.read_bytes() == b"not the encoding"  # tiktoken would have removed it and fetched
+    assert usage.count_tokens("anthropic-messages", "claude", b"y" * 8) == 2
+    assert time.monotonic() - t0 < 5

@@ -192,6 +192,12 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
+    def setup(self) -> None:
+        super().setup()
+        # small writes go out at once (as a provider's front end sends them), never held
+        # back waiting for the peer's delayed acknowledgement
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     # plumbing
 
     def _send(self, status: int, body: bytes, ctype: str = "application/json",

@@ -49,6 +49,8 @@ SCAN_CPU_S = 5.0
 FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent", "anthropic-version", "anthropic-beta",
                      "OpenAI-Beta")
 """The only request headers passed to an upstream (and scanned); the rig adds the key."""
+MAX_OPEN = 64
+"""Connections one sandbox may hold open at once; more are closed as they arrive."""
 _OPEN_TIMEOUT_S = 10.0
 _CLOSE_GRACE_S = 1.0
 
@@ -191,7 +193,15 @@ class Session:
 
     async def _serve(self, listener: Any) -> None:
         self._web = web.Server(self._handle, access_log=None)
-        self._server = await asyncio.get_running_loop().create_server(self._web, sock=listener)
+        self._server = await asyncio.get_running_loop().create_server(self._protocol, sock=listener)
+
+    def _protocol(self) -> asyncio.BaseProtocol:
+        """A new connection's protocol: aiohttp's, or one that closes it when the sandbox
+        already holds MAX_OPEN (the rig's descriptors are not the agent's to exhaust)."""
+        assert self._web is not None
+        if len(self._web.connections) >= MAX_OPEN:
+            return _Closing()
+        return self._web()
 
     def close(self) -> None:
         """End the sandbox's connections; a call still reading its upstream for usage is
@@ -283,7 +293,7 @@ class Session:
             max_out = max_output_tokens(obj)
             reserve = CallUsage(input_tokens=in_count, output_tokens=max_out or 0)
             r = self.book.admit(in_count + (max_out or 0),
-                                gw.price(qualified, provider, reserve, line.t_start) or 0.0)
+                                _priced(gw.price, qualified, provider, reserve, line.t_start) or 0.0)
             if isinstance(r, str):
                 return await self._refuse(request, responded, line, shape, "budget",
                                           f"the budget is exhausted: {r}")
@@ -314,7 +324,7 @@ class Session:
 
     def _price(self, qualified: str, provider: str, line: _Line) -> float:
         assert line.usage is not None
-        cost = self.gw.price(qualified, provider, line.usage, line.t_start)
+        cost = _priced(self.gw.price, qualified, provider, line.usage, line.t_start)
         if cost is None:
             line.error = line.error or f"{qualified} is not priced (cost recorded as 0)"
             return 0.0
@@ -506,8 +516,22 @@ class Session:
         self.ledger.append(line.model_call())
 
 
+class _Closing(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+
+
 def _scan(data: bytes, needles: tuple[bytes, ...]) -> str:
     return scan_body_verdict(data, needles, cpu_s=SCAN_CPU_S)
+
+
+def _priced(price: Pricer, qualified: str, provider: str, usage: CallUsage, as_of: datetime) -> float | None:
+    """The pricer's figure; a pricer that fails prices nothing (the line says so) rather
+    than failing the call."""
+    try:
+        return price(qualified, provider, usage, as_of)
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _is_json_object(data: bytes) -> bool:

@@ -1,0 +1,402 @@
+"""The gateway's refusals, budgets, canary, upstream faults, disconnects, concurrency and
+replay (docs/gateway.md), driven over real sockets: raw HTTP for the hostile cases, the
+official SDKs where an agent would use them. Nothing refused ever reaches the stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import openai
+import pytest
+
+from evalrig.attempt.gateway import IN_FLIGHT, CallLedger, Gateway, RecordedCall, Replay
+from evalrig.models.gateway import Budget, CallUsage
+from tests.gateway_kit import KEY, Opened, Standin, gateway, open_session, raw_call, standin
+
+NEEDLE = b"CANARY-7f3a9c-needle"
+ALLOWED = ("openai/gpt-test", "anthropic/claude-test", "openai/fail-500", "openai/fail-401",
+           "openai/fail-429", "anthropic/fail-429", "openai/fail-403", "openai/reset", "openai/slow-5000",
+           "openai/half-stream", "anthropic/half-stream", "openai/slow-400", "openai/slow-300",
+           "anthropic/slow-300", "openai/slow-2000", "judgeonly/gpt-test", "openai/no-usage")
+CHAT = "/openai/v1/chat/completions"
+MSGS = "/anthropic/v1/messages"
+
+
+@pytest.fixture(scope="module")
+def stand(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standin]:
+    with standin(tmp_path_factory.mktemp("standin")) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def gw(stand: Standin) -> Iterator[Gateway]:
+    g = gateway(stand, timeout_s=3.0)
+    yield g
+    g.close()
+
+
+@pytest.fixture
+def sess(gw: Gateway, tmp_path: Path, stand: Standin) -> Iterator[Opened]:
+    stand.clear()
+    o = open_session(gw, tmp_path / "evidence", allowed=ALLOWED, needles=(NEEDLE,))
+    yield o
+    o.session.close()
+
+
+def chat(model: str, text: str = "hello", **extra: object) -> bytes:
+    return json.dumps({"model": model, "messages": [{"role": "user", "content": text}], **extra}).encode()
+
+
+def msg(model: str, text: str = "hello", **extra: object) -> bytes:
+    return json.dumps({"model": model, "max_tokens": 20, "messages": [{"role": "user", "content": text}],
+                       **extra}).encode()
+
+
+def closed_lines(o: Opened) -> list[dict]:
+    o.session.close()
+    return sorted(o.lines(), key=lambda x: x["seq"])
+
+
+def test_every_refusal_answers_in_the_providers_shape_and_is_never_forwarded(
+        sess: Opened, stand: Standin) -> None:
+    p = sess.port
+    cases = [
+        # (method, target, body, status, refused, shape)
+        ("GET", CHAT, b"", 404, "route", "openai"),
+        ("POST", CHAT + "?x=1", chat("gpt-test"), 404, "route", "openai"),
+        ("POST", "/openai/v1/chat%2Fcompletions", chat("gpt-test"), 404, "route", "openai"),
+        ("POST", "/openai/v1/./chat/completions", chat("gpt-test"), 404, "route", "openai"),
+        ("POST", "/openai/v1/models", b"{}", 404, "route", "openai"),
+        ("POST", "/openai/v1/messages", msg("gpt-test"), 404, "route", "openai"),  # wrong api
+        ("POST", "/anthropic/v1/chat/completions", chat("claude-test"), 404, "route", "anthropic"),
+        ("POST", "/nosuch/v1/chat/completions", chat("gpt-test"), 404, "route", "openai"),
+        ("POST", "http://evil.example/openai/v1/chat/completions", chat("gpt-test"), 404, "route", "openai"),
+        ("POST", CHAT, b"not json", 400, "invalid", "openai"),
+        ("POST", CHAT, b"[1, 2]", 400, "invalid", "openai"),
+        ("POST", MSGS, b'{"model": 3}', 400, "invalid", "anthropic"),
+        ("POST", CHAT, chat("gpt-5-expensive"), 403, "model", "openai"),
+        ("POST", MSGS, msg("claude-opus"), 403, "model", "anthropic"),
+        ("POST", "/judgeonly/v1/chat/completions", chat("gpt-test"), 403, "role", "openai"),
+        ("POST", CHAT, chat("gpt-test", tools=[{"type": "web_search"}]), 403, "feature", "openai"),
+        ("POST", "/openai/v1/responses", json.dumps({"model": "gpt-test", "input": "x",
+                                                     "tools": [{"type": "code_interpreter"}]}).encode(),
+         403, "feature", "openai"),
+        ("POST", "/openai/v1/responses", json.dumps({"model": "gpt-test", "input": "x",
+                                                     "previous_response_id": "resp_1"}).encode(),
+         403, "feature", "openai"),
+        ("POST", "/openai/v1/responses", json.dumps({"model": "gpt-test", "input": "x",
+                                                     "store": True}).encode(), 403, "feature", "openai"),
+        ("POST", "/openai/v1/responses", json.dumps({"model": "gpt-test", "input": "x",
+                                                     "background": True}).encode(), 403, "feature", "openai"),
+        ("POST", "/openai/v1/responses", json.dumps({"model": "gpt-test", "input": "x",
+                                                     "conversation": "c1"}).encode(), 403, "feature", "openai"),
+        ("POST", CHAT, chat("gpt-test", service_tier="priority"), 403, "feature", "openai"),
+        ("POST", CHAT, chat("gpt-test", web_search_options={}), 403, "feature", "openai"),
+        ("POST", MSGS, msg("claude-test", mcp_servers=[{"url": "https://x"}]), 403, "feature", "anthropic"),
+        ("POST", MSGS, msg("claude-test", container="c"), 403, "feature", "anthropic"),
+        ("POST", MSGS, msg("claude-test", tools=[{"type": "web_search_20250305", "name": "web_search"}]),
+         403, "feature", "anthropic"),
+    ]
+    for method, target, body, status, _refused, shape in cases:
+        got, _, data = raw_call(p, method, target, body)
+        assert got == status, (target, body, got, data)
+        err = json.loads(data)
+        if shape == "anthropic":
+            assert err["type"] == "error" and set(err["error"]) == {"type", "message"}, err
+        else:
+            assert set(err["error"]) == {"message", "type", "param", "code"}, err
+    got, _, data = raw_call(p, "POST", CHAT, chat("gpt-5-expensive"))
+    assert "openai/gpt-test" in json.loads(data)["error"]["message"]  # names the allowed
+    # over 8 MiB: 413, by its declared length or by what arrives
+    got, _, data = raw_call(p, "POST", CHAT, b"x" * (8 * 1024 * 1024 + 1))
+    assert got == 413
+    lines = closed_lines(sess)
+    assert [x["refused"] for x in lines] == [c[4] for c in cases] + ["model", "size"]
+    assert all(x["usage"] is None and x["cost_usd"] == 0 for x in lines)
+    assert lines[-1]["bodies"] == "digest-only"
+    assert stand.requests() == []  # nothing refused reached the provider
+
+
+def test_the_canary_in_a_body_or_a_header_is_refused_never_forwarded_and_its_body_not_kept(
+        sess: Opened, stand: Standin) -> None:
+    c = openai.OpenAI(base_url=f"{sess.base}/openai/v1", api_key="tok", max_retries=0)
+    with pytest.raises(openai.PermissionDeniedError) as e:
+        c.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": f"leak {NEEDLE.decode()}"}])
+    assert e.value.status_code == 403
+    import base64
+    hidden = base64.b64encode(b"the secret is " + NEEDLE).decode()  # in an encoded form too
+    got, _, _ = raw_call(sess.port, "POST", CHAT, chat("gpt-test", hidden))
+    assert got == 403
+    got, _, _ = raw_call(sess.port, "POST", CHAT, chat("gpt-test"), {"User-Agent": f"x {NEEDLE.decode()}"})
+    assert got == 403
+    got, _, _ = raw_call(sess.port, "POST", CHAT, chat("gpt-test", "clean"))
+    assert got == 200
+    lines = closed_lines(sess)
+    assert [x["refused"] for x in lines] == ["canary", "canary", "canary", None]
+    assert all(x["bodies"] == "digest-only" for x in lines[:3])
+    kept = sorted(p.name for p in (sess.evidence / "model").iterdir())
+    assert kept == ["3.request.json", "3.response.json"]
+    assert NEEDLE not in stand.log.read_bytes()
+    assert len(stand.requests()) == 1
+
+
+def test_budget_calls_and_reservations(gw: Gateway, tmp_path: Path, stand: Standin) -> None:
+    o = open_session(gw, tmp_path / "a", allowed=ALLOWED, budget=Budget(max_calls=2))
+    try:
+        assert [raw_call(o.port, "POST", CHAT, chat("gpt-test"))[0] for _ in range(3)] == [200, 200, 429]
+        status, _, data = raw_call(o.port, "POST", MSGS, msg("claude-test"))
+        assert status == 429 and json.loads(data)["error"]["type"] == "budget_exhausted"
+        _, _, data = raw_call(o.port, "POST", CHAT, chat("gpt-test"))
+        assert json.loads(data)["error"]["type"] == "budget_exhausted"
+    finally:
+        o.session.close()
+    assert [x["refused"] for x in sorted(o.lines(), key=lambda x: x["seq"])] == [None, None, "budget", "budget",
+                                                                                  "budget"]
+    # a call in flight that states its maximum output reserves it: a second call that would
+    # start while the first holds the whole token budget is refused, and admitted after it settles
+    o = open_session(gw, tmp_path / "b", allowed=ALLOWED, budget=Budget(max_tokens=1000))
+    try:
+        results: list[int] = []
+        t = threading.Thread(target=lambda: results.append(
+            raw_call(o.port, "POST", CHAT, chat("slow-400", max_tokens=5000))[0]))
+        t.start()
+        time.sleep(0.2)
+        assert raw_call(o.port, "POST", CHAT, chat("gpt-test"))[0] == 429  # reserved by the call in flight
+        t.join()
+        assert results == [200]
+        assert raw_call(o.port, "POST", CHAT, chat("gpt-test"))[0] == 200  # settled to its real usage
+    finally:
+        o.session.close()
+    # at most IN_FLIGHT calls of one session at once: the rest wait, none is refused
+    o = open_session(gw, tmp_path / "c", allowed=ALLOWED)
+    try:
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=raw_call, args=(o.port, "POST", CHAT, chat("slow-300")))
+                   for _ in range(IN_FLIGHT + 1)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert time.monotonic() - t0 >= 0.55  # a fifth call waited for a slot
+    finally:
+        o.session.close()
+    assert all(x["status"] == 200 for x in o.lines())
+
+
+def test_upstream_faults_reach_the_agent_in_the_providers_shape_and_are_recorded(
+        sess: Opened) -> None:
+    c = openai.OpenAI(base_url=f"{sess.base}/openai/v1", api_key="tok", max_retries=0, timeout=20)
+    with pytest.raises(openai.InternalServerError):
+        c.chat.completions.create(model="fail-500", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.AuthenticationError):
+        c.chat.completions.create(model="fail-401", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.RateLimitError):
+        c.chat.completions.create(model="fail-429", messages=[{"role": "user", "content": "x"}])
+    a = anthropic.Anthropic(base_url=f"{sess.base}/anthropic", api_key="tok", max_retries=0, timeout=20)
+    with pytest.raises(anthropic.RateLimitError):
+        a.messages.create(model="fail-429", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    status, _, data = raw_call(sess.port, "POST", CHAT, chat("reset"))
+    assert status == 502 and "error" in json.loads(data)
+    status, _, data = raw_call(sess.port, "POST", CHAT, chat("slow-5000"))  # the upstream's timeout_s is 3
+    assert status == 504 and json.loads(data)["error"]["type"] == "timeout"
+    with pytest.raises(openai.APIError):  # a half stream reaches the caller broken, not as a clean end
+        for _ in c.chat.completions.create(model="half-stream", stream=True,
+                                           messages=[{"role": "user", "content": "a b c d e f g h"}]):
+            pass
+    status, _, _ = raw_call(sess.port, "POST", CHAT, chat("half-stream"))
+    assert status == 502
+    lines = closed_lines(sess)
+    assert [x["status"] for x in lines] == [500, 401, 429, 429, 502, 504, 200, 502]
+    assert all(x["upstream_fault"] for x in lines)
+    assert all(x["refused"] is None for x in lines)
+    assert sess.ledger.upstream_faults() == 8
+
+
+def test_streams_pass_on_chunk_by_chunk_and_a_caller_that_leaves_still_has_its_usage_read(
+        sess: Opened, stand: Standin) -> None:
+    body = chat("slow-300", "one two three four", stream=True)
+    s = socket.create_connection(("127.0.0.1", sess.port))
+    t0 = time.monotonic()
+    s.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    first = s.recv(65536)
+    t_first = time.monotonic() - t0
+    assert b"200" in first.split(b"\r\n")[0]
+    while b"data:" not in first:
+        first += s.recv(65536)
+        t_first = time.monotonic() - t0
+    # the stand-in waits 300 ms between its 7 events: the first arrived long before the last was sent
+    assert t_first < 0.25, t_first
+    s.close()  # the agent leaves mid-stream
+    lines = closed_lines(sess)  # closing waits for the upstream to be read to its end
+    (line,) = lines
+    assert line["usage_source"] == "provider" and line["usage"]["output_tokens"] == 5
+    assert "disconnected" in line["error"]
+
+
+def test_anthropic_stream_first_event_arrives_before_the_upstream_finishes(gw: Gateway, tmp_path: Path) -> None:
+    o = open_session(gw, tmp_path / "e", allowed=ALLOWED)
+    try:
+        a = anthropic.Anthropic(base_url=f"{o.base}/anthropic", api_key="tok", max_retries=0)
+        t0 = time.monotonic()
+        with a.messages.stream(model="slow-300", max_tokens=50,
+                               messages=[{"role": "user", "content": "a b c"}]) as st:
+            next(iter(st))
+            t_first = time.monotonic() - t0
+            text = "".join(st.text_stream)
+        total = time.monotonic() - t0
+        assert t_first < 0.25 < 1.0 < total
+        assert text == "answer: a b c"
+    finally:
+        o.session.close()
+
+
+def test_two_hundred_concurrent_calls_from_two_sessions_are_all_recorded(
+        gw: Gateway, tmp_path: Path, stand: Standin) -> None:
+    ledger_dirs = [tmp_path / "j1", tmp_path / "j2"]
+    opened = [open_session(gw, d, allowed=ALLOWED) for d in ledger_dirs]
+
+    async def many() -> list[str]:
+        clients = [openai.AsyncOpenAI(base_url=f"{o.base}/openai/v1", api_key="tok", max_retries=0, timeout=60)
+                   for o in opened]
+        calls = [clients[i % 2].chat.completions.create(model="gpt-test",
+                                                        messages=[{"role": "user", "content": f"n {i}"}])
+                 for i in range(200)]
+        got = await asyncio.gather(*calls)
+        return [r.choices[0].message.content or "" for r in got]
+
+    answers = asyncio.run(many())
+    assert answers == [f"answer: n {i}" for i in range(200)]
+    for o in opened:
+        o.session.close()
+        lines = o.lines()
+        assert sorted(x["seq"] for x in lines) == list(range(100))
+        assert all(x["status"] == 200 and x["usage_source"] == "provider" for x in lines)
+        spend = o.ledger.spend("candidate")
+        assert spend is not None and spend.calls == 100 and spend.input_tokens == 200
+
+
+def test_replay_serves_the_recording_and_409s_what_differs_without_touching_an_upstream(
+        stand: Standin, tmp_path: Path) -> None:
+    body = chat("gpt-test", "recorded question")
+    import hashlib
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    recorded = b'{"id": "r1", "object": "chat.completion", "created": 1, "model": "gpt-test", "choices": [' \
+               b'{"index": 0, "message": {"role": "assistant", "content": "recorded answer"}, ' \
+               b'"finish_reason": "stop"}], "usage": {"prompt_tokens": 2, "completion_tokens": 2}}'
+    sse = b'data: {"id":"r2","object":"chat.completion.chunk","created":1,"model":"gpt-test","choices":' \
+          b'[{"index":0,"delta":{"content":"streamed recorded"},"finish_reason":null}]}\n\ndata: [DONE]\n\n'
+    sbody = chat("gpt-test", "streamed", stream=True)
+    u = CallUsage(input_tokens=2, output_tokens=2)
+    replay = Replay({("t1", 0): [
+        RecordedCall("candidate", digest, 200, False, recorded, "application/json", u,
+                     {"prompt_tokens": 2, "completion_tokens": 2}, 0.25),
+        RecordedCall("candidate", "sha256:" + hashlib.sha256(sbody).hexdigest(), 200, True, sse,
+                     "text/event-stream", u, None, 0.5)]})
+    g = Gateway({"openai": gateway(stand).upstreams["openai"]}, lambda *a: 99.0, replay=replay)
+    stand.clear()
+    o = open_session(g, tmp_path / "r", allowed=("openai/gpt-test",))
+    try:
+        status, _, data = raw_call(o.port, "POST", CHAT, body)
+        assert status == 200 and data == recorded
+        status, _, data = raw_call(o.port, "POST", CHAT, body)  # served once only
+        assert status == 409 and json.loads(data)["error"]["type"] == "not_in_recording"
+        status, _, data = raw_call(o.port, "POST", CHAT, chat("gpt-test", "something else"))
+        assert status == 409
+        status, h, data = raw_call(o.port, "POST", CHAT, sbody)
+        assert status == 200 and data == sse and h["content-type"].startswith("text/event-stream")
+    finally:
+        o.session.close()
+        g.close()
+    lines = sorted(o.lines(), key=lambda x: x["seq"])
+    assert [(x["status"], x["refused"], x["usage_source"]) for x in lines] == [
+        (200, None, "replayed"), (409, "replay", None), (409, "replay", None), (200, None, "replayed")]
+    assert [x["cost_usd"] for x in lines] == [0.25, 0, 0, 0.5]  # the recording's, not re-priced
+    spend = o.ledger.spend("candidate")
+    assert spend is not None and spend.source == "replayed" and spend.cost_usd == 0.75
+    assert stand.requests() == []
+
+
+def test_the_key_is_never_in_the_ledger_the_bodies_or_the_answers(sess: Opened) -> None:
+    c = openai.OpenAI(base_url=f"{sess.base}/openai/v1", api_key="tok", max_retries=0)
+    c.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.AuthenticationError) as e:
+        c.chat.completions.create(model="fail-401", messages=[{"role": "user", "content": "x"}])
+    assert KEY not in str(e.value.body)
+    c.chat.completions.create(model="no-usage", messages=[{"role": "user", "content": "hi"}])
+    sess.session.close()
+    files = [p for p in sess.evidence.rglob("*") if p.is_file()]
+    assert len(files) >= 5
+    for p in files:
+        assert KEY.encode() not in p.read_bytes(), p
+
+
+def test_bodies_over_the_allowance_are_dropped_and_the_line_says_so(gw: Gateway, tmp_path: Path) -> None:
+    o = open_session(gw, tmp_path / "d", allowed=ALLOWED, bodies_allowance=1000)
+    try:
+        for _ in range(3):
+            assert raw_call(o.port, "POST", CHAT, chat("gpt-test"))[0] == 200
+    finally:
+        o.session.close()
+    lines = sorted(o.lines(), key=lambda x: x["seq"])
+    assert [x["bodies"] for x in lines] == ["kept", "dropped", "dropped"]
+    assert sorted(p.name for p in (o.evidence / "model").iterdir()) == ["0.request.json", "0.response.json"]
+
+
+def test_one_ledger_serves_every_role_of_an_attempt(gw: Gateway, tmp_path: Path) -> None:
+    ledger = CallLedger(tmp_path / "ev", bodies_allowance=1 << 20)
+    cand = open_session(gw, tmp_path / "ev", allowed=ALLOWED, ledger=ledger)
+    judge = open_session(gw, tmp_path / "ev", allowed=("judgeonly/gpt-test",), role="judge", ledger=ledger)
+    try:
+        assert raw_call(cand.port, "POST", CHAT, chat("gpt-test"))[0] == 200
+        assert raw_call(judge.port, "POST", "/judgeonly/v1/chat/completions", chat("gpt-test", "a b c"))[0] == 200
+        assert raw_call(judge.port, "POST", CHAT, chat("gpt-test"))[0] == 403  # not the judge's model
+    finally:
+        cand.session.close()
+        judge.session.close()
+    assert [(x["seq"], x["role"]) for x in sorted(cand.lines(), key=lambda x: x["seq"])] == [
+        (0, "candidate"), (1, "judge"), (2, "judge")]
+    c, j = ledger.spend("candidate"), ledger.spend("judge")
+    assert c is not None and j is not None and c.input_tokens == 1 and j.input_tokens == 3
+    assert ledger.spend("driver") is None
+    assert [x.seq for x in ledger.calls()] == [0, 1, 2]
+
+
+def test_an_upstreams_max_concurrent_bounds_every_session_of_the_process(stand: Standin, tmp_path: Path) -> None:
+    g = gateway(stand, max_concurrent=1)
+    opened = [open_session(g, tmp_path / f"s{i}", allowed=ALLOWED) for i in range(3)]
+    try:
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=raw_call, args=(o.port, "POST", CHAT, chat("slow-300")))
+                   for o in opened]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert time.monotonic() - t0 >= 0.85  # one at a time: 3 x 300 ms
+    finally:
+        g.close()
+    assert all(o.lines()[0]["status"] == 200 for o in opened)
+
+
+def test_a_sandbox_cannot_hold_more_than_max_open_connections(sess: Opened) -> None:
+    from evalrig.attempt.gateway.server import MAX_OPEN
+    held = [socket.create_connection(("127.0.0.1", sess.port)) for _ in range(MAX_OPEN)]
+    try:
+        time.sleep(0.3)
+        extra = socket.create_connection(("127.0.0.1", sess.port))
+        extra.settimeout(5)
+        assert extra.recv(10) == b""  # closed at once
+        extra.close()
+    finally:
+        for s in held:
+            s.close()
+    time.sleep(0.3)
+    assert raw_call(sess.port, "POST", CHAT, chat("gpt-test"))[0] == 200  # served again once they left
