@@ -13,6 +13,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from evalrig.core.digest import canonical_line, sha256_bytes
+from evalrig.models.base import format_ts
+from evalrig.models.gateway import GatewayFacts, ReplayOf
 from evalrig.models.inputs import SUITES
 from evalrig.models.run import (
     Actual,
@@ -43,6 +45,18 @@ def ckpt_id(name: str) -> str:
     return sha256_bytes(name.encode())
 
 
+@dataclass(frozen=True)
+class Call:
+    """One model call an attempt made through the gateway (docs/gateway.md), as model.jsonl records it."""
+
+    model: str = "openai/gpt-4.1-mini"  # qualified
+    input_tokens: int = 1000
+    output_tokens: int = 500
+    usage_source: str = "provider"
+    role: str = "candidate"
+    cost_usd: float | None = None  # as recorded; None: priced with the side's table as of its t_start
+
+
 @dataclass
 class Task:
     suite: str
@@ -51,6 +65,7 @@ class Task:
     wall_s: float = 1.0
     cost_source: str = "reported"  # "metered": the rig measured the cost (docs/agents.md)
     content: str | None = None  # the fresh task's content digest; by default one per task id
+    calls: list[Call] = field(default_factory=list)  # model calls of every attempt (a side with a gateway)
 
 
 @dataclass
@@ -80,6 +95,9 @@ class Side:
     network: bool = False  # every attempt had network
     network_hosts: list[str] = field(default_factory=list)  # hosts reached by every attempt
     ckpt: str | None = None  # the id of a real checkpoint directory, else a made-up one
+    gateway: GatewayFacts | None = None  # a model gateway served it: its calls are written, cost metered
+    replay_of: ReplayOf | None = None
+    max_cost_usd_per_attempt: float | None = None
 
     @property
     def checkpoint_id(self) -> str:
@@ -136,6 +154,46 @@ def _actual(r: Result, t: Task) -> Actual:
     )
 
 
+def write_model_calls(dir: Path, side: Side, r: Result, t: Task) -> Actual:
+    """The attempt's model.jsonl, written the way the gateway writes it (docs/gateway.md), and its
+    actual line with the candidate's metered spend (the sum of its calls' recorded cost)."""
+    from evalrig.core.pricing import pricer
+    from evalrig.models.gateway import CallUsage, ModelCall
+    from evalrig.models.run import RoleSpend, Spend
+
+    assert side.gateway is not None or side.replay_of is not None
+    # a replay's lines carry the recording's cost (priced here with the bare table), source "replayed"
+    price = pricer(side.gateway.prices or {} if side.gateway is not None else {})
+    lines = []
+    for seq, c in enumerate(t.calls):
+        upstream, _, model = c.model.partition("/")
+        usage = CallUsage(input_tokens=c.input_tokens, output_tokens=c.output_tokens)
+        at = T0 + timedelta(hours=2, seconds=seq)
+        cost = c.cost_usd
+        if cost is None:
+            up = side.gateway.upstreams[upstream] if side.gateway is not None else None
+            cost = price(c.model, (up.price_provider or up.api) if up is not None else upstream, usage, at)
+            assert cost is not None, c.model
+        lines.append(ModelCall(
+            seq=seq, role=c.role, upstream=upstream, model=model, api="openai-chat", stream=False,  # type: ignore[arg-type]
+            status=200, t_start=format_ts(at), t_start_ms=int(at.timestamp() * 1000), t_ms=12.5,
+            request_sha256=sha256_bytes(f"{r.attempt_id}:{seq}".encode()),
+            response_sha256=sha256_bytes(f"{r.attempt_id}:{seq}:r".encode()), usage=usage,
+            usage_source="replayed" if side.replay_of is not None else c.usage_source,  # type: ignore[arg-type]
+            cost_usd=cost))
+    evidence = dir / "attempts" / r.attempt_id
+    evidence.mkdir(parents=True, exist_ok=True)
+    (evidence / "model.jsonl").write_bytes(b"".join(canonical_line(x) for x in lines))
+    mine = [x for x in lines if x.role == "candidate"]
+    source = "replayed" if side.replay_of is not None else "metered"
+    total = sum(x.cost_usd for x in mine)
+    spend = RoleSpend(cost_usd=total, input_tokens=sum(x.usage.input_tokens for x in mine if x.usage),
+                      output_tokens=sum(x.usage.output_tokens for x in mine if x.usage), source=source,  # type: ignore[arg-type]
+                      calls=len(mine), estimated=any(x.usage_source == "estimated" for x in mine) if source == "metered" else None)
+    return _actual(r, t).model_copy(update={"cost_usd": total, "usage_source": source,
+                                            "spend": Spend(candidate=spend)})
+
+
 def _attempt_lines(results: list[Result]) -> tuple[bytes, bytes]:
     """attempts.jsonl (a start and an end line per attempt) and estimates.jsonl, as the runner writes them."""
     attempts, estimates = [], []
@@ -181,7 +239,8 @@ def write_run(dir: Path, side: Side, home: Path | None = None, full: bool = Fals
                 continue
             r = _result(side, task_id, t, rep, 1, "passed" if ok else "failed")
             results.append(r)
-            actuals.append(_actual(r, t))
+            served = side.gateway is not None or side.replay_of is not None
+            actuals.append(write_model_calls(dir, side, r, t) if served else _actual(r, t))
     # One write per file (the runner syncs every line; tests need not pay for that).
     (dir / "results.jsonl").write_bytes(b"".join(canonical_line(r) for r in results))
     (dir / "actuals.jsonl").write_bytes(b"".join(canonical_line(a) for a in actuals))
@@ -207,7 +266,9 @@ def write_run(dir: Path, side: Side, home: Path | None = None, full: bool = Fals
                                           if t.suite == "fresh"}),
         repeat=side.repeat, seed=side.seed,
         settings=RunSettings(timeout_scale=side.timeout_scale, max_retries=side.max_retries, sandbox="bwrap",
-                             tasks_dir="tasks", checkpoint_dir="ckpt", jobs=1),
+                             tasks_dir="tasks", checkpoint_dir="ckpt", jobs=1,
+                             max_cost_usd_per_attempt=side.max_cost_usd_per_attempt),
+        gateway=side.gateway, replay_of=side.replay_of,
         subset=side.subset,
         policy_pin=PolicyPin(name="default", version=1, digest=side.policy_digest) if side.policy_digest else None,
         plan_digest=sha256_bytes(b"plan"), status=side.status,

@@ -6,7 +6,8 @@ SDK exactly as an agent written for OpenAI would (the SDK takes `OPENAI_BASE_URL
 `OPENAI_API_KEY` from the environment), and writes the answer. Beside that it plays the
 attacker, writing what it found to out/hunt.json:
 - the key hunt: every environment variable, the files of HOME and /proc/*/environ it can
-  read, searched for the value of `HUNT_FOR` (the real key, named to it in the checkpoint env);
+  read, searched for the real key (told to it in two halves, `HUNT_A` and `HUNT_B`, so
+  that its own environment does not hold it whole);
 - direct network: a TCP connection to the provider's own port (`DIRECT_PORT`);
 - `CALLS` calls in all (a budget test), each call's HTTP status recorded;
 - `LEAK=1`: the canary (its variable, RELEASE_SIGNING_TOKEN) sent in the prompt.
@@ -22,7 +23,7 @@ out = os.environ["EVALRIG_OUT"]
 prompt = open(os.environ["EVALRIG_PROMPT"]).read().strip()
 hunt: dict[str, object] = {"env": sorted(os.environ), "found": [], "statuses": []}
 
-needle = os.environ.get("HUNT_FOR", "")
+needle = os.environ.get("HUNT_A", "") + os.environ.get("HUNT_B", "")
 if needle:
     for k, v in os.environ.items():
         if needle in v:

@@ -198,3 +198,26 @@ def test_a_gateway_under_process_without_root_is_refused(tmp_path: Path, evalrig
     assert p.returncode == 4, p.stderr
     assert "--gateway: under --sandbox process without root" in p.stderr, p.stderr
     assert "a gateway the agent could bypass proves nothing" in p.stderr.replace("\n", " "), p.stderr
+
+
+def test_validate_reports_gateway_forms_with_their_lines(tmp_path: Path, evalrig_home: Path) -> None:
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "checkpoint.toml").write_text('name = "x"\n[agent]\ncommand = ["python3", "a.py"]\n'
+                                        'env = { OPENAI_BASE_URL = "http://evil.example" }\n')
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "checkpoint.toml").write_text('name = "x"\n[agent]\ncommand = ["python3", "a.py"]\n'
+                                         '[models]\nallowed = ["gpt-4"]\n')
+    tasks = tmp_path / "tasks"
+    add_task(tasks, "fixed", "t1", extra="[budget]\nmax_calls = 0\n",
+             verifier='kind = "command"\ncommand = ["x"]\nmodels = true\nmodels_allowed = ["nope"]')
+    step = eval_sh(evalrig_home, "validate", "--checkpoint", ck, "--checkpoint", bad, "--tasks", tasks)
+    assert step.code == 4, step
+    toml = tasks / "fixed" / "t1" / "task.toml"
+    for said in (f"{ck / 'checkpoint.toml'}:4: agent.env.OPENAI_BASE_URL: OPENAI_BASE_URL is the model "
+                 "gateway's variable, set by the rig",
+                 f"{bad / 'checkpoint.toml'}:5: models.allowed[0]: 'gpt-4' is not <upstream>/<model>",
+                 f"{toml}:4: budget.max_calls: must be greater than 0",
+                 f"{toml}:10: verifier.models_allowed[0]: 'nope' is not <upstream>/<model>"):
+        assert said in step.stdout + step.stderr, step

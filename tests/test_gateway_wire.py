@@ -29,12 +29,6 @@ STANDIN = ROOT / "examples" / "model-standin" / "standin.py"
 AGENT = Path(__file__).with_name("gateway_agent.py")
 KEY = "sk-standin-REAL-KEY-0123456789abcdef"
 SANDBOXES = ["bwrap", "process"]
-# what the official SDK needs, copied out of the rig's venv into a folder the sandbox sees
-# (--interpreter-prefix) and the agent's uid may read; the system python3 imports it
-SDK_PACKAGES = ("openai", "httpx", "httpcore", "anyio", "sniffio", "certifi", "idna", "h11", "pydantic",
-                "pydantic_core", "typing_extensions", "typing_inspection", "annotated_types", "distro",
-                "jiter", "tqdm")
-
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the gateway needs a namespace of the sandbox's own")
 
 
@@ -44,23 +38,49 @@ def _sandbox(sandbox: str) -> str:
     return sandbox
 
 
+def _closure(name: str) -> set[str]:
+    """The distribution `name` and every one it requires (no extras), as installed."""
+    import re
+    from importlib import metadata
+
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        try:
+            dist = metadata.distribution(todo.pop())
+        except metadata.PackageNotFoundError:
+            continue  # required only where a marker says so, not here
+        key = dist.metadata["Name"].lower()
+        if key in seen:
+            continue
+        seen.add(key)
+        for req in dist.requires or []:
+            if "extra ==" in req:
+                continue
+            todo.append(re.split(r"[ ;<>=!~\[(]", req, maxsplit=1)[0])
+    return seen
+
+
 @pytest.fixture(scope="module")
 def sdk() -> Iterator[Path]:
-    import openai
+    """The official `openai` SDK and what it requires, copied out of the rig's venv into a
+    folder the sandbox is shown (--interpreter-prefix) and the agent's uid may read; the
+    system python3 (the same minor version) imports it from there (PYTHONPATH)."""
+    from importlib import metadata
 
-    site = Path(openai.__file__).parent.parent
     dest = Path(tempfile.mkdtemp(prefix="evalrig-test-sdk-"))
-    for name in SDK_PACKAGES:
-        src = site / name
-        if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
-        elif (site / f"{name}.py").is_file():
-            shutil.copyfile(site / f"{name}.py", dest / f"{name}.py")
+    for name in _closure("openai"):
+        dist = metadata.distribution(name)
+        for f in dist.files or []:
+            src = Path(str(dist.locate_file(f)))
+            if "__pycache__" in f.parts or ".." in f.parts or not src.is_file():
+                continue
+            (dest / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest / f)
     for dirpath, _dirs, files in os.walk(dest):
         os.chmod(dirpath, 0o755)
         for f in files:
             os.chmod(os.path.join(dirpath, f), 0o644)
-    os.chmod(dest, 0o755)
     yield dest
     shutil.rmtree(dest, ignore_errors=True)
 
@@ -106,7 +126,7 @@ def _gateway_file(tmp: Path, port: int) -> Path:
 
 
 def _checkpoint(root: Path, sdk: Path, port: int, **env: str) -> Path:
-    given = {"PYTHONPATH": str(sdk), "HUNT_FOR": KEY, "DIRECT_PORT": str(port), **env}
+    given = {"PYTHONPATH": str(sdk), "HUNT_A": KEY[:12], "HUNT_B": KEY[12:], "DIRECT_PORT": str(port), **env}
     env_toml = ", ".join(f'{k} = "{v}"' for k, v in given.items())
     ck = make_checkpoint(root / "ck", AGENT.read_text(), agent_toml=f"env = {{ {env_toml} }}")
     with (ck / "checkpoint.toml").open("a") as f:
@@ -291,3 +311,25 @@ def test_both_listeners_are_bound_in_one_namespace_by_a_forked_child() -> None:
     finally:
         held.kill()
         held.wait()
+
+
+def test_invariant_isolated_holds_for_a_train_that_used_only_the_gateway(
+        tmp_path: Path, sdk: Path, standin: Standin, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under bwrap, two runs whose agents called models through the gateway: no attempt
+    "had network", so the gate's `invariant.isolated` holds."""
+    from tests.redteam import run_train
+
+    _sandbox("bwrap")
+    monkeypatch.setenv("STANDIN_KEY", KEY)
+    home = tmp_path / "home"
+    champion = _checkpoint(tmp_path / "a", sdk, standin.port)
+    candidate = _checkpoint(tmp_path / "b", sdk, standin.port, CALLS="2")
+    train = run_train(home, tmp_path, champion, candidate, repeat=1,
+                      run_args=("--gateway", str(_gateway_file(tmp_path, standin.port)),
+                                "--interpreter-prefix", str(sdk)))
+    assert "gate" in train.steps, "\n".join(str(s) for s in train.steps.values())
+    decision = orjson.loads(train.decision.read_bytes())
+    [isolated] = [r for r in decision["rules"] if r["name"] == "invariant.isolated"]
+    assert isolated["held"] is True and isolated["candidate_network_attempts"] == 0, isolated
+    assert all(r["network"] is False for side in ("champion", "candidate")
+               for r in results(train.bundle(side)))

@@ -96,7 +96,8 @@ def test_an_under_reported_cost_is_not_an_efficiency_win(tmp_path: Path, evalrig
     assert eff["why"] == (  # ... and why they cannot grant, in one sentence
         "The cost route to promotion is closed: a cost win needs cost the rig metered on both sides, and both "
         "sides' cost figures are self-reported (the agents' own usage.json), which never grant, since an agent "
-        "that under-reports its cost must not win by it (the rig does not meter model spend yet).")
+        "that under-reports its cost must not win by it (cost is metered only when a model gateway serves both "
+        "runs: run --gateway FILE).")
     verdict = train.decision.with_suffix(".md").read_text()
     assert f"**Cost.** {eff['why']}" in verdict
     assert "reported by the agent itself" in verdict

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -72,10 +72,12 @@ _LOCK = threading.Lock()
 _GATEWAYS: dict[str, Gateway] = {}
 
 
-def register(use: GatewayUse, gateway: Gateway) -> None:
-    """The run's own process: the `Gateway` its setup made (with the keys `run` read)."""
+def register(use: GatewayUse, make: Callable[[], Gateway]) -> None:
+    """The run's own process: the `Gateway` its setup makes (with the keys `run` read),
+    made once."""
     with _LOCK:
-        _GATEWAYS[use.key] = gateway
+        if use.key not in _GATEWAYS:
+            _GATEWAYS[use.key] = make()
 
 
 def process_gateway(use: GatewayUse) -> Gateway:

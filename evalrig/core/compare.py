@@ -49,6 +49,7 @@ from evalrig.models.comparison import (
     TaskRow,
     TBounds,
 )
+from evalrig.models.gateway import Pricing
 from evalrig.models.inputs import SUITES, Suite
 from evalrig.models.run import RunManifest, SandboxLevel, SealEntry
 
@@ -282,6 +283,7 @@ def _side_facts(m: RunManifest, records: RunRecords, final: dict[str, ResultReco
         policy_pin=m.policy_pin, integrity=integrity,
         final_unscored=sum(f for _, f in unscored),
         unscored_counted_worst=sorted(u.trial_id for u, _ in unscored)[:1000],
+        replay_of=m.replay_of.run_id if m.replay_of is not None else None,
     )
 
 
@@ -570,7 +572,7 @@ def counted_worst(view: RunView, outcome: TrialOutcome) -> dict[str, TaskView]:
 
 
 def build_comparison(champion: RunView, candidate: RunView, history: HistoryFacts, allow_incomplete: bool,
-                     alpha: float = REPORT_ALPHA) -> Comparison:
+                     alpha: float = REPORT_ALPHA, pricing: Pricing | None = None) -> Comparison:
     """The comparison of two runs: values in, values out."""
     k = candidate.repeat
     suites = {}
@@ -600,4 +602,5 @@ def build_comparison(champion: RunView, candidate: RunView, history: HistoryFact
         champion=champion.ref, candidate=candidate.ref, repeat=k, seed=candidate.seed,
         taskset_id=candidate.taskset_id, facts=facts, suites=suites,
         calibration={"champion": calibration(champion.calibration), "candidate": calibration(candidate.calibration)},
+        pricing=pricing,
     )

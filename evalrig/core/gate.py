@@ -38,6 +38,7 @@ from evalrig.models.comparison import (
     SuiteStats,
     Verdict,
 )
+from evalrig.models.gateway import Pricing
 from evalrig.models.inputs import INVARIANT_CHECKS, InvariantCheck, PolicyFile
 from evalrig.models.run import SandboxLevel
 
@@ -85,11 +86,16 @@ def rule_complete(c: Comparison, p: PolicyFile) -> RuleResult:
         and not c.facts.tasks_only_champion
         and not c.facts.tasks_only_candidate
         and ch.repeat == ca.repeat
+        and ch.replay_of is None and ca.replay_of is None
     )
+    replays = {f"{side}_replay_of": s.replay_of for side, s in (("champion", ch), ("candidate", ca))
+               if s.replay_of is not None}
     return _rule(
         "invariant.complete", held,
         "both runs complete, not subsets, covering every suite of the task set, with the same "
-        f"tasks and k, infra errors at most {limit}",
+        f"tasks and k, infra errors at most {limit}" + (", and neither a replay (run --replay reproduces, "
+                                                       "it never decides)" if replays else ""),
+        **replays,
         champion_status=ch.status, candidate_status=ca.status,
         champion_subset=ch.subset, candidate_subset=ca.subset,
         champion_covers_taskset=_covers_taskset(ch), candidate_covers_taskset=_covers_taskset(ca),
@@ -307,19 +313,28 @@ def rule_fixed_aggregate(c: Comparison, p: PolicyFile) -> RuleResult:
 _SOURCE_WORDS = {
     "reported": "self-reported (the agents' own usage.json)",
     "missing": "missing",
-    "mixed": "partly self-reported or missing",
+    "mixed": "partly self-reported, estimated, replayed or missing",
+    "estimated": "partly the rig's own estimate (a provider that returned no usage)",
+    "replayed": "a replay's recording (run --replay reproduces, it never decides)",
     None: "not recorded",
 }
 
 
-def route_closed(metric: str, champion: str | None, candidate: str | None) -> str | None:
+def route_closed(metric: str, champion: str | None, candidate: str | None,
+                 pricing: Pricing | None = None) -> str | None:
     """Why the efficiency route cannot grant on these figures, in one sentence; None when it can.
 
     An efficiency win stands only on figures the rig measured. Wall and CPU time
     always are; cost is metered only where the rig meters model spend (a later step), never
     when the agent writes it into usage.json: an agent that under-reports its cost must not
-    win by it."""
-    if metric != "cost" or (champion == "metered" and candidate == "metered"):
+    win by it. Metered cost (the model gateway's, docs/gateway.md) may grant, priced for both
+    runs with one table: `pricing` says which, or why no one table could price them (then
+    the route is closed)."""
+    if metric != "cost":
+        return None
+    if champion == "metered" and candidate == "metered":
+        if pricing is not None and pricing.closed is not None:
+            return f"The cost route to promotion is closed: {pricing.closed}."
         return None
     if champion == candidate:
         figures = f"both sides' cost figures are {_SOURCE_WORDS.get(champion, champion)}"
@@ -328,7 +343,13 @@ def route_closed(metric: str, champion: str | None, candidate: str | None) -> st
                    f"candidate's {_SOURCE_WORDS.get(candidate, candidate)}")
     return ("The cost route to promotion is closed: a cost win needs cost the rig metered on both sides, "
             f"and {figures}, which never grant, since an agent that under-reports its cost must not win by it "
-            "(the rig does not meter model spend yet).")
+            "(cost is metered only when a model gateway serves both runs: run --gateway FILE).")
+
+
+def _priced_with(pricing: Pricing) -> str:
+    """The one price table of a comparison, as the decision and the verdict file name it."""
+    return (f"genai-prices {pricing.genai_prices} with the gateway file's prices {pricing.prices_digest}, "
+            f"as of {pricing.as_of}")
 
 
 @dataclass(frozen=True)
@@ -394,7 +415,7 @@ def fresh_rules(c: Comparison, p: PolicyFile) -> FreshRules:
         upper = math.exp(b.upper) if b is not None else None
     ratio = eff.ratio if eff is not None else None
     sources = (eff.champion_source, eff.candidate_source) if eff is not None else (None, None)
-    why = route_closed(f.efficiency_metric, *sources)
+    why = route_closed(f.efficiency_metric, *sources, pricing=c.pricing)
     worst = s.unscored_counted_worst
     if why is None and worst is not None and (worst.champion or worst.candidate):
         # docs/gate.md: a fault must not drop an expensive attempt's cost from the ratio
@@ -412,6 +433,7 @@ def fresh_rules(c: Comparison, p: PolicyFile) -> FreshRules:
         noninferior=noninferior.held, p_worse=s.p_worse, alpha=f.alpha,
         tasks_with_values=eff.n if eff else 0, tasks_missing_values=eff.missing if eff else n,
         champion_source=sources[0], candidate_source=sources[1], metered=why is None, why=why,
+        **({"priced_with": _priced_with(c.pricing)} if f.efficiency_metric == "cost" and c.pricing else {}),
     )
 
     loss = _rule(
@@ -456,9 +478,13 @@ def _verdict(
                        f"Promote: the candidate is better on the fresh suite by {_pts(s.mean_d)} "
                        f"(p = {_num(s.p_one_sided)}).")
     if promotable and fr.efficiency.held:
+        metered = ""
+        if p.fresh.efficiency_metric == "cost" and c.pricing is not None:
+            metered = (" Its cost was metered by the model gateway on every scored attempt of both runs and "
+                       f"priced with one table: {_priced_with(c.pricing)}.")
         return Outcome("promote", "efficiency",
                        f"Promote: the candidate is as good and its {p.fresh.efficiency_metric} is "
-                       f"{_num(fr.efficiency.figures()['ratio'])}x the champion's.")
+                       f"{_num(fr.efficiency.figures()['ratio'])}x the champion's.{metered}")
     if promotable and exception is not None and fr.noninferior.held:
         return Outcome("promote-maintenance", "maintenance",
                        f"Promote under the exception {exception!r}: the candidate is not worse than the "

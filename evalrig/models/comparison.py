@@ -131,10 +131,13 @@ class SideFacts(Strict):
         default_factory=list, description="Trials of this run with attempts and no scored one, sorted "
         "(the first 1000): counted worst for the candidate in every suite, a failure on the "
         "candidate's side and a pass on the champion's (docs/statistics.md).")
+    replay_of: str | None = Field(default=None, description=(
+        "run --replay: the run id whose recorded model calls this run replayed (it never satisfies "
+        "invariant.complete: a replay reproduces, it never decides); absent otherwise."))
 
     @model_serializer(mode="wrap")
     def _no_null_spend(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return without_null(handler(self), "spend")
+        return without_null(without_null(handler(self), "spend"), "replay_of")
 
 
 class HistoryFacts(Strict):

@@ -27,7 +27,7 @@ from evalrig.attempt.sandbox import (
     seccomp_why,
 )
 from evalrig.attempt.trial import scratch_base
-from evalrig.core.environment import DRIVER_RIG_SET, GATEWAY_VARS, RIG_SET
+from evalrig.core.environment import DRIVER_RIG_SET, RIG_SET
 from evalrig.core.errors import EvalrigError, Problem, invalid
 from evalrig.core.plan import Filters, OutcomeSettings, Plan, build_plan
 from evalrig.core.tomlerr import key_lines, line_of
@@ -53,7 +53,14 @@ from evalrig.store.checkpoint import (
     resolve_commands,
 )
 from evalrig.store.clock import utcnow
-from evalrig.store.gateway import ModelUse, check_models, load_gateway_file, resolve_keys
+from evalrig.store.gateway import (
+    GATEWAY_VARS_HINT,
+    ModelUse,
+    check_models,
+    gateway_var_problems,
+    load_gateway_file,
+    resolve_keys,
+)
 from evalrig.store.layout import MANIFEST
 from evalrig.store.policy import load_policy
 from evalrig.store.recording import load_recording
@@ -154,16 +161,11 @@ def _gateway_users(checkpoint: Checkpoint, tasks: Sequence[LoadedTask]) -> list[
 def refuse_gateway_vars(checkpoint: Checkpoint) -> None:
     """The rig sets the gateway's variables itself (docs/gateway.md): a checkpoint's env that
     sets one would aim the SDKs elsewhere, or shadow the rig's, so it is refused."""
-    ckpt = checkpoint.dir / CHECKPOINT_TOML
-    problems = [Problem(str(ckpt), f"{name} is the model gateway's variable, set by the rig",
-                        f"agent.env.{name}", _line(ckpt, "agent", "env", name))
-                for name in GATEWAY_VARS if name in checkpoint.spec.agent.env]
+    problems = gateway_var_problems(checkpoint)
     if problems:
         first = problems[0]
         raise invalid(first.message, file=first.file, field=first.field, line=first.line, problems=problems[1:],
-                      hint="remove it from [agent] env: the rig points the agent at the model gateway itself "
-                      f"({', '.join(GATEWAY_VARS)}), with a per-attempt token in place of any key, when "
-                      "the run is given --gateway FILE (docs/gateway.md)")
+                      hint=GATEWAY_VARS_HINT)
 
 
 def gateway_setup(s: RunSettings, checkpoint: Checkpoint, tasks: Sequence[LoadedTask], level: str,

@@ -335,7 +335,7 @@ def _reverify_gateway(inputs: Inputs, s: RunSettings) -> GatewayUse | None:
     process serves them with the Gateway its setup made."""
     use = gateway_use(inputs, s)
     if use is not None and inputs.gateway is not None:
-        modelcalls.register(use, inputs.gateway.gateway())
+        modelcalls.register(use, inputs.gateway.gateway)
     return use
 
 

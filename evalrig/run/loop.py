@@ -148,7 +148,7 @@ class Loop:
                                       settings.ray_address, leave_cluster=leave_cluster,
                                       env=_gateway_keys(inputs) if settings.executor == "ray" else None)
         if self.gateway is not None and inputs.gateway is not None and settings.executor == "local":
-            modelcalls.register(self.gateway, inputs.gateway.gateway())
+            modelcalls.register(self.gateway, inputs.gateway.gateway)
         self.free_slots = list(range(self.executor.slots - 1, -1, -1))
         self.inflight: dict[str, Launched] = {}
         # No estimate command: the estimate is "none" and needs no worker round trip.

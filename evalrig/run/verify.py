@@ -17,6 +17,9 @@ from evalrig.attempt.streams import SCAN_INCOMPLETE
 from evalrig.attempt.verifiers import verify_evidence
 from evalrig.core.episode import termination_of
 from evalrig.core.errors import Problem, invalid
+from evalrig.core.metering import spend_mismatches
+from evalrig.core.pricing import genai_prices_version, pricer
+from evalrig.models.gateway import ModelCall
 from evalrig.models.run import Result, RunManifest
 from evalrig.run.lifecycle import register_finished, scratch_dir
 from evalrig.store import layout
@@ -31,6 +34,7 @@ from evalrig.store.bundle import (
     unfinished_state,
 )
 from evalrig.store.checkpoint import refuse_version_clash, register_seal
+from evalrig.store.jsonl import read_records
 from evalrig.store.ledger import registrations_of
 from evalrig.store.signing import keyring
 from evalrig.store.tasks import LoadedTask, load_taskset
@@ -102,6 +106,7 @@ def verify_run(dir: Path, home: Path | None = None) -> VerifyReport:
     rederived, verdict_problems = rederive(dir, b)
     problems += verdict_problems
     problems += termination_problems(dir, b)
+    problems += metered_problems(dir, b)
     if problems:
         raise invalid(f"{len(problems)} mismatch(es) in the run bundle", file=dir,
                       problems=problems,
@@ -114,6 +119,36 @@ def verify_run(dir: Path, home: Path | None = None) -> VerifyReport:
             refuse_unlike_registration(dir, b.manifest, home, mine[0].manifest_digest)
     return VerifyReport(results=len(b.results), rederived=rederived, files=len(b.manifest.files),
                         manifest=b.manifest)
+
+
+def metered_problems(dir: Path, b: RunBundle) -> list[Problem]:
+    """Every gateway call's cost priced again from its line's usage with the run's table as
+    of its t_start, and each attempt's metered candidate spend summed again from its lines
+    (docs/gateway.md, "Evidence"). Where the installed genai-prices is not the one that
+    priced the run, only the calls `[prices]` priced can be checked (the table's are its)."""
+    facts = b.manifest.gateway
+    if facts is None:
+        return []
+    price = pricer(facts.prices or {})
+    check_table = genai_prices_version() == facts.genai_prices
+    spend = {}
+    for a in b.actuals:
+        cand = a.spend.candidate if a.spend is not None else None
+        if cand is not None and cand.source == "metered":
+            spend[a.attempt_id] = cand.cost_usd
+    out = []
+    for aid in dict.fromkeys(r.attempt_id for r in b.results):
+        path = dir / layout.ATTEMPTS_DIR / aid / layout.MODEL_JSONL
+        lines = read_records(path, ModelCall).records
+        for m in spend_mismatches(aid, lines, facts, price, spend.get(aid), check_table):
+            if m.seq is None:
+                out.append(Problem(str(dir / layout.ACTUALS_JSONL), f"attempt {aid}: the metered candidate spend "
+                                   f"{m.recorded} is not the sum of its model.jsonl lines ({m.derived})"))
+            else:
+                derived = "unpriced" if m.derived is None else m.derived
+                out.append(Problem(str(path), f"attempt {aid}, call seq {m.seq}: cost_usd {m.recorded} is not "
+                                   f"its usage priced with the run's table as of its t_start ({derived})"))
+    return out
 
 
 def evidence_problems(dir: Path, b: RunBundle) -> list[Problem]:

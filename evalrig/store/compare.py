@@ -5,26 +5,40 @@ bundle; and read a comparison bundle back, verified.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
 from evalrig.core import report
-from evalrig.core.compare import RunView, build_comparison, history_check, run_view
+from evalrig.core.compare import RunRecords, RunView, build_comparison, history_check, run_view
 from evalrig.core.digest import loads, pretty_json, sha256_bytes
 from evalrig.core.errors import EvalrigError, Incomplete, UsageError, invalid
+from evalrig.core.metering import one_table, repriced
+from evalrig.core.outcomes import final_of
+from evalrig.core.pricing import Pricer, genai_prices_version, pricer
 from evalrig.core.words import count
+from evalrig.models.base import format_ts
 from evalrig.models.comparison import (
     Comparison,
     ComparisonManifest,
     Integrity,
 )
-from evalrig.models.run import RunManifest
+from evalrig.models.gateway import GatewayFacts, ModelCall, Pricing
+from evalrig.models.run import RunManifest, SealEntry
 from evalrig.store import bundle
 from evalrig.store.checkpoint import registered_seal
 from evalrig.store.comparison_file import RECOMPARE_HINT
 from evalrig.store.files import read_json, write_bytes_atomic, write_json_atomic
-from evalrig.store.layout import COMPARISON_JSON, COMPARISON_MD, HISTORY, MANIFEST
+from evalrig.store.jsonl import read_records
+from evalrig.store.layout import (
+    ATTEMPTS_DIR,
+    COMPARISON_JSON,
+    COMPARISON_MD,
+    HISTORY,
+    MANIFEST,
+    MODEL_JSONL,
+)
 from evalrig.store.ledger import registered_run, runs_path
 from evalrig.store.runlines import RUN_LINE_FILES, no_gc, read_run_lines
 from evalrig.store.tasks import load_taskset
@@ -39,6 +53,10 @@ class LoadedRun:
     view: RunView
     manifest: RunManifest
     history: bytes | None
+    dir: Path | None = None
+    records: RunRecords | None = None
+    integrity: Integrity | None = None
+    seal: SealEntry | None = None
 
 
 def _major_minor(version: str) -> str:
@@ -111,7 +129,8 @@ def load_side(dir: Path, home: Path, allow_incomplete: bool) -> LoadedRun:
         history = kept[HISTORY] or b""
     seal = registered_seal(home, manifest.checkpoint.id)
     view = run_view(manifest, lines.records, integrity, seal, bundle.bundle_digest(dict(manifest.files)))
-    return LoadedRun(view=view, manifest=manifest, history=history)
+    return LoadedRun(view=view, manifest=manifest, history=history, dir=dir, records=lines.records,
+                     integrity=integrity, seal=seal)
 
 
 def refuse_unregistered(dir: Path, manifest: RunManifest, home: Path) -> None:
@@ -192,7 +211,7 @@ def check_pairable(champion: LoadedRun, candidate: LoadedRun, champ_dir: Path, c
             file=str(cand_dir / MANIFEST), field="taskset.id",
             hint="pair only runs of one train: run both sides on the same task folder (--tasks)",
         )
-    checks = [
+    checks: list[tuple[str, str, object, object]] = [
         ("repeat", "--repeat", a.repeat, b.repeat),
         ("seed", "--seed", a.seed, b.seed),
         ("settings.timeout_scale", "--timeout-scale", a.settings.timeout_scale, b.settings.timeout_scale),
@@ -201,6 +220,18 @@ def check_pairable(champion: LoadedRun, candidate: LoadedRun, champ_dir: Path, c
          b.policy_pin.digest if b.policy_pin else None),
         ("rig_version", "rig versions (major.minor)", _major_minor(a.rig_version), _major_minor(b.rig_version)),
     ]
+    checks += [
+        ("settings.max_cost_usd_per_attempt", "--max-cost-usd-per-attempt budgets",
+         a.settings.max_cost_usd_per_attempt, b.settings.max_cost_usd_per_attempt),
+        ("settings.max_cost_usd", "--max-cost-usd budgets", a.settings.max_cost_usd, b.settings.max_cost_usd),
+        ("settings.interpreter_prefixes", "--interpreter-prefix", sorted(a.settings.interpreter_prefixes),
+         sorted(b.settings.interpreter_prefixes)),
+        ("replay_of", "replays (one replayed another run's model calls, the other called upstreams)",
+         a.replay_of is not None, b.replay_of is not None),
+    ]
+    if a.gateway is not None and b.gateway is not None:
+        checks.append(("gateway.upstreams", "model gateway upstreams (api, base_url)",
+                       _upstreams(a.gateway), _upstreams(b.gateway)))
     shown = {"policy_pin.digest": (_pin(a), _pin(b))}
     for fieldpath, what, x, y in checks:
         if x != y:
@@ -211,6 +242,43 @@ def check_pairable(champion: LoadedRun, candidate: LoadedRun, champ_dir: Path, c
                 hint="pair only runs of one train: rerun one side with the other's settings"
                 + (" (the same --policy file)" if fieldpath == "policy_pin.digest" else ""),
             )
+
+
+def _upstreams(facts: GatewayFacts) -> dict[str, tuple[str, str]]:
+    return {name: (u.api, u.base_url) for name, u in sorted(facts.upstreams.items())}
+
+
+def _model_lines(dir: Path, attempt_ids: list[str]) -> dict[str, list[ModelCall]]:
+    """Each attempt's model.jsonl lines (verified with the bundle's other files)."""
+    return {aid: read_records(dir / ATTEMPTS_DIR / aid / MODEL_JSONL, ModelCall).records for aid in attempt_ids}
+
+
+def _repriced(side: LoadedRun, price: Pricer, as_of: datetime) -> LoadedRun:
+    """The run with every final attempt's cost priced again with compare's one table."""
+    assert side.records is not None and side.dir is not None and side.integrity is not None
+    facts = side.manifest.gateway
+    assert facts is not None
+    final = sorted(r.attempt_id for r in final_of(side.records.results).values())
+    costs = repriced(_model_lines(side.dir, final), facts, price, as_of)
+    actuals = dict(side.records.actuals)
+    for aid, cost in costs.items():
+        if aid in actuals:
+            actuals[aid] = actuals[aid]._replace(cost_usd=cost.cost_usd, usage_source=cost.source)
+    records = RunRecords(results=side.records.results, actuals=actuals, estimates=side.records.estimates)
+    view = run_view(side.manifest, records, side.integrity, side.seal, bundle.bundle_digest(dict(side.manifest.files)))
+    return replace(side, view=view, records=records)
+
+
+def one_price_table(champion: LoadedRun, candidate: LoadedRun) -> tuple[LoadedRun, LoadedRun, Pricing | None]:
+    """Both runs' metered calls priced with one table (docs/gateway.md, "Cost that decides"):
+    the genai-prices installed now, the runs' [prices], as of the candidate run's created_at."""
+    a, b = champion.manifest.gateway, candidate.manifest.gateway
+    as_of = candidate.manifest.created_at
+    pricing = one_table(a, b, genai_prices_version(), format_ts(as_of))
+    if pricing is None or pricing.closed is not None or b is None:
+        return champion, candidate, pricing
+    price = pricer(b.prices or {})
+    return _repriced(champion, price, as_of), _repriced(candidate, price, as_of), pricing
 
 
 def compare_bundles(champ_dir: Path, cand_dir: Path, out_dir: Path, home: Path,
@@ -229,8 +297,9 @@ def _compare_bundles(champ_dir: Path, cand_dir: Path, out_dir: Path, home: Path,
     champion = load_side(champ_dir, home, allow_incomplete)
     candidate = load_side(cand_dir, home, allow_incomplete)
     check_pairable(champion, candidate, champ_dir, cand_dir)
+    champion, candidate, pricing = one_price_table(champion, candidate)
     history = history_check(champion.history, candidate.history)
-    comparison = build_comparison(champion.view, candidate.view, history, allow_incomplete)
+    comparison = build_comparison(champion.view, candidate.view, history, allow_incomplete, pricing=pricing)
     runs: dict[Literal["champion", "candidate"], str] = {"champion": str(champ_dir.resolve()),
                                                          "candidate": str(cand_dir.resolve())}
     names = {side.manifest.checkpoint.id: side.manifest.checkpoint.name for side in (champion, candidate)}

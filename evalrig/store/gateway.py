@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from evalrig.core.digest import sha256_bytes
+from evalrig.core.environment import GATEWAY_VARS
 from evalrig.core.errors import Problem, invalid
 from evalrig.core.pricing import genai_prices_version, is_priced, price_provider, prices_digest
 from evalrig.core.tomlerr import (
@@ -28,6 +29,11 @@ from evalrig.core.tomlerr import (
 )
 from evalrig.models.gateway import GatewayFacts, GatewayFile, Upstream, UpstreamFacts, split_model
 from evalrig.models.inputs import Role
+from evalrig.store.checkpoint import CHECKPOINT_TOML, Checkpoint
+
+GATEWAY_VARS_HINT = ("remove it from [agent] env: the rig points the agent at the model gateway itself "
+                     f"({', '.join(GATEWAY_VARS)}), with a per-attempt token in place of any key, when the "
+                     "run is given --gateway FILE (docs/gateway.md)")
 
 _HINT = "fix the gateway file (evalrig schema gateway shows the format; docs/gateway.md)"
 
@@ -138,3 +144,17 @@ def check_models(gw: LoadedGateway, uses: Sequence[ModelUse], as_of: datetime) -
     if problems:
         raise_problems(problems, hint="a call the rig cannot route or price would leave cost unmeasured: "
                        "fix the gateway file or the model names (docs/gateway.md)")
+
+
+def gateway_var_problems(checkpoint: Checkpoint) -> list[Problem]:
+    """Each of the gateway's variables the checkpoint's env sets (`run` refuses them; `validate`
+    lists them): the rig sets them itself, so a checkpoint that does would aim the SDKs
+    elsewhere or shadow the rig's."""
+    path = checkpoint.dir / CHECKPOINT_TOML
+    try:
+        index = key_lines(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        index = {}
+    return [Problem(str(path), f"{name} is the model gateway's variable, set by the rig", f"agent.env.{name}",
+                    line_of(index, ("agent", "env", name)))
+            for name in GATEWAY_VARS if name in checkpoint.spec.agent.env]

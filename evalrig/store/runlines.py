@@ -108,7 +108,7 @@ def _result_line(d: Line) -> ResultRecord:
     )
 
 
-_SOURCES = ("metered", "reported", "missing")
+_SOURCES = ("metered", "reported", "missing", "replayed")
 
 
 def _int_or_none(d: Line, key: str) -> int | None:

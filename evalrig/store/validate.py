@@ -146,6 +146,9 @@ def check_checkpoint(dir: Path, home: Path, report: Report, prefixes: Sequence[P
         report.problems += error_problems(e)
         return
     report.count("checkpoints")
+    from evalrig.store.gateway import gateway_var_problems
+
+    report.problems += gateway_var_problems(ckpt)
     if status.entry is not None:
         if status.matched == 1:
             report.warnings.append(Problem(

@@ -306,7 +306,7 @@ class _Run:
             containment=self.plan.containment,
             level=spec.level,
             network=spec.network,
-            egress=egress.records() if egress is not None else None,
+            egress=egress.records() if egress is not None and egress.allow is not None else None,
             egress_hosts=tuple(egress.hosts()) if egress is not None else (),
             streams_s=self.streams_s,
         )
