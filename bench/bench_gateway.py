@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STANDIN = ROOT / "examples" / "model-standin" / "standin.py"
 KEY = "sk-bench-key"
 MODEL = "gpt-bench"
+STANDIN_PORT = [0]
 
 _RIG = r"""
 import socket, sys, tempfile
@@ -64,15 +65,13 @@ for cmd in sys.stdin:
         print(" ".join(map(str, ports)), flush=True)
     elif parts[0] == "rss":
         print(f"{rss():.1f}", flush=True)
-    elif parts[0] == "lines":
-        print(sum(len((work / f"a{i}" / "model.jsonl").read_bytes().splitlines())
-                  for i in range(len(sessions)) if (work / f"a{i}" / "model.jsonl").exists()), flush=True)
-    elif parts[0] == "quit":
+    elif parts[0] == "quit":  # closing waits for every call's line; then count them
         for s in sessions:
             s.close()
         gw.close()
+        print(sum(len((work / f"a{i}" / "model.jsonl").read_bytes().splitlines())
+                  for i in range(len(sessions)) if (work / f"a{i}" / "model.jsonl").exists()), flush=True)
         import shutil; shutil.rmtree(work, ignore_errors=True)
-        print("bye", flush=True)
         break
 """
 
@@ -86,6 +85,8 @@ class Conn:
     """A keep-alive HTTP/1.1 connection: one request at a time, the response read whole (or
     to its first SSE event)."""
 
+    made = [0, 0]  # calls made (direct, through the gateway)
+
     def __init__(self, port: int, path: str, auth: str) -> None:
         self.port, self.path, self.auth = port, path, auth
         self.r: asyncio.StreamReader | None = None
@@ -95,6 +96,7 @@ class Conn:
         """(seconds to the first body byte of an SSE event or the whole body, seconds to the end)."""
         if self.w is None:
             self.r, self.w = await asyncio.open_connection("127.0.0.1", self.port)
+        Conn.made[self.port != STANDIN_PORT[0]] += 1
         assert self.r is not None
         t0 = time.perf_counter()
         self.w.write(f"POST {self.path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -204,9 +206,8 @@ async def main_async(args: argparse.Namespace, standin_port: int, rig: Rig) -> N
         await load(tconns, step)
         done += step
     after = float(rig.ask("rss"))
-    lines = rig.ask("lines")
     print(f"rig RSS over {args.rss_calls} more calls: {before:.1f} -> {after:.1f} MB "
-          f"(+{after - before:.1f} MB; goal <= 50); model.jsonl lines written: {lines}")
+          f"(+{after - before:.1f} MB; goal <= 50)")
     for c in dconns + tconns:
         c.close()
 
@@ -228,14 +229,17 @@ def main() -> None:
             while not port_file.exists():
                 time.sleep(0.02)
             port = int(port_file.read_text())
+            STANDIN_PORT[0] = port
             rig = Rig(port)
             print(f"bench_gateway: os.cpu_count()={os.cpu_count()}, load average {os.getloadavg()[0]:.1f} "
                   "(a shared machine: other work runs beside)")
             asyncio.run(main_async(args, port, rig))
         finally:
             if rig is not None:
-                rig.ask("quit")
-                rig.p.wait(30)
+                lines = rig.ask("quit")
+                rig.p.wait(60)
+                print(f"model.jsonl lines after the sessions closed: {lines} for {Conn.made[1]} calls "
+                      "through the gateway (every call recorded)")
             standin.terminate()
             standin.wait(10)
 

@@ -21,7 +21,7 @@ from evalrig.models.gateway import Budget, CallUsage
 from tests.gateway_kit import KEY, Opened, Standin, gateway, open_session, raw_call, standin
 
 NEEDLE = b"CANARY-7f3a9c-needle"
-ALLOWED = ("openai/gpt-test", "anthropic/claude-test", "openai/fail-500", "openai/fail-401",
+ALLOWED = ("openai/fail-401+echo-key", "anthropic/fail-401+echo-key", "openai/gpt-test", "anthropic/claude-test", "openai/fail-500", "openai/fail-401",
            "openai/fail-429", "anthropic/fail-429", "openai/fail-403", "openai/reset", "openai/slow-5000",
            "openai/half-stream", "anthropic/half-stream", "openai/slow-400", "openai/slow-300",
            "anthropic/slow-300", "openai/slow-2000", "judgeonly/gpt-test", "openai/no-usage")
@@ -330,6 +330,11 @@ def test_the_key_is_never_in_the_ledger_the_bodies_or_the_answers(sess: Opened) 
     with pytest.raises(openai.AuthenticationError) as e:
         c.chat.completions.create(model="fail-401", messages=[{"role": "user", "content": "x"}])
     assert KEY not in str(e.value.body)
+    with pytest.raises(openai.AuthenticationError) as e:  # a provider that quotes the key it got
+        c.chat.completions.create(model="fail-401+echo-key", messages=[{"role": "user", "content": "x"}])
+    assert "Bearer [key]" in str(e.value.body) and KEY not in str(e.value.body)
+    status, _, data = raw_call(sess.port, "POST", MSGS, msg("fail-401+echo-key"))
+    assert status == 401 and b"[key]" in data and KEY.encode() not in data
     c.chat.completions.create(model="no-usage", messages=[{"role": "user", "content": "hi"}])
     sess.session.close()
     files = [p for p in sess.evidence.rglob("*") if p.is_file()]
@@ -366,7 +371,7 @@ def test_one_ledger_serves_every_role_of_an_attempt(gw: Gateway, tmp_path: Path)
     c, j = ledger.spend("candidate"), ledger.spend("judge")
     assert c is not None and j is not None and c.input_tokens == 1 and j.input_tokens == 3
     assert ledger.spend("driver") is None
-    assert [x.seq for x in ledger.calls()] == [0, 1, 2]
+    assert sorted(x.seq for x in ledger.calls()) == [0, 1, 2]  # lines land as calls end, not by seq
 
 
 def test_an_upstreams_max_concurrent_bounds_every_session_of_the_process(stand: Standin, tmp_path: Path) -> None:
@@ -400,3 +405,103 @@ def test_a_sandbox_cannot_hold_more_than_max_open_connections(sess: Opened) -> N
             s.close()
     time.sleep(0.3)
     assert raw_call(sess.port, "POST", CHAT, chat("gpt-test"))[0] == 200  # served again once they left
+
+
+def test_the_sdks_do_not_retry_a_refusal_by_themselves(gw: Gateway, tmp_path: Path) -> None:
+    """An exhausted budget (429) or a request not in the recording (409) would be refused
+    again: the answer says so (`x-should-retry: false`), so the SDK's default retries do not
+    turn one refusal into three lines."""
+    o = open_session(gw, tmp_path / "n", allowed=ALLOWED, budget=Budget(max_calls=1))
+    try:
+        c = openai.OpenAI(base_url=f"{o.base}/openai/v1", api_key="tok", max_retries=2, timeout=20)
+        c.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "x"}])
+        with pytest.raises(openai.RateLimitError) as e:
+            c.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "x"}])
+        assert e.value.response.headers["x-should-retry"] == "false"
+        a = anthropic.Anthropic(base_url=f"{o.base}/anthropic", api_key="tok", max_retries=2, timeout=20)
+        with pytest.raises(anthropic.RateLimitError):
+            a.messages.create(model="claude-test", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    finally:
+        o.session.close()
+    assert [x["refused"] for x in sorted(o.lines(), key=lambda x: x["seq"])] == [None, "budget", "budget"]
+
+
+_RIG = r"""
+import socket, sys
+from pathlib import Path
+from evalrig.attempt.gateway import CallLedger, Gateway, Grant, UpstreamConn
+port, key, evidence = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+gw = Gateway({"openai": UpstreamConn("openai", "openai", f"http://127.0.0.1:{port}/v1", key, 64,
+                                     ("candidate",), "", 30.0)}, lambda *a: 0.0)
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(64)
+gw.open(s, Grant("candidate", frozenset({"openai/gpt-test", "openai/slow-200"}), None, (), ("t", 0)),
+        CallLedger(evidence, bodies_allowance=1 << 30))
+print(s.getsockname()[1], flush=True)
+sys.stdin.read()
+"""
+
+
+def test_kill_9_of_the_rig_mid_call_leaves_each_line_whole_or_absent(stand: Standin, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from evalrig.models.gateway import ModelCall
+    from evalrig.store.jsonl import read_records
+    from tests.gateway_kit import ROOT
+
+    evidence = tmp_path / "ev"
+    evidence.mkdir()
+    rig = subprocess.Popen([sys.executable, "-c", _RIG, str(stand.port), KEY, str(evidence)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        assert rig.stdout is not None
+        port = int(rig.stdout.readline())
+
+        def caller(i: int) -> None:
+            try:
+                raw_call(port, "POST", CHAT, chat("gpt-test" if i % 2 else "slow-200", f"call {i}"))
+            except OSError:
+                pass  # the rig died under it
+
+        threads = [threading.Thread(target=caller, args=(i,)) for i in range(40)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        rig.send_signal(signal.SIGKILL)
+        for t in threads:
+            t.join(30)
+    finally:
+        rig.kill()
+        rig.wait(10)
+    got = read_records(evidence / "model.jsonl", ModelCall)
+    assert got.torn_line is None  # every line whole (one synced write each); the cut calls are absent
+    assert 0 < len(got.records) < 40
+    assert len({r.seq for r in got.records}) == len(got.records)
+
+
+def test_calls_still_waiting_for_a_slot_when_the_sandbox_ends_are_not_forwarded(
+        gw: Gateway, tmp_path: Path, stand: Standin) -> None:
+    stand.clear()
+    o = open_session(gw, tmp_path / "w", allowed=ALLOWED)
+    threads = [threading.Thread(target=lambda: _swallow(raw_call, o.port, "POST", CHAT, chat("slow-2000")))
+               for _ in range(IN_FLIGHT + 3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    o.session.close()  # 4 in flight are read to their end; the 3 waiting never leave
+    for t in threads:
+        t.join(30)
+    lines = o.lines()
+    assert len(lines) == IN_FLIGHT + 3
+    assert sorted(x["status"] for x in lines) == [200] * IN_FLIGHT + [503] * 3
+    assert len(stand.requests()) == IN_FLIGHT
+
+
+def _swallow(fn, *args):  # type: ignore[no-untyped-def]
+    try:
+        fn(*args)
+    except OSError:
+        pass

@@ -29,6 +29,7 @@ with no other channel: the model is split on "+" and each part may be
     half-stream     stop after part of the response (streamed: no usage, no end event;
                     not streamed: fewer bytes than Content-Length), then close
     no-usage        leave usage out of the response (and the stream)
+    echo-key        with fail-<status>: the error message quotes the key the request carried
     cached-<n>      report <n> cached input tokens (Anthropic: cache read) on top of the count
     written-<n>     Anthropic: report <n> cache-creation input tokens
 e.g. "gpt-4.1-mini", "fail-429", "slow-300+no-usage".
@@ -170,7 +171,7 @@ def modes_of(model: Any) -> dict[str, str]:
         for name in ("fail-", "slow-", "cached-", "written-"):
             if part.startswith(name):
                 out[name[:-1]] = part[len(name):]
-        if part in ("reset", "half-stream", "no-usage"):
+        if part in ("reset", "half-stream", "no-usage", "echo-key"):
             out[part] = ""
     return out
 
@@ -303,8 +304,11 @@ class Handler(BaseHTTPRequestHandler):
             return self._reset()
         if "fail" in modes:
             status = _int(modes["fail"], 500)
+            said = ""
+            if "echo-key" in modes:  # as a provider that quotes the key it was given
+                said = " (you sent " + (self.headers.get("Authorization") or self.headers.get("x-api-key") or "") + ")"
             return self._error(kind, status if 400 <= status <= 599 else 500,
-                               f"stand-in fault: status {status}")
+                               f"stand-in fault: status {status}{said}")
         msgs = messages_of(body, kind)
         last_user = next((t for r, t in reversed(msgs) if r in ("user", "tool")), "")
         prompt_tokens = max(1, sum(words(t) for _, t in msgs))

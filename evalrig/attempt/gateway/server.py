@@ -49,8 +49,11 @@ SCAN_CPU_S = 5.0
 FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent", "anthropic-version", "anthropic-beta",
                      "OpenAI-Beta")
 """The only request headers passed to an upstream (and scanned); the rig adds the key."""
-MAX_OPEN = 64
-"""Connections one sandbox may hold open at once; more are closed as they arrive."""
+MAX_OPEN = 256
+"""Connections one sandbox may hold open at once (an agent may well make a hundred calls at
+once: they wait for one of its 4 slots); more are closed as they arrive."""
+_RETRY_HEADERS = ("retry-after", "retry-after-ms", "x-should-retry")
+"""An upstream's advice on retrying, passed back with its error (the agent's SDK reads it)."""
 _OPEN_TIMEOUT_S = 10.0
 _CLOSE_GRACE_S = 1.0
 
@@ -146,6 +149,7 @@ class _Line:
     role: Role
     t_start: datetime
     t0: float
+    t_end: float | None = None
     upstream: str | None = None
     model: str | None = None
     api: CallApi | None = None
@@ -170,7 +174,7 @@ class _Line:
             seq=self.seq, role=self.role, upstream=self.upstream, model=self.model, api=self.api,
             stream=self.stream, status=self.status, t_start=format_ts(self.t_start),
             t_start_ms=int(self.t_start.timestamp() * 1000),
-            t_ms=round((time.perf_counter() - self.t0) * 1000, 3),
+            t_ms=round(((self.t_end or time.perf_counter()) - self.t0) * 1000, 3),
             request_sha256=self.request_sha256, response_sha256=self.response_sha256,
             usage=self.usage, usage_raw=self.usage_raw,
             usage_source=self.usage_source,  # type: ignore[arg-type]
@@ -243,6 +247,7 @@ class Session:
         finally:
             if not responded.done():
                 responded.set_result(web.Response(status=500))
+        line.t_end = time.perf_counter()
         await asyncio.get_running_loop().run_in_executor(self.gw.write_pool, self._record, line)
 
     async def _steps(self, request: web.BaseRequest, responded: asyncio.Future[web.StreamResponse],
@@ -289,6 +294,11 @@ class Session:
             return await self._refuse(request, responded, line, shape, "feature", problem)
         provider = up.price_provider or up.api
         async with self.book.slots:
+            if self._closed:  # the sandbox is gone: a call still waiting for a slot is not forwarded
+                line.error = "the attempt ended before the call was forwarded"
+                return await self._answer(request, responded, line, 503, error_body(
+                    shape, "api_error" if shape == "anthropic" else "server_error",
+                    "evalrig gateway: the attempt ended"))
             in_count = (len(body) + 3) // 4
             max_out = max_output_tokens(obj)
             reserve = CallUsage(input_tokens=in_count, output_tokens=max_out or 0)
@@ -376,20 +386,22 @@ class Session:
                     ctype = r.headers.get("Content-Type", "application/json")
                     line.status = r.status
                     if r.status >= 400 or r.status < 200:
-                        payload = await r.read()
+                        payload = _without_key(await r.read(), up.key)
                         line.upstream_fault = r.status in (401, 403, 429) or r.status >= 500
                         line.error = f"upstream {up.name} answered {r.status}"
                         if not _is_json_object(payload):
                             payload = error_body(shape, "api_error" if shape == "anthropic" else "server_error",
                                                  f"upstream {up.name} answered {r.status}")
                             ctype = "application/json"
-                        return await self._answer(request, responded, line, r.status, payload, ctype)
+                        passed = {h: v for h in _RETRY_HEADERS if (v := r.headers.get(h)) is not None}
+                        return await self._answer(request, responded, line, r.status, payload, ctype,
+                                                  extra=passed)
                     if "text/event-stream" in ctype:
                         su = StreamUsage(line.api)
                         prepared = await self._stream(request, responded, line, r, ctype, su)
                         line.usage, line.usage_raw = su.usage(), su.raw
                     else:
-                        payload = await r.read()
+                        payload = _without_key(await r.read(), up.key)
                         line.usage, line.usage_raw = from_body(line.api, payload)
                         await self._answer(request, responded, line, r.status, payload, ctype)
             except TimeoutError:
@@ -477,15 +489,17 @@ class Session:
         line.refused = refused
         line.error = message[:300]
         status, payload = refusal(shape, refused, message)
-        await self._answer(request, responded, line, status, payload, close=close)
+        # the official SDKs retry a 409 or 429 by themselves: a refusal would only be refused again
+        await self._answer(request, responded, line, status, payload, close=close,
+                           extra={"x-should-retry": "false"})
 
     async def _answer(self, request: web.BaseRequest, responded: asyncio.Future[web.StreamResponse],
                       line: _Line, status: int, payload: bytes, ctype: str = "application/json", *,
-                      close: bool = False) -> None:
+                      close: bool = False, extra: Mapping[str, str] | None = None) -> None:
         """Send a whole response now (so the caller has it before the line is written)."""
         line.status = status
         line.response, line.response_sha256 = payload, sha256_bytes(payload)
-        resp = web.Response(status=status, body=payload, headers={"Content-Type": ctype})
+        resp = web.Response(status=status, body=payload, headers={"Content-Type": ctype, **(extra or {})})
         if close:
             resp.force_close()
         try:
@@ -532,6 +546,14 @@ def _priced(price: Pricer, qualified: str, provider: str, usage: CallUsage, as_o
         return price(qualified, provider, usage, as_of)
     except Exception:  # noqa: BLE001
         return None
+
+
+def _without_key(payload: bytes, key: str | None) -> bytes:
+    """An upstream's answer with the key it was sent blotted out, should it quote it (some
+    providers' 401s do): the key never reaches the agent or the evidence."""
+    if key and key.encode() in payload:
+        return payload.replace(key.encode(), b"[key]")
+    return payload
 
 
 def _is_json_object(data: bytes) -> bool:
