@@ -139,8 +139,9 @@ def test_a_gateway_run_records_its_facts_and_never_the_key(tmp_path: Path, evalr
     assert manifest["gateway"] == {
         "file_digest": sha256_bytes(gw.read_bytes()), "genai_prices": genai_prices_version(),
         "prices_digest": prices_digest(spec.prices),
-        "upstreams": {"local": {"api": "openai", "base_url": "http://127.0.0.1:11434/v1"},
-                      "openai": {"api": "openai", "base_url": "https://api.openai.com/v1"}}}
+        "upstreams": {"local": {"api": "openai", "base_url": "http://127.0.0.1:11434/v1", "price_provider": "openai"},
+                      "openai": {"api": "openai", "base_url": "https://api.openai.com/v1", "price_provider": "openai"}},
+        "prices": {"local/qwen3:8b": {"input": 0.0, "output": 0.0}}}
     assert manifest["settings"]["gateway"] == str(gw.resolve())
     assert manifest["settings"]["max_cost_usd_per_attempt"] == 0.5
     assert manifest["settings"]["max_cost_usd"] == 3
@@ -221,3 +222,23 @@ def test_validate_reports_gateway_forms_with_their_lines(tmp_path: Path, evalrig
                  f"{toml}:4: budget.max_calls: must be greater than 0",
                  f"{toml}:10: verifier.models_allowed[0]: 'nope' is not <upstream>/<model>"):
         assert said in step.stdout + step.stderr, step
+
+
+def test_replay_takes_only_a_registered_verified_recording_of_this_checkpoint(
+        tmp_path: Path, evalrig_home: Path) -> None:
+    ck = _checkpoint(tmp_path / "rec", None)
+    other = _checkpoint(tmp_path / "other", None, env='env = { X = "1" }')
+    for c in (ck, other):
+        assert eval_sh(evalrig_home, "seal", c).code == 0
+    tasks = _tasks(tmp_path / "tasks")
+    rec = tmp_path / "recording"
+    assert _run(evalrig_home, ck, tasks, rec, "--sandbox", "process").code == 0
+    step = _run(evalrig_home, other, tasks, tmp_path / "r1", "--sandbox", "process", "--replay", rec)
+    assert step.code == 4, step
+    assert f"{rec / 'manifest.json'}: checkpoint.id: --replay: the recording evaluated checkpoint" in step.stderr, step
+    both = _run(evalrig_home, ck, tasks, tmp_path / "r2", "--replay", rec, "--gateway", _gateway(tmp_path))
+    assert both.code == 2 and "--gateway and --replay: give one" in both.stderr, both
+    (rec / "results.jsonl").write_bytes((rec / "results.jsonl").read_bytes() + b"\n")
+    step = _run(evalrig_home, ck, tasks, tmp_path / "r3", "--sandbox", "process", "--replay", rec)
+    assert step.code == 4 and "--replay: does not verify" in step.stderr, step
+    assert not (tmp_path / "r3" / "manifest.json").exists()

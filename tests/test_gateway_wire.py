@@ -115,10 +115,10 @@ def standin(tmp_path: Path) -> Iterator[Standin]:
         proc.wait()
 
 
-def _gateway_file(tmp: Path, port: int) -> Path:
+def _gateway_file(tmp: Path, port: int, roles: str = '["candidate"]') -> Path:
     path = tmp / "gateway.toml"
     path.write_text(f'[upstreams.openai]\napi = "openai"\nbase_url = "http://127.0.0.1:{port}/v1"\n'
-                    'key_env = "STANDIN_KEY"\n'
+                    f'key_env = "STANDIN_KEY"\nroles = {roles}\n'
                     '[prices]\n"openai/standin-small" = { input = 1.0, output = 2.0 }\n'
                     '"openai/fail-500" = { input = 1.0, output = 2.0 }\n'
                     '"openai/slow-4000" = { input = 1.0, output = 2.0 }\n')
@@ -333,3 +333,140 @@ def test_invariant_isolated_holds_for_a_train_that_used_only_the_gateway(
     assert isolated["held"] is True and isolated["candidate_network_attempts"] == 0, isolated
     assert all(r["network"] is False for side in ("champion", "candidate")
                for r in results(train.bundle(side)))
+
+
+def test_gateway_constants_agree() -> None:
+    from evalrig.attempt import gateway, sandbox
+    from evalrig.core import environment
+
+    assert sandbox.sockets._GATEWAY_ADDRESS == gateway.GATEWAY_ADDRESS
+    assert environment.GATEWAY_URL == gateway.GATEWAY_URL
+
+
+# A driver and a judge that call the model through the gateway with the standard library
+# (their own roles; what the stand-in answers to "Answer ok." is "ok").
+CALL = """\
+import json, os, urllib.request
+def ask(text):
+    base = json.loads(os.environ["EVALRIG_GATEWAY_UPSTREAMS"])["openai"]
+    body = json.dumps({"model": "standin-small", "messages": [{"role": "user", "content": text}]}).encode()
+    req = urllib.request.Request(base + "/chat/completions", data=body, headers={
+        "Content-Type": "application/json", "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+    return json.load(urllib.request.urlopen(req, timeout=30))["choices"][0]["message"]["content"]
+"""
+EPISODE_DRIVER = CALL + """\
+import sys
+def send(o):
+    sys.stdout.write(json.dumps(o) + "\\n"); sys.stdout.flush()
+json.loads(sys.stdin.readline())
+send({"type": "session", "tools": [], "messages": [{"role": "user", "content": ask("Answer ok.")}]})
+for line in sys.stdin:
+    if json.loads(line)["type"] == "finish":
+        break
+    send({"type": "end", "reason": "done"})
+"""
+JUDGE = CALL + """\
+import sys
+said = open(os.path.join(os.environ["EVALRIG_EVIDENCE"], "transcript.jsonl")).read()
+sys.exit(0 if ask("Answer ok.") == "ok" and '"ok"' in said else 1)
+"""
+EPISODE_AGENT = """\
+import json, sys
+session = json.loads(sys.stdin.readline())
+text = session["messages"][0]["content"]
+sys.stdout.write(json.dumps({"type": "message", "message": {"role": "assistant", "content": text}}) + "\\n")
+sys.stdout.flush()
+for line in sys.stdin:
+    pass
+"""
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_driver_and_a_judge_reach_the_gateway_in_their_own_roles(
+        tmp_path: Path, standin: Standin, sandbox: str) -> None:
+    """`[episode] models = true` and `[verifier] models = true`: the driver's calls are the
+    attempt's (role driver, model.jsonl), the judge's go beside its output
+    (verifier/model.jsonl), both metered in `spend`, and `verify` still re-derives it all."""
+    home = tmp_path / "home"
+    ck = make_checkpoint(tmp_path / "ck", EPISODE_AGENT)
+    assert eval_sh(home, "seal", ck).code == 0
+    models = 'models = true\nmodels_allowed = ["openai/standin-small"]\n'
+    d = add_task(tmp_path / "tasks", "fixed", "ep",
+                 extra='[episode]\ndriver = ["python3", "driver.py"]\n' + models,
+                 verifier='kind = "command"\ncommand = ["python3", "judge.py"]\n' + models,
+                 verifier_files={"judge.py": JUDGE})
+    (d / "driver").mkdir()
+    (d / "driver" / "driver.py").write_text(EPISODE_DRIVER)
+    gw = _gateway_file(tmp_path, standin.port, roles='["candidate", "driver", "judge"]')
+    step = eval_sh(home, "run", "--checkpoint", ck, "--tasks", tmp_path / "tasks", "--out", tmp_path / "out",
+                   "--sandbox", _sandbox(sandbox), "--repeat", "1", "--gateway", gw, env={"STANDIN_KEY": KEY})
+    assert step.code == 0, step
+    [res] = results(tmp_path / "out")
+    assert res["status"] == "passed", res
+    ev = tmp_path / "out" / "attempts" / str(res["attempt_id"])
+    assert [c["role"] for c in _lines(ev / "model.jsonl")] == ["driver"]
+    assert [c["role"] for c in _lines(ev / "verifier" / "model.jsonl")] == ["judge"]
+    [actual] = _lines(tmp_path / "out" / "actuals.jsonl")
+    spend = actual["spend"]
+    assert spend["driver"]["source"] == spend["judge"]["source"] == "metered", spend
+    assert spend["driver"]["calls"] == spend["judge"]["calls"] == 1
+    assert spend["candidate"]["calls"] == 0 and spend["candidate"]["cost_usd"] == 0  # metered: it made none
+    assert [r["key_ok"] for r in standin.requests()] == [True, True]
+    check = eval_sh(home, "verify", tmp_path / "out")
+    assert check.code == 0, check
+
+
+def test_model_bodies_count_against_the_evidence_cap(tmp_path: Path, sdk: Path, standin: Standin) -> None:
+    """Over the task's max_evidence_bytes the bodies are dropped; the line stays and says so."""
+    home, ck, tasks, gw = _setup(tmp_path, sdk, standin, task_extra="max_evidence_bytes = 64\n")
+    _run(home, tmp_path, ck, tasks, gw, sdk, "process")
+    [res] = results(tmp_path / "out")
+    ev = tmp_path / "out" / "attempts" / str(res["attempt_id"])
+    [call] = _lines(ev / "model.jsonl")
+    assert (call["status"], call["bodies"]) == (200, "dropped"), call
+    assert not any((ev / "model").glob("*")) if (ev / "model").exists() else True
+    [actual] = _lines(tmp_path / "out" / "actuals.jsonl")
+    assert actual["spend"]["candidate"]["calls"] == 1  # metered all the same
+
+
+CHATTY_DRIVER = """\
+import json, sys
+def send(o):
+    sys.stdout.write(json.dumps(o) + "\\n"); sys.stdout.flush()
+json.loads(sys.stdin.readline())
+send({"type": "session", "tools": [], "messages": [{"role": "user", "content": "Answer ok."}]})
+for line in sys.stdin:
+    if json.loads(line)["type"] == "finish":
+        break
+    send({"type": "reply", "messages": [{"role": "user", "content": "Answer ok."}]})
+"""
+PAYING_AGENT = CALL + """\
+import sys
+for line in sys.stdin:
+    frame = json.loads(line)
+    if frame["type"] == "end":
+        break
+    sys.stdout.write(json.dumps({"type": "message", "message": {"role": "assistant",
+                     "content": ask("Answer ok.")}}) + "\\n")
+    sys.stdout.flush()
+"""
+
+
+def test_an_episodes_max_cost_usd_sums_metered_spend(tmp_path: Path, standin: Standin) -> None:
+    """Under a gateway `[episode] max_cost_usd` counts what the rig metered, not what the
+    agent's frames report (this one reports nothing)."""
+    home = tmp_path / "home"
+    ck = make_checkpoint(tmp_path / "ck", PAYING_AGENT)
+    with (ck / "checkpoint.toml").open("a") as f:
+        f.write('[models]\nallowed = ["openai/standin-small"]\n')
+    assert eval_sh(home, "seal", ck).code == 0
+    d = add_task(tmp_path / "tasks", "fixed", "ep", extra=(
+        '[episode]\ndriver = ["python3", "driver.py"]\nmax_turns = 5\nmax_cost_usd = 0.0000001\n'))
+    (d / "driver").mkdir()
+    (d / "driver" / "driver.py").write_text(CHATTY_DRIVER)
+    step = eval_sh(home, "run", "--checkpoint", ck, "--tasks", tmp_path / "tasks", "--out", tmp_path / "out",
+                   "--sandbox", "process", "--repeat", "1", "--gateway", _gateway_file(tmp_path, standin.port),
+                   env={"STANDIN_KEY": KEY})
+    [res] = results(tmp_path / "out")
+    assert res["termination"] == "budget", (res, step)
+    assert len(standin.requests()) == 1

@@ -425,6 +425,62 @@ class TestOneNode:
         v = cli("verify", tmp_path / "ray")
         assert v.exit_code == 0, v.stderr
 
+    def test_each_worker_serves_its_attempts_model_calls_with_the_key_from_its_runtime_env(
+            self, one_node: str, tmp_path: Path, evalrig_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The gateway on Ray (docs/gateway.md "Under Ray"): each runner's process makes its own
+        Gateway; the key reaches it in the actor's runtime environment (the stand-in checks
+        it), never in the bundle; the spend is metered as under local."""
+        key = "sk-ray-standin-7d3f0a9c1b2e"
+        agent = ("import json, os, urllib.request\n"
+                 "base = json.loads(os.environ['EVALRIG_GATEWAY_UPSTREAMS'])['openai']\n"
+                 "body = json.dumps({'model': 'standin-small', 'messages': [{'role': 'user', "
+                 "'content': 'Answer ok.'}]}).encode()\n"
+                 "req = urllib.request.Request(base + '/chat/completions', data=body, headers={"
+                 "'Content-Type': 'application/json', 'Authorization': 'Bearer ' + os.environ['OPENAI_API_KEY']})\n"
+                 "said = json.load(urllib.request.urlopen(req, timeout=30))['choices'][0]['message']['content']\n"
+                 "open(os.path.join(os.environ['EVALRIG_OUT'], 'answer.txt'), 'w').write(said)\n")
+        ck = tmp_path / "ck"
+        ck.mkdir()
+        (ck / "agent.py").write_text(agent)
+        (ck / "checkpoint.toml").write_text('name = "exo"\n[agent]\ncommand = ["python3", "agent.py"]\n'
+                                            '[models]\nallowed = ["openai/standin-small"]\n')
+        seal(ck, evalrig_home, SEALED_AT)
+        tasks = tmp_path / "tasks"
+        for tid in ("a", "b"):
+            (tasks / "fixed" / tid).mkdir(parents=True)
+            (tasks / "fixed" / tid / "prompt.md").write_text("Answer ok.\n")
+            (tasks / "fixed" / tid / "task.toml").write_text('timeout_s = 60\n[verifier]\nkind = "exact"\n'
+                                                             'expected = "ok"\n')
+        (tmp_path / "answers.json").write_text('{"Answer ok.": "ok"}')
+        port_file, log = tmp_path / "port", tmp_path / "standin.jsonl"
+        standin = subprocess.Popen([sys.executable, str(ROOT / "examples" / "model-standin" / "standin.py"),
+                                    "--port", "0", "--port-file", str(port_file), "--key", key,
+                                    "--log", str(log), "--answers", str(tmp_path / "answers.json")])
+        try:
+            for _ in range(200):
+                if port_file.is_file() and port_file.read_text().strip():
+                    break
+                time.sleep(0.05)
+            gw = tmp_path / "gateway.toml"
+            gw.write_text(f'[upstreams.openai]\napi = "openai"\nbase_url = "http://127.0.0.1:{port_file.read_text().strip()}/v1"\n'
+                          'key_env = "RAY_STANDIN_KEY"\n[prices]\n"openai/standin-small" = { input = 1.0, output = 2.0 }\n')
+            monkeypatch.setenv("RAY_STANDIN_KEY", key)
+            got = cli(*run_args(ck, tasks, tmp_path / "ray", "--executor", "ray", "--ray-address", one_node,
+                                "--gateway", str(gw)))
+            assert got.exit_code == 0, got.stderr
+        finally:
+            standin.kill()
+            standin.wait()
+        bundle = load_run(tmp_path / "ray")
+        assert {r.status for r in bundle.results} == {"passed"} and len(bundle.results) == 4
+        assert all(a.spend is not None and a.spend.candidate is not None and a.spend.candidate.source == "metered"
+                   and a.spend.candidate.calls == 1 for a in bundle.actuals)
+        sent = [orjson.loads(x) for x in log.read_bytes().splitlines()]
+        assert len(sent) == 4 and all(r["key_ok"] for r in sent)
+        for path in (tmp_path / "ray").rglob("*"):
+            if path.is_file():
+                assert key.encode() not in path.read_bytes(), path
+
     def test_the_agent_sees_no_ray_variables_and_cannot_reach_the_cluster(
             self, one_node: str, tmp_path: Path, evalrig_home: Path) -> None:
         ck = make_checkpoint(tmp_path, evalrig_home)

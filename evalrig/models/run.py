@@ -348,6 +348,11 @@ class RoleSpend(Strict):
     estimated: bool | None = Field(default=None, description=(
         "Some call's usage was the rig's own estimate (no usage from the provider): metered only."))
 
+    @model_serializer(mode="wrap")
+    def _no_null_gateway_keys(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # a reported spend's line is what it was before the gateway (no null calls/estimated)
+        return without_nulls(handler(self), ("calls", "estimated"))
+
 
 class Spend(Strict):
     """Who spent what in one attempt; null where that role wrote nothing. Only `candidate`
@@ -359,6 +364,10 @@ class Spend(Strict):
     judge: RoleSpend | None = Field(default=None, description="The command verifier's usage.json.")
     reported: RoleSpend | None = Field(default=None, description=(
         "When the gateway metered the candidate: what the agent reported itself, kept beside, never used."))
+
+    @model_serializer(mode="wrap")
+    def _no_null_reported(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(handler(self), "reported")
 
 
 class Actual(Record):

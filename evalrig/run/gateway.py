@@ -19,7 +19,7 @@ from evalrig.models.inputs import Role
 from evalrig.store.recording import Recorded, Recording
 
 if TYPE_CHECKING:
-    from evalrig.attempt.gateway import Gateway, Replay, UpstreamConn  # type: ignore[import-not-found, unused-ignore]
+    from evalrig.attempt.gateway import Gateway, Replay, UpstreamConn
 
 ALL_ROLES: tuple[Role, ...] = ("candidate", "driver", "judge")
 
@@ -40,7 +40,7 @@ class GatewaySetup:
     def upstream_conns(self) -> dict[str, UpstreamConn]:
         """Each upstream with its key (for a replay: the recorded run's upstreams, keyless,
         serving every role: only the recording answers, matched by role and digest)."""
-        from evalrig.attempt.gateway import UpstreamConn  # type: ignore[import-not-found, unused-ignore]
+        from evalrig.attempt.gateway import UpstreamConn
 
         if self.file is not None:
             return {name: _conn(UpstreamConn, name, up, self.keys.get(name))
@@ -56,14 +56,14 @@ class GatewaySetup:
         """The recording as the gateway serves it, or None when the run calls upstreams."""
         if self.recording is None:
             return None
-        from evalrig.attempt.gateway import RecordedCall, Replay  # type: ignore[import-not-found, unused-ignore]
+        from evalrig.attempt.gateway import RecordedCall, Replay
 
         return Replay({trial: [RecordedCall(**_fields(r)) for r in calls]
                        for trial, calls in self.recording.calls.items()})
 
     def gateway(self) -> Gateway:
         """One process's gateway (the run's, or a Ray worker's)."""
-        from evalrig.attempt.gateway import Gateway  # type: ignore[import-not-found, unused-ignore]
+        from evalrig.attempt.gateway import Gateway
 
         return Gateway(self.upstream_conns(), self.price, replay=self.replay())
 

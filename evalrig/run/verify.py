@@ -9,9 +9,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from evalrig.attempt import modelcalls
 from evalrig.attempt.canary import needle
 from evalrig.attempt.episode import read_transcript
 from evalrig.attempt.evidence import evidence_digest, rederive_canary
+from evalrig.attempt.modelcalls import GatewayUse
 from evalrig.attempt.sandbox import resolve_level
 from evalrig.attempt.streams import SCAN_INCOMPLETE
 from evalrig.attempt.verifiers import verify_evidence
@@ -19,7 +21,7 @@ from evalrig.core.episode import termination_of
 from evalrig.core.errors import Problem, invalid
 from evalrig.core.metering import spend_mismatches
 from evalrig.core.pricing import genai_prices_version, pricer
-from evalrig.models.gateway import ModelCall
+from evalrig.models.gateway import ModelCall, ReplayOf
 from evalrig.models.run import Result, RunManifest
 from evalrig.run.lifecycle import register_finished, scratch_dir
 from evalrig.store import layout
@@ -36,6 +38,7 @@ from evalrig.store.bundle import (
 from evalrig.store.checkpoint import refuse_version_clash, register_seal
 from evalrig.store.jsonl import read_records
 from evalrig.store.ledger import registrations_of
+from evalrig.store.recording import Recording, judge_calls
 from evalrig.store.signing import keyring
 from evalrig.store.tasks import LoadedTask, load_taskset
 
@@ -253,6 +256,7 @@ def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
     superseded = _superseded(b)
     bad, problems = _changed_verifiers(b, tasks, str(tasks_dir), superseded)
     available = resolve_level("auto").level
+    judges = _judge_replay(dir, b, tasks)
     n = 0
     path = str(dir / layout.RESULTS_JSONL)
     scratch = scratch_dir("evalrig-verify-", keep=False)
@@ -265,9 +269,12 @@ def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
                 continue
             # Judge under the level the attempt was judged under where this machine has it.
             level = r.sandbox if available == "bwrap" else available
+            judge = modelcalls.judge_models(judges, tasks[r.task_id].spec.verifier, scratch / f"judge-{i}",
+                                            tasks[r.task_id].spec.max_evidence_bytes, [], (r.task_id, r.rep))
             v = verify_evidence(tasks[r.task_id], dir / layout.ATTEMPTS_DIR / r.attempt_id, level, 0,
                                 b.manifest.settings.max_retries, scratch, secrets=secrets,
-                                timeout_scale=b.manifest.settings.timeout_scale)
+                                timeout_scale=b.manifest.settings.timeout_scale,
+                                models=judge[0] if judge is not None else None)
             n += 1
             now = _verdict_word(v.passed)
             if now != recorded[0]:
@@ -280,6 +287,22 @@ def rederive(dir: Path, b: RunBundle) -> tuple[int, list[Problem]]:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return n, problems
+
+
+def _judge_replay(dir: Path, b: RunBundle, tasks: dict[str, LoadedTask]) -> GatewayUse | None:
+    """A judge that called models (`[verifier] models = true`) is re-run against its own
+    recorded calls (verifier/model.jsonl), served as `--replay` serves them: no key, no
+    network, nothing spent, and a request it did not make then gets 409 (so a judge that
+    asks something else now re-derives differently, and says so)."""
+    facts = b.manifest.gateway
+    wanted = [r for r in b.results if r.task_id in tasks and getattr(tasks[r.task_id].spec.verifier, "models", False)]
+    if facts is None or not wanted:
+        return None
+    calls = {(r.task_id, r.rep): tuple(judge_calls(dir / layout.ATTEMPTS_DIR / r.attempt_id)) for r in wanted}
+    recording = Recording(replay_of=ReplayOf(run_id=b.manifest.run_id, manifest_sha256=facts.file_digest),
+                          calls=calls, gateway=facts)
+    return GatewayUse(key=f"verify:{dir.resolve()}:{b.manifest.run_id}",
+                      upstreams=tuple((name, u.api) for name, u in facts.upstreams.items()), recording=recording)
 
 
 def _verdict_word(passed: bool | None) -> str:

@@ -25,7 +25,14 @@ from evalrig.store import bundle
 from evalrig.store.compare import refuse_a_comparison_bundle, refuse_unregistered
 from evalrig.store.files import read_json
 from evalrig.store.jsonl import read_records
-from evalrig.store.layout import ATTEMPTS_DIR, MANIFEST, MODEL_DIR, MODEL_JSONL, RESULTS_JSONL
+from evalrig.store.layout import (
+    ATTEMPTS_DIR,
+    MANIFEST,
+    MODEL_DIR,
+    MODEL_JSONL,
+    RESULTS_JSONL,
+    VERIFIER_DIR,
+)
 
 _CONTENT_TYPES = {"json": "application/json", "sse": "text/event-stream"}
 
@@ -84,7 +91,9 @@ def load_recording(dir: Path, home: Path, checkpoint_id: str, taskset_id: str) -
     results = read_records(dir / RESULTS_JSONL, Result).records
     calls: dict[tuple[str, int], tuple[Recorded, ...]] = {}
     for result in sorted(final_of(results).values(), key=lambda r: (r.task_id, r.rep)):
-        calls[(result.task_id, result.rep)] = tuple(_attempt_calls(dir / ATTEMPTS_DIR / result.attempt_id))
+        evidence = dir / ATTEMPTS_DIR / result.attempt_id
+        # the judge's calls are kept beside its output (docs/attempts.md "Model calls")
+        calls[(result.task_id, result.rep)] = tuple(_attempt_calls(evidence) + judge_calls(evidence))
     return Recording(replay_of=ReplayOf(run_id=manifest.run_id, manifest_sha256=bundle.manifest_digest(manifest)),
                      calls=calls, gateway=manifest.gateway)
 
@@ -99,6 +108,17 @@ def _bodies(folder: Path) -> dict[int, Path]:
         if kind in _CONTENT_TYPES and head.isdigit():
             found[int(head)] = path
     return found
+
+
+def judge_calls(evidence: Path) -> list[Recorded]:
+    """A command verifier's recorded calls (role judge): `verifier/model.jsonl` and those of
+    each re-verification on resume (`verifier/reverify-<n>/`), in that order."""
+    out = _attempt_calls(evidence / VERIFIER_DIR)
+    again = sorted((p for p in (evidence / VERIFIER_DIR).glob("reverify-*") if p.name[9:].isdigit()),
+                   key=lambda p: int(p.name[9:]))
+    for folder in again:
+        out += _attempt_calls(folder)
+    return out
 
 
 def _attempt_calls(evidence: Path) -> list[Recorded]:
