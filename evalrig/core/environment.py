@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from evalrig.core.digest import canonical_json
-
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 """The PATH every agent and command verifier gets, and where a bare command name is looked up."""
 
@@ -43,6 +41,10 @@ def gateway_env(upstreams: Sequence[tuple[str, str]], token: str) -> dict[str, s
     `OPENAI_BASE_URL` names the upstream called `openai` (of api openai), else the first of
     api openai; `ANTHROPIC_BASE_URL` likewise; `EVALRIG_GATEWAY_UPSTREAMS` is a JSON object
     of every name to its base URL (`/NAME/v1` for openai, `/NAME` for anthropic)."""
+    # imported here: the sandbox imports this module and must not need orjson (a launch runs
+    # under the system python in tests/test_sandbox.py's unprivileged harness)
+    from evalrig.core.digest import canonical_json
+
     bases = {name: f"{GATEWAY_URL}/{name}/v1" if api == "openai" else f"{GATEWAY_URL}/{name}"
              for name, api in upstreams}
     env = {"EVALRIG_GATEWAY": GATEWAY_URL, "OPENAI_API_KEY": token, "ANTHROPIC_API_KEY": token,
