@@ -63,7 +63,10 @@ for cmd in sys.stdin:
             sessions.append(gw.open(s, grant, CallLedger(d, bodies_allowance=1 << 30)))
             ports.append(s.getsockname()[1])
         print(" ".join(map(str, ports)), flush=True)
-    elif parts[0] == "rss":
+    elif parts[0] == "rss":  # once every call's line is written
+        import time
+        while any(s._calls for s in sessions):
+            time.sleep(0.05)
         print(f"{rss():.1f}", flush=True)
     elif parts[0] == "quit":  # closing waits for every call's line; then count them
         for s in sessions:

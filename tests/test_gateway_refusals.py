@@ -505,3 +505,44 @@ def _swallow(fn, *args):  # type: ignore[no-untyped-def]
         fn(*args)
     except OSError:
         pass
+
+
+def test_content_the_provider_would_fetch_is_refused_and_inline_content_is_not(
+        sess: Opened, stand: Standin) -> None:
+    """An image or file given by URL (or by a file stored at the provider) would make the
+    provider fetch it: a way to the internet, and state outside the attempt."""
+    url = "https://attacker.example/x.png?data=secret"
+    refused = [
+        (CHAT, json.dumps({"model": "gpt-test", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": url}}]}]}).encode()),
+        (CHAT, json.dumps({"model": "gpt-test", "messages": [{"role": "user", "content": [
+            {"type": "file", "file": {"file_id": "file-123"}}]}]}).encode()),
+        ("/openai/v1/responses", json.dumps({"model": "gpt-test", "input": [{"role": "user", "content": [
+            {"type": "input_image", "image_url": url}]}]}).encode()),
+        ("/openai/v1/responses", json.dumps({"model": "gpt-test", "input": [{"role": "user", "content": [
+            {"type": "input_file", "file_url": "HTTPS://attacker.example/doc.pdf"}]}]}).encode()),
+        (MSGS, json.dumps({"model": "claude-test", "max_tokens": 5, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "url", "url": url}}]}]}).encode()),
+        (MSGS, json.dumps({"model": "claude-test", "max_tokens": 5, "messages": [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": [
+                {"type": "document", "source": {"type": "file", "file_id": "file_1"}}]}]}]}).encode()),
+    ]
+    for target, body in refused:
+        status, _, data = raw_call(sess.port, "POST", target, body)
+        assert status == 403, (body, data)
+    png = "data:image/png;base64,iVBORw0KGgo="
+    allowed = [
+        (CHAT, json.dumps({"model": "gpt-test", "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": png}}]}]}).encode()),
+        (MSGS, json.dumps({"model": "claude-test", "max_tokens": 5, "messages": [
+            {"role": "user", "content": "fetch it"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "fetch",
+                                               "input": {"url": url}}]},  # the agent's own tool: fine
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]}).encode()),
+    ]
+    for target, body in allowed:
+        status, _, data = raw_call(sess.port, "POST", target, body)
+        assert status == 200, (body, data)
+    lines = closed_lines(sess)
+    assert [x["refused"] for x in lines] == ["feature"] * len(refused) + [None] * len(allowed)
+    assert len(stand.requests()) == len(allowed)

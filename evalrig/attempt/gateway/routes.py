@@ -18,7 +18,7 @@ import orjson
 from evalrig.models.gateway import Api, CallApi, Refusal
 
 __all__ = [
-    "FEATURES", "Route", "error_body", "feature_problem", "max_output_tokens", "parse_route",
+    "FEATURES", "Route", "error_body", "feature_problem", "fetch_problem", "max_output_tokens", "parse_route",
     "refusal", "shape_of",
 ]
 
@@ -130,6 +130,55 @@ def feature_problem(body: Mapping[str, Any]) -> str | None:
             if kind not in ("function", "custom"):
                 return (f"tools[{i}] has type {kind!r}: only function (and custom) tools are served, "
                         "no provider-hosted tool")
+    return None
+
+
+_FETCHED = {
+    # a content part whose `type` is one of these names something the provider would go and get
+    "image_url": ("image_url",),          # Chat Completions: {"image_url": {"url": ...}}
+    "file": ("file",),                    # Chat Completions: {"file": {"file_id": ...}}
+    "input_image": ("image_url", "file_id"),  # Responses
+    "input_file": ("file_url", "file_id"),    # Responses
+    "image": ("source",),                 # Anthropic: {"source": {"type": "url" | "file", ...}}
+    "document": ("source",),
+}
+_MAX_DEPTH = 64
+
+
+def _remote(value: Any) -> bool:
+    """Whether a content part's reference is fetched by the provider: an http(s) URL, a
+    stored file (`file_id`), an Anthropic source of type url or file. Inline data is not."""
+    if isinstance(value, str):
+        return value[:8].lower().startswith(("http://", "https://"))
+    if isinstance(value, dict):
+        if value.get("type") in ("url", "file") or "file_id" in value:
+            return True
+        return any(_remote(value.get(k)) for k in ("url", "file_url"))
+    return False
+
+
+def fetch_problem(body: Mapping[str, Any]) -> str | None:
+    """A content part (an image, a file, a document) the provider would fetch from a URL or
+    from its own stored files: refused, since the gateway is no way to the internet and keeps
+    no state outside the attempt (send the data inline, as base64)."""
+    stack: list[tuple[Any, int]] = [(body.get(k), 0) for k in ("messages", "input", "system")]
+    while stack:
+        node, depth = stack.pop()
+        if depth > _MAX_DEPTH:
+            return "the request nests deeper than the gateway reads"
+        if isinstance(node, list):
+            stack.extend((x, depth + 1) for x in node)
+        elif isinstance(node, dict):
+            kind = node.get("type")
+            keys = _FETCHED.get(kind) if isinstance(kind, str) else None
+            if keys is not None:
+                for k in keys:
+                    if k == "file_id" and node.get(k) is not None:
+                        return f"a {node['type']} part naming a stored file ({k}) is not served; send it inline"
+                    if k != "file_id" and _remote(node.get(k)):
+                        return (f"a {node['type']} part the provider would fetch ({k}) is not served: "
+                                "the gateway is no way to the internet; send it inline (base64)")
+            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, (list, dict)))
     return None
 
 

@@ -29,6 +29,7 @@ from evalrig.attempt.gateway.replay import Replay
 from evalrig.attempt.gateway.routes import (
     error_body,
     feature_problem,
+    fetch_problem,
     max_output_tokens,
     parse_route,
     refusal,
@@ -52,6 +53,8 @@ FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent", "anthropic-version"
 MAX_OPEN = 256
 """Connections one sandbox may hold open at once (an agent may well make a hundred calls at
 once: they wait for one of its 4 slots); more are closed as they arrive."""
+_WALK_ON_LOOP = 256 << 10
+"""Bodies up to this size have their content parts checked on the loop; larger, off it."""
 _RETRY_HEADERS = ("retry-after", "retry-after-ms", "x-should-retry")
 """An upstream's advice on retrying, passed back with its error (the agent's SDK reads it)."""
 _OPEN_TIMEOUT_S = 10.0
@@ -150,6 +153,7 @@ class _Line:
     t_start: datetime
     t0: float
     t_end: float | None = None
+    recorded: bool = False
     upstream: str | None = None
     model: str | None = None
     api: CallApi | None = None
@@ -247,6 +251,13 @@ class Session:
         finally:
             if not responded.done():
                 responded.set_result(web.Response(status=500))
+        await self._recorded(line)
+
+    async def _recorded(self, line: _Line) -> None:
+        """Write the call's line (once), off the loop."""
+        if line.recorded:
+            return
+        line.recorded = True
         line.t_end = time.perf_counter()
         await asyncio.get_running_loop().run_in_executor(self.gw.write_pool, self._record, line)
 
@@ -290,6 +301,11 @@ class Session:
             return await self._refuse(request, responded, line, shape, "role",
                                       f"upstream {up.name!r} does not serve role {grant.role!r}")
         problem = feature_problem(obj)
+        if problem is None:
+            if len(body) > _WALK_ON_LOOP:  # a big body's parts are walked off the loop
+                problem = await asyncio.get_running_loop().run_in_executor(gw.scan_pool, fetch_problem, obj)
+            else:
+                problem = fetch_problem(obj)
         if problem is not None:
             return await self._refuse(request, responded, line, shape, "feature", problem)
         provider = up.price_provider or up.api
@@ -331,6 +347,10 @@ class Session:
                     line.cost_usd = self._price(qualified, provider, line)
             finally:
                 self.book.settle(r, line.usage, line.cost_usd, forwarded)
+                if responded.done():
+                    # written while the slot is held: a sandbox's unwritten lines (and the
+                    # bodies they hold) never pile up faster than the disk takes them
+                    await self._recorded(line)
 
     def _price(self, qualified: str, provider: str, line: _Line) -> float:
         assert line.usage is not None
