@@ -75,6 +75,10 @@ def test_metered_cost_priced_with_one_table_promotes_on_efficiency(tmp_path: Pat
     assert fresh["champion"]["cost_per_task"] == pytest.approx(0.006)
     assert fresh["candidate"]["cost_per_task"] == pytest.approx(0.0012)
     assert comparison["facts"]["candidate"]["cost_source"] == {"metered": 70}
+    said = (tmp_path / "cmp" / "comparison.md").read_text()
+    assert (f"- model calls priced with one table: genai-prices `{genai_prices_version()}`, prices "
+            f"`{prices_digest({}).removeprefix('sha256:')[:12]}`, as of {format_ts(T0 + timedelta(hours=2))}"
+            in said), said
     gate = eval_sh(evalrig_home, "gate", tmp_path / "cmp", "--policy", policy)
     assert gate.code == 0, gate
     d = decision_of(tmp_path / "cmp")

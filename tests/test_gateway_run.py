@@ -242,3 +242,16 @@ def test_replay_takes_only_a_registered_verified_recording_of_this_checkpoint(
     step = _run(evalrig_home, ck, tasks, tmp_path / "r3", "--sandbox", "process", "--replay", rec)
     assert step.code == 4 and "--replay: does not verify" in step.stderr, step
     assert not (tmp_path / "r3" / "manifest.json").exists()
+
+
+def test_a_judge_that_calls_models_needs_a_gateway_too(tmp_path: Path, evalrig_home: Path) -> None:
+    ck = _checkpoint(tmp_path / "plain", None)
+    assert eval_sh(evalrig_home, "seal", ck).code == 0
+    tasks = tmp_path / "tasks"
+    add_task(tasks, "fixed", "j", verifier='kind = "command"\ncommand = ["python3", "judge.py"]\nmodels = true\n'
+                                           'models_allowed = ["openai/gpt-4.1-mini"]',
+             verifier_files={"judge.py": "print(1)\n"})
+    step = _run(evalrig_home, ck, tasks, tmp_path / "run")
+    assert step.code == 4, step
+    assert (f"{tasks / 'fixed' / 'j' / 'task.toml'}:7: verifier.models: the verifier calls models, and the run "
+            "has no model gateway") in step.stderr, step

@@ -56,7 +56,7 @@ from evalrig.attempt.canary import (
 from evalrig.attempt.evidence import collect, evidence_digest
 from evalrig.attempt.evidence import remove_tree as _remove_tree
 from evalrig.attempt.modelcalls import GatewayUse
-from evalrig.attempt.streams import ScanBudget, scan
+from evalrig.attempt.streams import ScanBudget, StreamScanner, scan
 from evalrig.attempt.verifiers import (
     VERIFIER_OUTPUT_CAP,
     JudgeModels,
@@ -789,7 +789,7 @@ def _attempt(spec: AttemptSpec, root: Path, canary: str, rec: _Record, laps: sta
     rec.canary_where += tuple(rec.fin.canary_found_in or ())
     if write_network_log(spec.evidence_dir, rec.fin.egress, [needle(canary)]):
         rec.canary_where += (NETWORK_JSONL,)
-    rec.canary_where += _model_canary(spec.evidence_dir, rec.ledger, canary)
+    rec.canary_where += _model_canary(spec.evidence_dir, rec.ledger, canary, rec.scan)
     laps.lap(stages.CANARY)
     if rec.fin.error:  # nothing ran: no evidence to take
         return
@@ -890,17 +890,19 @@ def _metered_cost(ledger: CallLedger | None) -> Callable[[], float] | None:
     return cost
 
 
-def _model_canary(evidence_dir: Path, ledger: CallLedger | None, canary: str) -> tuple[str, ...]:
+def _model_canary(evidence_dir: Path, ledger: CallLedger | None, canary: str,
+                  budget: ScanBudget) -> tuple[str, ...]:
     """Where the canary was in the attempt's model calls: a call the gateway refused for it
     (its line says so; the request never left the rig), and every kept request body joined
-    in `seq` order (a value split across calls; docs/gateway.md "Limits fail closed")."""
+    in `seq` order (a value split across calls; docs/gateway.md "Limits fail closed"), within
+    the attempt's scan budget (a scan it cuts short is not clean: `budget.incomplete`)."""
     if ledger is None:
         return ()
     found: tuple[str, ...] = ()
     if any(c.refused == "canary" for c in ledger.calls()):
         found += (MODEL_JSONL,)
     joined = modelcalls.joined_requests(evidence_dir)
-    if joined and scan(joined, [needle(canary)]):
+    if joined and StreamScanner([needle(canary)], shared=budget).feed_found(joined):
         found += (f"{MODEL_DIR}/ (requests joined)",)
     return found
 

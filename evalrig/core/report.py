@@ -152,6 +152,11 @@ def comparison_markdown(c: Comparison, names: Mapping[str, str] | None = None) -
         f"- history: {md_line(f.history.message)}",
         "",
     ]
+    if c.pricing is not None:  # docs/gateway.md, "Cost that decides"
+        p = c.pricing
+        lines[-1:-1] = [f"- model calls priced with one table: genai-prices {md_code(p.genai_prices)}, prices "
+                        f"`{short_digest(p.prices_digest)}`, as of {p.as_of}"
+                        + (f" (cost cannot decide: {md_line(p.closed)})" if p.closed else "")]
     worst = [(side, getattr(f, side).unscored_counted_worst) for side in ("champion", "candidate")]
     if any(t for _, t in worst):
         # docs/statistics.md: each a failure on the candidate's side, a pass on the champion's

@@ -49,7 +49,7 @@ class GatewaySetup:
         if recorded is None:
             return {}
         return {name: UpstreamConn(name=name, api=u.api, base_url=u.base_url, key=None, max_concurrent=16,
-                                   roles=ALL_ROLES, price_provider=u.api, timeout_s=600.0)
+                                   roles=ALL_ROLES, price_provider=u.price_provider or u.api, timeout_s=600.0)
                 for name, u in sorted(recorded.upstreams.items())}
 
     def replay(self) -> Replay | None:

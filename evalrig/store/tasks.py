@@ -150,6 +150,10 @@ def verifier_identity(spec: TaskFile, verifier_dir: Path) -> VerifierIdentity:
         del settings["secrets"]
     if settings.get("untrusted") is False:  # no service: the identity every verifier had before
         del settings["untrusted"], settings["untrusted_timeout_s"]
+    if settings.get("models") is False and not settings.get("models_allowed") and settings.get("budget") is None:
+        # no model gateway: the identity every verifier had before (docs/gateway.md)
+        for key in ("models", "models_allowed", "budget"):
+            settings.pop(key, None)
     return VerifierIdentity(
         kind=spec.verifier.kind,
         version=spec.verifier.version,
