@@ -553,3 +553,16 @@ def test_the_egress_proxy_and_the_gateway_share_the_sandboxs_namespace(
     assert json.loads((ev / "out" / "both.json").read_text()) == {"connect": "200", "reply": "ack", "said": "ok"}
     assert res["status"] == "passed" and res["network_hosts"] == [f"127.0.0.1:{listener.port}"], res
     assert [c["status"] for c in _lines(ev / "model.jsonl")] == [200]
+
+
+def test_max_cost_usd_per_attempt_bounds_beside_the_tasks_budget(tmp_path: Path, sdk: Path, standin: Standin) -> None:
+    """The task allows 5 calls; --max-cost-usd-per-attempt allows almost nothing: per figure
+    the lower bound wins, so the calls after the first spend are refused."""
+    home, ck, tasks, gw = _setup(tmp_path, sdk, standin, task_extra="[budget]\nmax_calls = 5\n", CALLS="3")
+    step = _run(home, tmp_path, ck, tasks, gw, sdk, "process", "--max-cost-usd-per-attempt", "0.000000001")
+    [res] = results(tmp_path / "out")
+    ev = tmp_path / "out" / "attempts" / str(res["attempt_id"])
+    hunt = json.loads((ev / "out" / "hunt.json").read_text())
+    assert hunt["statuses"][1:] == [429, 429], (hunt, step)
+    assert [c["refused"] for c in _lines(ev / "model.jsonl")][1:] == ["budget", "budget"]
+    assert len(standin.requests()) <= 1

@@ -105,10 +105,12 @@ def _made(use: GatewayUse) -> Gateway:
             for name, up in use.file.upstreams.items()}
         return Gateway(conns, pricer(use.file.prices))
     assert use.recording is not None
-    conns = {name: UpstreamConn(name=name, api=api, base_url="http://127.0.0.1:9/replayed", key=None,  # type: ignore[arg-type]
-                                max_concurrent=16, roles=("candidate", "driver", "judge"),
-                                price_provider=api, timeout_s=600.0)
-             for name, api in use.upstreams}
+    # a replay calls no upstream and reads no key (run/gateway.py's GatewaySetup does the same)
+    recorded = use.recording.gateway.upstreams if use.recording.gateway is not None else {}
+    conns = {name: UpstreamConn(name=name, api=u.api, base_url=u.base_url, key=None, max_concurrent=16,
+                                roles=("candidate", "driver", "judge"),
+                                price_provider=u.price_provider or u.api, timeout_s=600.0)
+             for name, u in recorded.items()}
     replay = Replay({trial: [RecordedCall(**{k: getattr(r, k) for k in r.__dataclass_fields__})
                              for r in calls]
                      for trial, calls in use.recording.calls.items()})
