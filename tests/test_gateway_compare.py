@@ -159,3 +159,23 @@ def test_verify_prices_every_call_again(tmp_path: Path, evalrig_home: Path) -> N
     assert len(problems) == 70, problems[:3]
     assert problems[0] == (f"{a}/attempts/champ-fixed-000-0-1/model.jsonl: attempt champ-fixed-000-0-1, call seq 0: "
                            "cost_usd 0.001 is not its usage priced with the run's table as of its t_start (0.006)")
+
+
+def test_verify_prices_the_judges_calls_too(tmp_path: Path, evalrig_home: Path) -> None:
+    from evalrig.core.digest import canonical_line
+    from evalrig.models.gateway import CallUsage, ModelCall
+    from evalrig.run.verify import metered_problems
+    from evalrig.store.bundle import load_run
+
+    b = write_run(tmp_path / "b", side("cand", CHEAP), evalrig_home)
+    judged = b / "attempts" / "cand-fixed-000-0-1" / "verifier"
+    judged.mkdir(parents=True)
+    at = T0 + timedelta(hours=2)
+    (judged / "model.jsonl").write_bytes(canonical_line(ModelCall(
+        seq=3, role="judge", upstream="openai", model="gpt-4.1-mini", api="openai-chat", stream=False, status=200,
+        t_start=format_ts(at), t_start_ms=int(at.timestamp() * 1000), t_ms=1.0, request_sha256=sha256_bytes(b"q"),
+        response_sha256=sha256_bytes(b"r"), usage=CallUsage(input_tokens=1000, output_tokens=500),
+        usage_source="provider", cost_usd=0.5)))
+    problems = [p.render() for p in metered_problems(b, load_run(b))]
+    assert problems == [f"{judged}/model.jsonl: attempt cand-fixed-000-0-1, call seq 3: cost_usd 0.5 is not its "
+                        "usage priced with the run's table as of its t_start (0.0012)"], problems

@@ -19,7 +19,7 @@ from evalrig.attempt.streams import SCAN_INCOMPLETE
 from evalrig.attempt.verifiers import verify_evidence
 from evalrig.core.episode import termination_of
 from evalrig.core.errors import Problem, invalid
-from evalrig.core.metering import spend_mismatches
+from evalrig.core.metering import CallMismatch, spend_mismatches
 from evalrig.core.pricing import genai_prices_version, pricer
 from evalrig.models.gateway import ModelCall, ReplayOf
 from evalrig.models.run import Result, RunManifest
@@ -141,16 +141,30 @@ def metered_problems(dir: Path, b: RunBundle) -> list[Problem]:
             spend[a.attempt_id] = cand.cost_usd
     out = []
     for aid in dict.fromkeys(r.attempt_id for r in b.results):
-        path = dir / layout.ATTEMPTS_DIR / aid / layout.MODEL_JSONL
+        evidence = dir / layout.ATTEMPTS_DIR / aid
+        # the judge's calls are kept beside its output (verifier/, and verifier/reverify-<n>/)
+        judged = [evidence / layout.VERIFIER_DIR, *sorted((evidence / layout.VERIFIER_DIR).glob("reverify-*"))]
+        for folder in judged:
+            path = folder / layout.MODEL_JSONL
+            out += _call_problems(path, aid, spend_mismatches(aid, read_records(path, ModelCall).records, facts,
+                                                              price, None, check_table), dir)
+        path = evidence / layout.MODEL_JSONL
         lines = read_records(path, ModelCall).records
-        for m in spend_mismatches(aid, lines, facts, price, spend.get(aid), check_table):
-            if m.seq is None:
-                out.append(Problem(str(dir / layout.ACTUALS_JSONL), f"attempt {aid}: the metered candidate spend "
-                                   f"{m.recorded} is not the sum of its model.jsonl lines ({m.derived})"))
-            else:
-                derived = "unpriced" if m.derived is None else m.derived
-                out.append(Problem(str(path), f"attempt {aid}, call seq {m.seq}: cost_usd {m.recorded} is not "
-                                   f"its usage priced with the run's table as of its t_start ({derived})"))
+        out += _call_problems(path, aid, spend_mismatches(aid, lines, facts, price, spend.get(aid), check_table), dir)
+    return out
+
+
+def _call_problems(path: Path, aid: str, found: list[CallMismatch], dir: Path) -> list[Problem]:
+    """Each mismatch as verify says it: a call's line by attempt and seq, a spend by attempt."""
+    out = []
+    for m in found:
+        if m.seq is None:
+            out.append(Problem(str(dir / layout.ACTUALS_JSONL), f"attempt {aid}: the metered candidate spend "
+                               f"{m.recorded} is not the sum of its model.jsonl lines ({m.derived})"))
+        else:
+            derived = "unpriced" if m.derived is None else m.derived
+            out.append(Problem(str(path), f"attempt {aid}, call seq {m.seq}: cost_usd {m.recorded} is not "
+                               f"its usage priced with the run's table as of its t_start ({derived})"))
     return out
 
 
