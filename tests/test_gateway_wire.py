@@ -145,6 +145,12 @@ def _lines(path: Path) -> list[dict[str, object]]:
     return [orjson.loads(x) for x in path.read_bytes().splitlines() if x.strip()] if path.is_file() else []
 
 
+def _calls(ev: Path) -> list[dict[str, object]]:
+    """An attempt's model.jsonl lines in seq order (a line is written when its call ends, so a
+    quick refusal may land before the answer that came first)."""
+    return sorted(_lines(ev / "model.jsonl"), key=lambda c: int(str(c["seq"])))
+
+
 def _setup(tmp_path: Path, sdk: Path, standin: Standin, *, task_extra: str = "", tasks_n: int = 1,
            **env: str) -> tuple[Path, Path, Path, Path]:
     home, root = tmp_path / "home", tmp_path
@@ -211,7 +217,7 @@ def test_a_budget_refuses_the_call_past_it(tmp_path: Path, sdk: Path, standin: S
     ev = tmp_path / "out" / "attempts" / str(res["attempt_id"])
     hunt = json.loads((ev / "out" / "hunt.json").read_text())
     assert hunt["statuses"] == [200, 429, 429], hunt
-    assert [c["refused"] for c in _lines(ev / "model.jsonl")] == [None, "budget", "budget"]
+    assert [c["refused"] for c in _calls(ev)] == [None, "budget", "budget"]
     assert len(standin.requests()) == 1
 
 
@@ -564,5 +570,5 @@ def test_max_cost_usd_per_attempt_bounds_beside_the_tasks_budget(tmp_path: Path,
     ev = tmp_path / "out" / "attempts" / str(res["attempt_id"])
     hunt = json.loads((ev / "out" / "hunt.json").read_text())
     assert hunt["statuses"][1:] == [429, 429], (hunt, step)
-    assert [c["refused"] for c in _lines(ev / "model.jsonl")][1:] == ["budget", "budget"]
+    assert [c["refused"] for c in _calls(ev)][1:] == ["budget", "budget"]
     assert len(standin.requests()) <= 1
