@@ -255,3 +255,18 @@ def test_a_judge_that_calls_models_needs_a_gateway_too(tmp_path: Path, evalrig_h
     assert step.code == 4, step
     assert (f"{tasks / 'fixed' / 'j' / 'task.toml'}:7: verifier.models: the verifier calls models, and the run "
             "has no model gateway") in step.stderr, step
+
+
+@pytest.mark.parametrize("flag", ["--secret", "--driver-secret"])
+def test_a_secret_named_like_a_gateway_variable_is_refused_under_a_gateway(
+        tmp_path: Path, evalrig_home: Path, sealed: tuple[Path, Path], flag: str) -> None:
+    """Under a gateway the rig sets OPENAI_API_KEY itself (the attempt's token): a secret of that
+    name would be silently shadowed, and the real key the operator meant to pass would then be
+    redacted as if the token were it. Without a gateway the name is an ordinary secret."""
+    ck, tasks = sealed
+    gw = _gateway(tmp_path)
+    env = {"GW_TEST_OPENAI_KEY": KEY, "OPENAI_API_KEY": "sk-operator-own"}
+    step = _run(evalrig_home, ck, tasks, tmp_path / "run", "--gateway", gw, flag, "OPENAI_API_KEY", env=env)
+    assert step.code == 4, step
+    assert f"{flag} OPENAI_API_KEY: the rig sets this variable" in step.stderr, step
+    assert not (tmp_path / "run" / "manifest.json").exists()

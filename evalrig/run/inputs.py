@@ -27,7 +27,7 @@ from evalrig.attempt.sandbox import (
     seccomp_why,
 )
 from evalrig.attempt.trial import scratch_base
-from evalrig.core.environment import DRIVER_RIG_SET, RIG_SET
+from evalrig.core.environment import DRIVER_RIG_SET, GATEWAY_VARS, RIG_SET
 from evalrig.core.errors import EvalrigError, Problem, invalid
 from evalrig.core.plan import Filters, OutcomeSettings, Plan, build_plan
 from evalrig.core.tomlerr import key_lines, line_of
@@ -121,8 +121,9 @@ def gather_inputs(r: Resolved, home: Path, phase: Literal["start", "resume"],
         plan=plan,
         policy_pin=pin_policy(s.policy_file),
         level=level,
-        secrets=secret_values(s.secrets, environ),
-        driver_secrets=secret_values(s.driver_secrets or [], environ, "--driver-secret"),
+        secrets=secret_values(s.secrets, environ, gateway=gateway is not None),
+        driver_secrets=secret_values(s.driver_secrets or [], environ, "--driver-secret",
+                                     gateway=gateway is not None),
         home=home,
         interpreters=pins,
         network_warning=network_warning(level.level, s.allow_network and asking),
@@ -248,12 +249,16 @@ def pin_policy(path: str | None) -> PolicyPin | None:
     return PolicyPin(name=loaded.spec.name, version=loaded.spec.version, digest=loaded.digest)
 
 
-def secret_values(names: list[str], environ: Mapping[str, str], flag: str = "--secret") -> dict[str, str]:
+def secret_values(names: list[str], environ: Mapping[str, str], flag: str = "--secret", *,
+                  gateway: bool = False) -> dict[str, str]:
     """The values of --secret (the agent's) or --driver-secret (drivers' and command
-    verifiers') names, read from the rig's environment."""
+    verifiers') names, read from the rig's environment. With a gateway serving the run
+    (`gateway`), its variables are the rig's too (docs/gateway.md)."""
     # The rig's own value would silently win over such a secret, and the rig's value would
     # then be redacted from the evidence as if it were secret.
     rig_set, whose = (RIG_SET, "the agent") if flag == "--secret" else (DRIVER_RIG_SET, "drivers and verifiers")
+    if gateway:
+        rig_set = rig_set | frozenset(GATEWAY_VARS)
     taken = [n for n in names if n in rig_set or n == CANARY_ENV]
     if taken:
         raise invalid(f"{flag} {', '.join(taken)}: the rig sets this variable for {whose} itself",
