@@ -56,7 +56,7 @@ from evalrig.attempt.canary import (
 from evalrig.attempt.evidence import collect, evidence_digest
 from evalrig.attempt.evidence import remove_tree as _remove_tree
 from evalrig.attempt.modelcalls import GatewayUse
-from evalrig.attempt.streams import ScanBudget, StreamScanner, scan
+from evalrig.attempt.streams import SCAN_INCOMPLETE, ScanBudget, StreamScanner, scan
 from evalrig.attempt.verifiers import (
     VERIFIER_OUTPUT_CAP,
     JudgeModels,
@@ -896,14 +896,21 @@ def _metered_cost(ledger: CallLedger | None) -> Callable[[], float] | None:
 def _model_canary(evidence_dir: Path, ledger: CallLedger | None, canary: str,
                   budget: ScanBudget) -> tuple[str, ...]:
     """Where the canary was in the attempt's model calls: a call the gateway refused for it
-    (its line says so; the request never left the rig), and every kept request body joined
-    in `seq` order (a value split across calls; docs/gateway.md "Limits fail closed"), within
-    the attempt's scan budget (a scan it cuts short is not clean: `budget.incomplete`)."""
+    (its line says so; the request never left the rig); the forwarded calls taken together,
+    each forwarded header's values and the prompt texts joined over the calls in `seq` order
+    (a value split across calls, kept bodies or not; the ledger scans them within its own
+    budget, a scan it cuts short is not clean); and every kept request body joined in `seq`
+    order, within the attempt's scan budget (`budget.incomplete`). docs/gateway.md "Limits
+    fail closed"."""
     if ledger is None:
         return ()
     found: tuple[str, ...] = ()
     if any(c.refused == "canary" for c in ledger.calls()):
         found += (MODEL_JSONL,)
+    split = ledger.split_canary()
+    if split != "clean":
+        found += (f"{MODEL_JSONL} (calls joined)" if split == "found" else
+                  f"{SCAN_INCOMPLETE}: {MODEL_JSONL} (calls joined)",)
     joined = modelcalls.joined_requests(evidence_dir)
     if joined and StreamScanner([needle(canary)], shared=budget).feed_found(joined):
         found += (f"{MODEL_DIR}/ (requests joined)",)

@@ -5,6 +5,11 @@ Every role's session of the attempt writes here. A line is whole or absent: line
 appended through store/jsonl.py (one write, synced), several waiting lines together (a
 group commit). Bodies are written first and count against the attempt's evidence
 allowance; over it, a call's bodies are dropped and its line says so.
+
+What each forwarded call showed the provider (its forwarded header values and its prompt
+text, prompts.py) is fed as the call's line is written, in `seq` order, to scanners that
+carry their state across calls (`split_canary`): a canary split across calls is found
+there whether or not the bodies were kept, within the ledger's scan budget.
 """
 
 from __future__ import annotations
@@ -14,13 +19,27 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from evalrig.attempt.streams import GZIP_BUDGET, ScanBudget, StreamScanner
 from evalrig.models.gateway import ModelCall, Role
 from evalrig.models.run import RoleSpend
 from evalrig.store.files import open_nofollow, write_all
 from evalrig.store.jsonl import append_lines, read_records
 from evalrig.store.layout import MODEL_DIR, MODEL_JSONL
 
-__all__ = ["CallLedger"]
+__all__ = ["SPLIT_SCAN_CPU_S", "CallLedger", "Shown"]
+
+SPLIT_SCAN_CPU_S = 30.0
+"""The CPU bound of one attempt's scan of its calls taken together (with GZIP_BUDGET
+decompressed bytes); a scan it cuts short is not clean."""
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What one forwarded call showed the provider, for the scan across calls."""
+
+    needles: tuple[bytes, ...]
+    headers: tuple[tuple[str, bytes], ...]  # (name, value) of each forwarded header
+    text: bytes  # prompts.prompt_text of its body
 
 
 @dataclass
@@ -46,6 +65,14 @@ class CallLedger:
         self._write = threading.Lock()
         self._pending: list[ModelCall] = []
         self._dir_made = False
+        # the scan across calls: what each settled seq showed (None: not forwarded), fed in
+        # seq order from _fed on; one scanner per kind (the prompt text, each header name)
+        self._shown: dict[int, Shown | None] = {}
+        self._fed = 0
+        self._scan = threading.Lock()
+        self._budget = ScanBudget(GZIP_BUDGET, cpu_s=SPLIT_SCAN_CPU_S)
+        self._scanners: dict[str, StreamScanner] = {}
+        self._needles: tuple[bytes, ...] = ()
 
     @property
     def path(self) -> Path:
@@ -80,9 +107,11 @@ class CallLedger:
         finally:
             os.close(fd)
 
-    def append(self, line: ModelCall) -> None:
-        """Append the call's line (synced); several threads' lines go in one write."""
+    def append(self, line: ModelCall, shown: Shown | None = None) -> None:
+        """Append the call's line (synced); several threads' lines go in one write. `shown`:
+        what the call showed the provider (None: it was not forwarded)."""
         with self._lock:
+            self._shown[line.seq] = shown
             self._pending.append(line)
             t = self._tally.setdefault(line.role, _Tally())
             t.lines += 1
@@ -99,6 +128,42 @@ class CallLedger:
                 batch, self._pending = self._pending, []
             if batch:
                 append_lines(self.path, batch)
+        self._feed(flush=False)
+
+    def _feed(self, *, flush: bool) -> None:
+        """Feed the settled calls' pieces in seq order (`flush`: every one held, skipping
+        the seqs never settled)."""
+        with self._scan:
+            while True:
+                with self._lock:
+                    if self._fed not in self._shown and flush and self._shown:
+                        self._fed = min(self._shown)
+                    if self._fed not in self._shown:
+                        return
+                    shown = self._shown.pop(self._fed)
+                    self._fed += 1
+                if shown is None or not shown.needles or self._budget.expired():
+                    continue
+                if not self._needles:
+                    self._needles = shown.needles
+                for kind, data in (("", shown.text), *shown.headers):
+                    if data:
+                        scanner = self._scanners.get(kind)
+                        if scanner is None:
+                            scanner = self._scanners[kind] = StreamScanner(self._needles, shared=self._budget)
+                        scanner.feed(data)
+
+    def split_canary(self) -> str:
+        """The scan across calls (docs/gateway.md, "Limits fail closed"): "found" (a needle
+        in the forwarded header values of one name, or in the prompt texts, each joined over
+        the calls in seq order), "unfinished" (its budget ran out) or "clean". Call it once
+        no more calls come (the attempt ended)."""
+        self._feed(flush=True)
+        with self._scan:
+            for scanner in self._scanners.values():
+                if scanner.found:
+                    return "found"
+            return "unfinished" if self._budget.incomplete else "clean"
 
     def calls(self) -> list[ModelCall]:
         """Every whole line written so far, in the order written."""

@@ -24,7 +24,8 @@ from aiohttp import web
 
 from evalrig.attempt.aioloop import LOOP
 from evalrig.attempt.gateway.budget import Book
-from evalrig.attempt.gateway.ledger import CallLedger
+from evalrig.attempt.gateway.ledger import CallLedger, Shown
+from evalrig.attempt.gateway.prompts import prompt_text
 from evalrig.attempt.gateway.replay import Replay
 from evalrig.attempt.gateway.routes import (
     error_body,
@@ -172,6 +173,7 @@ class _Line:
     upstream_fault: bool = False
     error: str | None = None
     bodies: str = "kept"
+    shown: tuple[dict[str, str], dict[str, Any]] | None = None  # (headers, body) as forwarded
 
     def model_call(self) -> ModelCall:
         return ModelCall(
@@ -337,6 +339,7 @@ class Session:
                                "the request could not be scanned within its bound: it is not forwarded")
                         return await self._refuse(request, responded, line, shape,
                                                   "canary" if verdict == "found" else "scan", why)
+                line.shown = (dict(headers), obj)  # for the scan across calls (ledger.Shown)
                 if gw.replay is not None:
                     forwarded = await self._replayed(request, responded, line, shape)
                     return
@@ -547,7 +550,13 @@ class Session:
             else:
                 line.bodies = "dropped"
         line.request = line.response = b""
-        self.ledger.append(line.model_call())
+        shown = None
+        if line.shown is not None:
+            headers, obj = line.shown
+            shown = Shown(self.grant.needles, tuple((h, v.encode("utf-8", "replace")) for h, v in headers.items()),
+                          prompt_text(obj))
+            line.shown = None
+        self.ledger.append(line.model_call(), shown)
 
 
 class _Closing(asyncio.Protocol):

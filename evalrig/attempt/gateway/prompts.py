@@ -1,0 +1,43 @@
+"""What a forwarded call shows the provider, kept for the attempt-end canary scan of the
+calls taken together (docs/gateway.md, "Limits fail closed").
+
+A value split across calls is in no one call's body, so the per-call scan cannot see it.
+The ledger (ledger.py) feeds, call after call in `seq` order, two kinds of stream to
+scanners that carry their state across calls: each forwarded header's values, and the
+prompt text (`prompt_text`), each concatenated with no separator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["prompt_text"]
+
+_ROOTS = ("instructions", "system", "messages", "input", "tools")
+"""Where a request's prompt text lies: Chat Completions `messages`, Responses `instructions`
+and `input`, Anthropic `system` and `messages`, and every API's `tools`."""
+_TEXT_KEYS = frozenset({"content", "text", "instructions", "system", "input", "output", "description",
+                        "arguments"})
+"""A string under one of these keys is text the model reads (message contents, text parts,
+tool results and calls, tool descriptions)."""
+_MAX_DEPTH = 64
+
+
+def prompt_text(body: Mapping[str, Any]) -> bytes:
+    """The string contents a model reads in a request body, in document order, joined with
+    no separator (UTF-8)."""
+    out: list[str] = []
+    stack: list[tuple[str, Any, int]] = [(k, body[k], 0) for k in reversed(_ROOTS) if k in body]
+    while stack:
+        key, node, depth = stack.pop()
+        if isinstance(node, str):
+            if key in _TEXT_KEYS:
+                out.append(node)
+        elif depth >= _MAX_DEPTH:
+            continue
+        elif isinstance(node, list):
+            stack.extend((key, x, depth + 1) for x in reversed(node))
+        elif isinstance(node, dict):
+            stack.extend((k, v, depth + 1) for k, v in reversed(node.items()))
+    return "".join(out).encode("utf-8", "surrogatepass")
