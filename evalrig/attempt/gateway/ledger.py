@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from evalrig.attempt.gateway.prompts import prompt_text
 from evalrig.attempt.streams import GZIP_BUDGET, ScanBudget, StreamScanner
 from evalrig.models.gateway import ModelCall, Role
 from evalrig.models.run import RoleSpend
@@ -107,9 +110,15 @@ class CallLedger:
         finally:
             os.close(fd)
 
-    def append(self, line: ModelCall, shown: Shown | None = None) -> None:
-        """Append the call's line (synced); several threads' lines go in one write. `shown`:
-        what the call showed the provider (None: it was not forwarded)."""
+    def append(self, line: ModelCall, headers: Mapping[str, str] | None = None,
+               body: Mapping[str, Any] | None = None, *, needles: tuple[bytes, ...] = ()) -> None:
+        """Append the call's line (synced); several threads' lines go in one write. `headers`
+        and `body`: what a forwarded call showed the provider (None: it was not forwarded),
+        for the scan across calls with the attempt's `needles`."""
+        shown = None
+        if body is not None:
+            shown = Shown(needles, tuple((h, v.encode("utf-8", "replace")) for h, v in (headers or {}).items()),
+                          prompt_text(body))
         with self._lock:
             self._shown[line.seq] = shown
             self._pending.append(line)

@@ -24,8 +24,7 @@ from aiohttp import web
 
 from evalrig.attempt.aioloop import LOOP
 from evalrig.attempt.gateway.budget import Book
-from evalrig.attempt.gateway.ledger import CallLedger, Shown
-from evalrig.attempt.gateway.prompts import prompt_text
+from evalrig.attempt.gateway.ledger import CallLedger
 from evalrig.attempt.gateway.replay import Replay
 from evalrig.attempt.gateway.routes import (
     error_body,
@@ -550,13 +549,8 @@ class Session:
             else:
                 line.bodies = "dropped"
         line.request = line.response = b""
-        shown = None
-        if line.shown is not None:
-            headers, obj = line.shown
-            shown = Shown(self.grant.needles, tuple((h, v.encode("utf-8", "replace")) for h, v in headers.items()),
-                          prompt_text(obj))
-            line.shown = None
-        self.ledger.append(line.model_call(), shown)
+        shown, line.shown = line.shown, None
+        self.ledger.append(line.model_call(), *(shown or ()), needles=self.grant.needles)
 
 
 class _Closing(asyncio.Protocol):
