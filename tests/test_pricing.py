@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -68,3 +69,51 @@ def test_pricing_reads_the_bundled_snapshot_only() -> None:
     finally:
         data_snapshot.set_custom_snapshot(None)
     assert update_prices._shared_updater.thread is None
+
+
+def test_one_hour_cache_writes_are_priced_at_the_one_hour_rate() -> None:
+    # claude-sonnet-4-5 in the table: $3 input, $3.75 a 5-minute write, $6 a 1-hour write, $15
+    # output; 10 plain input tokens, 100,000 written for 1 hour, 5 out (gwe2e repro-04: the
+    # provider bills 0.600105, the rig metered 0.375105)
+    price = pricing.pricer({})
+    written = CallUsage(input_tokens=100_010, output_tokens=5, cache_write_tokens=100_000)
+    assert price("anthropic/claude-sonnet-4-5", "anthropic", written, AS_OF) == pytest.approx(0.375105)
+    one_hour = written.model_copy(update={"cache_write_1h_tokens": 100_000})
+    assert price("anthropic/claude-sonnet-4-5", "anthropic", one_hour, AS_OF) == pytest.approx(0.600105)
+    part = written.model_copy(update={"cache_write_1h_tokens": 40_000})  # 60,000 for 5 minutes
+    assert price("anthropic/claude-sonnet-4-5", "anthropic", part, AS_OF) == pytest.approx(
+        (10 * 3 + 60_000 * 3.75 + 40_000 * 6 + 5 * 15) / 1e6)
+    # [prices]: cache_write_1h, else the cache_write price, else the input price
+    for override, per_mtok in ((ModelPrice(input=3, output=15, cache_write=3.75, cache_write_1h=6), 6),
+                               (ModelPrice(input=3, output=15, cache_write=3.75), 3.75),
+                               (ModelPrice(input=3, output=15), 3)):
+        assert pricing.pricer({"x/m": override})("x/m", "anthropic", one_hour, AS_OF) == pytest.approx(
+            (10 * 3 + 100_000 * per_mtok + 5 * 15) / 1e6)
+
+
+def test_the_one_hour_part_is_additive_and_bounded() -> None:
+    # absent when none, so every line and every [prices] without it keeps its bytes and digest
+    assert "cache_write_1h_tokens" not in CallUsage(input_tokens=1, output_tokens=1).model_dump(mode="json")
+    assert pricing.prices_digest({"x/m": ModelPrice(input=1, output=2)}) == pricing.prices_digest(
+        {"x/m": ModelPrice(input=1, output=2, cache_write_1h=None)})
+    with pytest.raises(ValueError, match="part of cache_write_tokens"):
+        CallUsage(input_tokens=10, output_tokens=0, cache_write_tokens=5, cache_write_1h_tokens=6)
+
+
+def test_anthropic_usage_keeps_the_one_hour_part_streamed_and_not() -> None:
+    from evalrig.attempt.gateway.usage import StreamUsage, from_object
+
+    raw = {"input_tokens": 10, "cache_creation_input_tokens": 100_000, "cache_read_input_tokens": 0,
+           "output_tokens": 5, "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 100_000}}
+    got = from_object("anthropic-messages", raw)
+    assert got is not None and (got.input_tokens, got.cache_write_tokens, got.cache_write_1h_tokens) == (
+        100_010, 100_000, 100_000)
+    s = StreamUsage("anthropic-messages")
+    start = {"type": "message_start", "message": {"usage": dict(raw, output_tokens=1)}}
+    s.feed(b"event: message_start\ndata: " + json.dumps(start).encode() + b"\n\n")
+    s.feed(b'event: message_delta\ndata: {"type": "message_delta", "usage": {"output_tokens": 5}}\n\n')
+    assert s.usage() == got
+    # OpenAI: reasoning tokens are inside completion_tokens, so they are priced as output
+    o = from_object("openai-chat", {"prompt_tokens": 10, "completion_tokens": 50,
+                                    "completion_tokens_details": {"reasoning_tokens": 40}})
+    assert o is not None and o.output_tokens == 50

@@ -60,15 +60,18 @@ def _dec(x: float) -> Decimal:
 
 def _override_cost(price: ModelPrice, usage: CallUsage) -> float:
     """Per million tokens; `input_tokens` counts cached ones too, so the uncached input is
-    what remains once the cache reads and writes are taken out. A cache price not given
-    is the input price."""
+    what remains once the cache reads and writes are taken out; the writes' 1-hour part is
+    priced at `cache_write_1h`. A cache price not given is the input price (the 1-hour
+    write's: the `cache_write` price)."""
     cache_read = usage.cache_read_tokens
     cache_write = usage.cache_write_tokens
+    write_1h = min(usage.cache_write_1h_tokens or 0, cache_write)
     plain = max(usage.input_tokens - cache_read - cache_write, 0)
     p_in = _dec(price.input)
     p_read = _dec(price.cache_read) if price.cache_read is not None else p_in
     p_write = _dec(price.cache_write) if price.cache_write is not None else p_in
-    total = (plain * p_in + cache_read * p_read + cache_write * p_write
+    p_write_1h = _dec(price.cache_write_1h) if price.cache_write_1h is not None else p_write
+    total = (plain * p_in + cache_read * p_read + (cache_write - write_1h) * p_write + write_1h * p_write_1h
              + usage.output_tokens * _dec(price.output)) / _MILLION
     return float(total)
 
@@ -83,6 +86,10 @@ def _snapshot() -> DataSnapshot:  # imported on first use: genai-prices pulls in
 def _table_usage(usage: CallUsage) -> Usage:
     from genai_prices import Usage
 
+    if usage.cache_write_1h_tokens:  # its own rate in the table (cache_write_1h_mtok)
+        return Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                     cache_read_tokens=usage.cache_read_tokens, cache_write_tokens=usage.cache_write_tokens,
+                     cache_write_1h_tokens=usage.cache_write_1h_tokens)
     return Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                  cache_read_tokens=usage.cache_read_tokens, cache_write_tokens=usage.cache_write_tokens)
 

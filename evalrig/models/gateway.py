@@ -22,9 +22,10 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
-from evalrig.models.base import Digest, Record, Strict, without_null
+from evalrig.models.base import Digest, Record, Strict, without_null, without_nulls
 from evalrig.models.inputs import (
     UPSTREAM_NAME_PATTERN,
     Budget,
@@ -100,10 +101,12 @@ class ModelPrice(HandWritten):
     output: Price
     cache_read: Price | None = None
     cache_write: Price | None = None
+    cache_write_1h: Price | None = None
+    """A 1-hour cache write (Anthropic); left out: the `cache_write` price."""
 
     @model_serializer(mode="wrap")
     def _no_null_cache(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return without_null(without_null(handler(self), "cache_read"), "cache_write")
+        return without_nulls(handler(self), ("cache_read", "cache_write", "cache_write_1h"))
 
 
 class GatewayFile(HandWritten):
@@ -129,6 +132,19 @@ class CallUsage(Strict):
     output_tokens: int = Field(ge=0)
     cache_read_tokens: int = Field(default=0, ge=0)
     cache_write_tokens: int = Field(default=0, ge=0)
+    cache_write_1h_tokens: int | None = Field(default=None, ge=0, description=(
+        "Of cache_write_tokens, those written to a 1-hour cache (Anthropic's "
+        "`cache_creation.ephemeral_1h_input_tokens`), priced at the 1-hour write rate; absent when none."))
+
+    @model_validator(mode="after")
+    def _part_of_writes(self) -> CallUsage:
+        if self.cache_write_1h_tokens is not None and self.cache_write_1h_tokens > self.cache_write_tokens:
+            raise ValueError("cache_write_1h_tokens is a part of cache_write_tokens: it cannot exceed it")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _no_null_1h(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return without_null(handler(self), "cache_write_1h_tokens")
 
 
 class ModelCall(Record):

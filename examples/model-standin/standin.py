@@ -32,6 +32,8 @@ with no other channel: the model is split on "+" and each part may be
     echo-key        with fail-<status>: the error message quotes the key the request carried
     cached-<n>      report <n> cached input tokens (Anthropic: cache read) on top of the count
     written-<n>     Anthropic: report <n> cache-creation input tokens
+    written1h-<n>   Anthropic: report <n> more, written for 1 hour (usage.cache_creation
+                    {ephemeral_5m_input_tokens, ephemeral_1h_input_tokens})
 e.g. "gpt-4.1-mini", "fail-429", "slow-300+no-usage".
 
 `--key K`: requests must carry `Authorization: Bearer K` or `x-api-key: K` (401 in the
@@ -168,7 +170,7 @@ def modes_of(model: Any) -> dict[str, str]:
     if not isinstance(model, str):
         return out
     for part in model.split("+"):
-        for name in ("fail-", "slow-", "cached-", "written-"):
+        for name in ("fail-", "slow-", "cached-", "written-", "written1h-"):
             if part.startswith(name):
                 out[name[:-1]] = part[len(name):]
         if part in ("reset", "half-stream", "no-usage", "echo-key"):
@@ -318,7 +320,7 @@ class Handler(BaseHTTPRequestHandler):
         completion_tokens = max(1, words(text) + words(args))
         slow_s = _int(modes.get("slow"), 0) / 1000
         u = Usage(prompt_tokens, completion_tokens, _int(modes.get("cached")),
-                  _int(modes.get("written")), "no-usage" not in modes)
+                  _int(modes.get("written")), "no-usage" not in modes, _int(modes.get("written1h")))
         stream = body.get("stream") is True
         half = "half-stream" in modes
         model = str(body.get("model"))
@@ -503,9 +505,10 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class Usage:
-    def __init__(self, prompt: int, completion: int, cached: int, written: int, report: bool) -> None:
+    def __init__(self, prompt: int, completion: int, cached: int, written: int, report: bool,
+                 written_1h: int = 0) -> None:
         self.prompt, self.completion, self.cached, self.written = prompt, completion, cached, written
-        self.report = report
+        self.report, self.written_1h = report, written_1h
 
     def chat(self) -> dict[str, Any]:
         p = self.prompt + self.cached
@@ -524,9 +527,13 @@ class Usage:
 
     def anthropic(self) -> dict[str, Any]:
         # Anthropic's input_tokens excludes the cached ones; they are reported beside.
-        return {"input_tokens": self.prompt, "output_tokens": self.completion,
-                "cache_read_input_tokens": self.cached,
-                "cache_creation_input_tokens": self.written}
+        out: dict[str, Any] = {"input_tokens": self.prompt, "output_tokens": self.completion,
+                               "cache_read_input_tokens": self.cached,
+                               "cache_creation_input_tokens": self.written + self.written_1h}
+        if self.written_1h:  # the split by lifetime, as the API gives it for cache_control ttl "1h"
+            out["cache_creation"] = {"ephemeral_5m_input_tokens": self.written,
+                                     "ephemeral_1h_input_tokens": self.written_1h}
+        return out
 
 
 def pieces(text: str) -> list[str]:

@@ -7,8 +7,12 @@
 - Responses: `usage` {input_tokens (cached included), output_tokens,
   input_tokens_details.cached_tokens}; a stream's `response.completed` event carries it.
 - Anthropic Messages: `usage` {input_tokens, output_tokens, cache_read_input_tokens,
-  cache_creation_input_tokens}, where input_tokens excludes the cached ones; a stream's
-  `message_start` has the input side and `message_delta` the (cumulative) output.
+  cache_creation_input_tokens, cache_creation.ephemeral_1h_input_tokens (the part of the
+  writes made for 1 hour, priced higher)}, where input_tokens excludes the cached ones; a
+  stream's `message_start` has the input side and `message_delta` the (cumulative) output.
+- Reasoning (OpenAI `completion_tokens_details.reasoning_tokens`, Responses
+  `output_tokens_details.reasoning_tokens`, Anthropic thinking) is inside the output count,
+  so it is priced as output. Audio parts are not served (routes.py), so no audio tokens.
 The rig's `input_tokens` counts every input token (Anthropic: the three added).
 
 Without usage, the rig counts: tiktoken for OpenAI models when its encoding is already on
@@ -53,8 +57,14 @@ def from_object(call_api: CallApi, usage: Any) -> CallUsage | None:
         if any(p is None for p in parts) or "output_tokens" not in usage:
             return None
         ai, ar, aw, ao = (p or 0 for p in parts)
+        # the writes to a 1-hour cache cost more than the 5-minute ones: their part is kept
+        # (a write count below it is taken as the larger figure: over-count, never under)
+        w1h = _n(usage, "cache_creation", "ephemeral_1h_input_tokens") if "cache_creation" in usage else 0
+        if w1h is None:
+            return None
+        aw = max(aw, w1h)
         return CallUsage(input_tokens=ai + ar + aw, output_tokens=ao, cache_read_tokens=ar,
-                         cache_write_tokens=aw)
+                         cache_write_tokens=aw, cache_write_1h_tokens=w1h or None)
     if call_api == "openai-chat":
         names = ("prompt_tokens", "completion_tokens", "prompt_tokens_details")
     else:
