@@ -117,3 +117,36 @@ def test_anthropic_usage_keeps_the_one_hour_part_streamed_and_not() -> None:
     o = from_object("openai-chat", {"prompt_tokens": 10, "completion_tokens": 50,
                                     "completion_tokens_details": {"reasoning_tokens": 40}})
     assert o is not None and o.output_tokens == 50
+
+
+def test_compare_and_verify_reprice_a_recorded_one_hour_write_the_same() -> None:
+    """core/metering.py prices a model.jsonl line again from its recorded usage: a line
+    written with the 1-hour part reads back and prices as the gateway priced it."""
+    from evalrig.core import metering
+    from evalrig.models.gateway import GatewayFacts, ModelCall, UpstreamFacts
+
+    usage = CallUsage(input_tokens=100_010, output_tokens=5, cache_write_tokens=100_000, cache_write_1h_tokens=100_000)
+    line = ModelCall(seq=0, role="candidate", upstream="anthropic", model="claude-sonnet-4-5",
+                     api="anthropic-messages", stream=False, status=200, t_start="2026-06-01T00:00:00Z",
+                     t_start_ms=0, t_ms=1.0, request_sha256="sha256:" + "0" * 64, response_sha256=None,
+                     usage=usage, usage_raw=None, usage_source="provider", cost_usd=0.600105, refused=None,
+                     upstream_fault=False, error=None, bodies="kept")
+    again = ModelCall.model_validate_json(line.model_dump_json())
+    facts = GatewayFacts(file_digest="sha256:" + "1" * 64, genai_prices=pricing.genai_prices_version(),
+                         prices_digest=pricing.prices_digest({}),
+                         upstreams={"anthropic": UpstreamFacts(api="anthropic", base_url="https://api.anthropic.com")},
+                         prices={})
+    cost = metering.call_cost(again, facts, pricing.pricer({}), AS_OF)
+    assert cost == pytest.approx(0.600105)
+
+
+def test_openai_audio_tokens_make_the_call_estimated_not_priced_as_text() -> None:
+    from evalrig.attempt.gateway.usage import from_object
+
+    text = {"prompt_tokens": 10, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0}}
+    assert from_object("openai-chat", text) == CallUsage(input_tokens=10, output_tokens=5)
+    for where in ("prompt_tokens_details", "completion_tokens_details"):
+        heard = json.loads(json.dumps(text))
+        heard[where]["audio_tokens"] = 7
+        assert from_object("openai-chat", heard) is None, where

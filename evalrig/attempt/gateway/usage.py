@@ -12,7 +12,9 @@
   stream's `message_start` has the input side and `message_delta` the (cumulative) output.
 - Reasoning (OpenAI `completion_tokens_details.reasoning_tokens`, Responses
   `output_tokens_details.reasoning_tokens`, Anthropic thinking) is inside the output count,
-  so it is priced as output. Audio parts are not served (routes.py), so no audio tokens.
+  so it is priced as output. Audio tokens (`prompt_tokens_details.audio_tokens`,
+  `completion_tokens_details.audio_tokens`) are billed at audio rates a text count cannot
+  price: a usage reporting any is not taken, and the call is `estimated` (never grants).
 The rig's `input_tokens` counts every input token (Anthropic: the three added).
 
 Without usage, the rig counts: tiktoken for OpenAI models when its encoding is already on
@@ -72,7 +74,16 @@ def from_object(call_api: CallApi, usage: Any) -> CallUsage | None:
     i, o, cr = _n(usage, names[0]), _n(usage, names[1]), _n(usage, names[2], "cached_tokens")
     if names[0] not in usage or names[1] not in usage or i is None or o is None:
         return None
+    if any(_audio(usage.get(k)) for k in (names[2], "completion_tokens_details", "output_tokens_details")):
+        return None  # audio is billed at rates the text count cannot price: the call is estimated
     return CallUsage(input_tokens=i, output_tokens=o, cache_read_tokens=min(cr or 0, i))
+
+
+def _audio(details: Any) -> bool:
+    """Whether a usage details object reports audio tokens (or reports them malformed)."""
+    if not isinstance(details, dict) or details.get("audio_tokens") in (None, 0):
+        return False
+    return True
 
 
 def from_body(call_api: CallApi, body: bytes) -> tuple[CallUsage | None, dict[str, Any] | None]:
