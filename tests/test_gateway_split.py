@@ -90,3 +90,67 @@ def test_calls_that_hold_no_split_canary_stay_clean(tmp_path: Path, standin: Sta
     [res] = results(tmp_path / "out")
     assert len(standin.requests()) == 2
     assert res["canary"]["found"] is False and res["status"] == "passed", res
+
+
+def test_prompt_text_takes_what_a_model_reads_in_each_api() -> None:
+    from evalrig.attempt.gateway.prompts import prompt_text
+
+    chat = {"model": "m", "messages": [
+        {"role": "system", "content": "A"},
+        {"role": "user", "content": [{"type": "text", "text": "B"},
+                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,xx"}}]},
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                                              "function": {"name": "f", "arguments": "C"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "D"}],
+        "tools": [{"type": "function", "function": {"name": "g", "description": "E",
+                                                    "parameters": {"type": "object",
+                                                                   "properties": {"p": {"description": "F"}}}}}]}
+    assert prompt_text(chat) == b"ABfCDgEF"
+    responses = {"model": "m", "instructions": "I", "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "J"}]},
+        {"type": "function_call_output", "call_id": "x", "output": "K"}]}
+    assert prompt_text(responses) == b"IJK"
+    assert prompt_text({"model": "m", "input": "L"}) == b"L"
+    anthropic = {"model": "m", "system": [{"type": "text", "text": "S", "cache_control": {"type": "ephemeral",
+                                                                                           "ttl": "1h"}}],
+                 "messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "n",
+                                                                 "input": {"q": "T"}}]},
+                              {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+                                                            "content": "U"}]}],
+                 "tools": [{"name": "n", "description": "V", "input_schema": {"type": "object"}}]}
+    assert prompt_text(anthropic) == b"SnTUnV"
+
+
+def test_the_ledger_joins_in_seq_order_whatever_order_lines_settle(tmp_path: Path) -> None:
+    from evalrig.attempt.gateway import CallLedger
+    from evalrig.models.gateway import ModelCall
+
+    needle = b"rst_0123456789abcdef0123456789ab"
+
+    def line(seq: int) -> ModelCall:
+        return ModelCall(seq=seq, role="candidate", upstream="openai", model="m", api="openai-chat", stream=False,
+                         status=200, t_start="2026-06-01T00:00:00Z", t_start_ms=0, t_ms=1.0,
+                         request_sha256="sha256:" + "0" * 64, response_sha256=None, usage=None, usage_raw=None,
+                         usage_source=None, cost_usd=0.0, refused=None, upstream_fault=False, error=None,
+                         bodies="dropped")
+
+    def body(text: bytes) -> dict[str, object]:
+        return {"model": "m", "messages": [{"role": "user", "content": text.decode()}]}
+
+    (tmp_path / "a").mkdir()
+    led = CallLedger(tmp_path / "a", bodies_allowance=0)
+    led.append(line(2), {}, body(needle[16:]), needles=(needle,))  # settles first
+    led.append(line(0), {}, body(b"x"), needles=(needle,))
+    led.append(line(1), {}, body(needle[:16]), needles=(needle,))
+    assert led.split_canary() == "found"
+    (tmp_path / "b").mkdir()
+    led = CallLedger(tmp_path / "b", bodies_allowance=0)  # a refused call between: not in the join
+    led.append(line(0), {}, body(needle[:16]), needles=(needle,))
+    led.append(line(1), needles=(needle,))
+    led.append(line(2), {}, body(needle[16:]), needles=(needle,))
+    assert led.split_canary() == "found"
+    (tmp_path / "c").mkdir()
+    led = CallLedger(tmp_path / "c", bodies_allowance=0)  # the halves in the wrong order: no finding
+    led.append(line(0), {}, body(needle[16:]), needles=(needle,))
+    led.append(line(1), {}, body(needle[:16]), needles=(needle,))
+    assert led.split_canary() == "clean"

@@ -17,22 +17,25 @@ __all__ = ["prompt_text"]
 _ROOTS = ("instructions", "system", "messages", "input", "tools")
 """Where a request's prompt text lies: Chat Completions `messages`, Responses `instructions`
 and `input`, Anthropic `system` and `messages`, and every API's `tools`."""
-_TEXT_KEYS = frozenset({"content", "text", "instructions", "system", "input", "output", "description",
-                        "arguments"})
-"""A string under one of these keys is text the model reads (message contents, text parts,
-tool results and calls, tool descriptions)."""
+_NOT_TEXT = frozenset({"type", "role", "id", "tool_call_id", "tool_use_id", "call_id", "status", "model",
+                       "url", "data", "file_data", "image_url", "media_type", "detail", "format", "ttl",
+                       "signature", "encrypted_content"})
+"""A string under one of these keys is structure, an identifier or an inline binary (which
+the per-call scan sees whole), not text the model reads; every other string under the roots
+is (message contents, text parts, tool calls' arguments and inputs, tool results, tool
+names and descriptions, schemas)."""
 _MAX_DEPTH = 64
 
 
 def prompt_text(body: Mapping[str, Any]) -> bytes:
     """The string contents a model reads in a request body, in document order, joined with
-    no separator (UTF-8)."""
+    no separator (UTF-8). Object keys are not taken."""
     out: list[str] = []
     stack: list[tuple[str, Any, int]] = [(k, body[k], 0) for k in reversed(_ROOTS) if k in body]
     while stack:
         key, node, depth = stack.pop()
         if isinstance(node, str):
-            if key in _TEXT_KEYS:
+            if key not in _NOT_TEXT:
                 out.append(node)
         elif depth >= _MAX_DEPTH:
             continue
