@@ -115,12 +115,7 @@ class CallLedger:
         """Append the call's line (synced); several threads' lines go in one write. `headers`
         and `body`: what a forwarded call showed the provider (None: it was not forwarded),
         for the scan across calls with the attempt's `needles`."""
-        shown = None
-        if body is not None:
-            shown = Shown(needles, tuple((h, v.encode("utf-8", "replace")) for h, v in (headers or {}).items()),
-                          prompt_text(body))
         with self._lock:
-            self._shown[line.seq] = shown
             self._pending.append(line)
             t = self._tally.setdefault(line.role, _Tally())
             t.lines += 1
@@ -137,6 +132,15 @@ class CallLedger:
                 batch, self._pending = self._pending, []
             if batch:
                 append_lines(self.path, batch)
+        shown = None  # the line is written first: nothing here can lose it
+        if body is not None:
+            try:
+                shown = Shown(needles, tuple((h, v.encode("utf-8", "replace")) for h, v in (headers or {}).items()),
+                              prompt_text(body))
+            except Exception:  # noqa: BLE001 - a body the join cannot read leaves the scan incomplete
+                self._budget.out_of_room()
+        with self._lock:
+            self._shown[line.seq] = shown
         self._feed(flush=False)
 
     def _feed(self, *, flush: bool) -> None:
