@@ -1,4 +1,4 @@
-"""The canary split across model calls (docs/gateway.md, "Limits fail closed"), through
+"""The canary split across model calls (docs/gateway.md, "The canary across calls"), through
 `eval.sh run --gateway`: each call alone is clean and is forwarded, but the attempt-end scan
 of the calls taken together (each forwarded header's values, and the prompt texts, joined
 over the calls in seq order) finds it, whether or not the bodies were kept.

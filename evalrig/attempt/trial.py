@@ -900,8 +900,8 @@ def _model_canary(evidence_dir: Path, ledger: CallLedger | None, canary: str,
     each forwarded header's values and the prompt texts joined over the calls in `seq` order
     (a value split across calls, kept bodies or not; the ledger scans them within its own
     budget, a scan it cuts short is not clean); and every kept request body joined in `seq`
-    order, within the attempt's scan budget (`budget.incomplete`). docs/gateway.md "Limits
-    fail closed"."""
+    order, within the attempt's scan budget (`budget.incomplete`). docs/gateway.md "The
+    canary across calls"."""
     if ledger is None:
         return ()
     found: tuple[str, ...] = ()

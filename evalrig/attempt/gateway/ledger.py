@@ -167,7 +167,7 @@ class CallLedger:
                         scanner.feed(data)
 
     def split_canary(self) -> str:
-        """The scan across calls (docs/gateway.md, "Limits fail closed"): "found" (a needle
+        """The scan across calls (docs/gateway.md, "The canary across calls"): "found" (a needle
         in the forwarded header values of one name, or in the prompt texts, each joined over
         the calls in seq order), "unfinished" (its budget ran out) or "clean". Call it once
         no more calls come (the attempt ended)."""

@@ -1,5 +1,5 @@
 """What a forwarded call shows the provider, kept for the attempt-end canary scan of the
-calls taken together (docs/gateway.md, "Limits fail closed").
+calls taken together (docs/gateway.md, "The canary across calls").
 
 A value split across calls is in no one call's body, so the per-call scan cannot see it.
 The ledger (ledger.py) feeds, call after call in `seq` order, two kinds of stream to
