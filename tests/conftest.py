@@ -45,6 +45,7 @@ LONGEST_FIRST = (
     "test_sandbox.py",
     "test_redteam_records.py",
     "test_redteam_harness.py",
+    "test_watch.py",
     "test_release_faults.py",
     "test_redteam_escaping.py",
     "test_redteam_leftovers.py",
