@@ -27,6 +27,9 @@ def repo_root() -> Path:
 # one long file left to the end would run alone while the other worker idles. Order only:
 # every test runs, each file's tests in their own order. A file not named here runs after.
 LONGEST_FIRST = (
+    # first, on a fresh worker: after other files in the same worker process, its kill -9 of
+    # a Ray driver once left the agent's bwrap running (an order dependence not yet found)
+    "test_ray.py",
     "test_tau2.py",
     "test_release_train.py",
     "test_redteam_gate.py",
@@ -41,7 +44,6 @@ LONGEST_FIRST = (
     "test_run_messages.py",
     "test_redteam_evidence.py",
     "test_redteam_faults.py",
-    "test_ray.py",
     "test_sandbox.py",
     "test_redteam_records.py",
     "test_redteam_harness.py",
