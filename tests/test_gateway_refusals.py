@@ -672,18 +672,23 @@ def test_stored_prompts_items_and_any_store_but_false_are_refused(sess: Opened, 
         (CHAT, {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "store": 1}),
         (CHAT, {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "store": "true"}),
         (CHAT, {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "store": True}),
-        # a fetched part under a key the gateway has no name for is still found
+        # a fetched part under a key the walk has no name for is still found
         (CHAT, {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}],
-                "extra_body": {"parts": [{"type": "image_url", "image_url": {"url": " " + url}}]}}),
+                "metadata": {"parts": [{"type": "image_url", "image_url": {"url": " " + url}}]}}),
+        # a key the gateway does not know is not forwarded (a feature added later)
+        (CHAT, {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "stored_context": "c1"}),
+        (resp, {"model": "gpt-test", "input": "hi", "messages": []}),
+        (MSGS, {"model": "claude-test", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}],
+                "input": "x"}),
     ]
     for target, body in refused:
         status, _, data = raw_call(sess.port, "POST", target, json.dumps(body).encode())
-        assert status == 403 and b"feature_not_allowed" in data, (body, data)
+        assert status == 403 and b"permission_error" in data, (body, data)
     allowed = [
         (resp, {"model": "gpt-test", "input": "hi", "prompt": None, "store": None}),
         (CHAT, {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "store": None}),
         (CHAT, {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "store": False}),
-        (CHAT, {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}),
+        (CHAT, {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "top_k": 5}),
     ]
     for target, body in allowed:
         status, _, data = raw_call(sess.port, "POST", target, json.dumps(body).encode())

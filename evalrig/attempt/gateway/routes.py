@@ -18,7 +18,7 @@ import orjson
 from evalrig.models.gateway import Api, CallApi, Refusal
 
 __all__ = [
-    "FEATURES", "Route", "error_body", "feature_problem", "fetch_problem", "max_output_tokens", "parse_route",
+    "ALLOWED_KEYS", "FEATURES", "Route", "error_body", "feature_problem", "fetch_problem", "max_output_tokens", "parse_route",
     "refusal", "shape_of",
 ]
 
@@ -111,8 +111,31 @@ spoken output, billed at audio rates the rig cannot price."""
 
 _DEFAULT_TIERS = (None, "auto", "default")
 
+_SAMPLING = frozenset({"model", "stream", "temperature", "top_p", "metadata", "tools", "tool_choice",
+                       "parallel_tool_calls", "service_tier", "store", "user", "top_logprobs",
+                       "safety_identifier", "prompt_cache_key", "prompt_cache_retention"})
+ALLOWED_KEYS: dict[CallApi, frozenset[str]] = {
+    "openai-chat": _SAMPLING | {
+        "messages", "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "max_tokens",
+        "max_completion_tokens", "n", "prediction", "reasoning_effort", "response_format", "seed", "stop",
+        "stream_options", "verbosity", "functions", "function_call", "modalities", "audio",
+        "web_search_options",
+        # sampling parameters OpenAI-compatible servers (vLLM, llama.cpp, ...) take
+        "top_k", "min_p", "repetition_penalty", "chat_template_kwargs"},
+    "openai-responses": _SAMPLING | {
+        "input", "instructions", "include", "max_output_tokens", "max_tool_calls", "reasoning", "text",
+        "truncation", "stream_options", "background", "conversation", "previous_response_id", "prompt"},
+    "anthropic-messages": frozenset({
+        "model", "messages", "max_tokens", "system", "metadata", "stop_sequences", "stream", "temperature",
+        "top_k", "top_p", "thinking", "tools", "tool_choice", "service_tier", "container", "mcp_servers",
+        "context_management", "output_format", "output_config"}),
+}
+"""The top-level keys each endpoint forwards (docs/gateway.md): a key the gateway does not
+know is refused, so a feature a provider adds later is not passed on unchecked. Some listed
+keys are then refused by value (FEATURES, `store`, `modalities`)."""
 
-def feature_problem(body: Mapping[str, Any]) -> str | None:
+
+def feature_problem(body: Mapping[str, Any], api: CallApi | None = None) -> str | None:
     """Why the body asks for something the gateway does not pass on, or None."""
     for key in FEATURES:
         if key in body and body[key] not in (None, False):
@@ -137,6 +160,11 @@ def feature_problem(body: Mapping[str, Any]) -> str | None:
             if kind not in ("function", "custom"):
                 return (f"tools[{i}] has type {kind!r}: only function (and custom) tools are served, "
                         "no provider-hosted tool")
+    if api is not None:
+        unknown = sorted(k for k in body if k not in ALLOWED_KEYS[api])
+        if unknown:
+            return (f"{', '.join(repr(k) for k in unknown[:5])} is not among the keys the gateway "
+                    f"forwards to {api} (docs/models.md lists them)")
     return None
 
 

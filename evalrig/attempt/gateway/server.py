@@ -382,7 +382,7 @@ class Session:
         if grant.role not in up.roles:
             return await self._refuse(request, responded, line, shape, "role",
                                       f"upstream {up.name!r} does not serve role {grant.role!r}")
-        problem = feature_problem(obj)
+        problem = feature_problem(obj, route.call_api)
         if problem is None:
             if len(body) > _WALK_ON_LOOP:  # a big body's parts are walked off the loop
                 problem = await self._off(fetch_problem, obj)
