@@ -679,7 +679,18 @@ class Session:
             else:
                 line.bodies = "dropped"
         line.request = line.response = b""
-        self.ledger.append(line.model_call())
+        try:
+            call = line.model_call()
+        except ValueError as e:  # a field the record refuses: the call still has its line
+            line.usage_raw, line.cost_usd = None, max(0.0, line.cost_usd)
+            line.error = f"gateway error: the line did not validate ({type(e).__name__}): usage_raw dropped"
+            try:
+                call = line.model_call()
+            except ValueError:
+                line.model, line.usage, line.usage_source, line.cost_usd = None, None, None, 0.0
+                line.error = "gateway error: the line did not validate: its model and usage dropped"
+                call = line.model_call()
+        self.ledger.append(call)
 
 
 class _Ended(Exception):
