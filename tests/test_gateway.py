@@ -180,3 +180,23 @@ def test_the_estimate_never_fetches_tiktokens_encoding(tmp_path: Path, monkeypat
     assert bogus.read_bytes() == b"not the encoding"  # tiktoken would have removed it and fetched
     assert usage.count_tokens("anthropic-messages", "claude", b"y" * 8) == 2
     assert time.monotonic() - t0 < 5
+
+
+def test_a_calls_line_is_in_the_ledger_before_its_caller_has_the_end_of_the_answer(sess: Opened) -> None:
+    """What the rig reads of the ledger when the agent's next message arrives (an episode's
+    spend against its budget) already holds every call the agent has had an answer to:
+    whole answers are sent after the line is written, a stream's last event after it too."""
+    c, a = oa(sess), an(sess)
+    for i in range(12):
+        c.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": f"hi {i}"}])
+        assert len(sess.lines()) == 2 * i + 1 and sess.ledger.spend("candidate").calls == 2 * i + 1  # type: ignore[union-attr]
+        for _ in c.chat.completions.create(model="gpt-test", stream=True,
+                                           messages=[{"role": "user", "content": f"hey {i}"}]):
+            pass
+        assert len(sess.lines()) == 2 * i + 2, i
+    with a.messages.stream(model="claude-test", max_tokens=20, messages=[{"role": "user", "content": "x"}]) as st:
+        st.get_final_message()
+    with c.responses.stream(model="gpt-test", input="one two") as rs:
+        rs.get_final_response()
+    lines = sess.lines()
+    assert len(lines) == 26 and all(x["usage_source"] == "provider" and x["cost_usd"] > 0 for x in lines)

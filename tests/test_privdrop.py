@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_sandbox import SYSTEM_PY, Box, agent_json, make_box, tagged_alive
+from test_sandbox import QUIET_SLOTS, SYSTEM_PY, Box, agent_json, make_box, tagged_alive
 
 from evalrig.attempt import privdrop, sandbox
 from evalrig.attempt.sandbox import launch
@@ -65,7 +65,7 @@ def setuid_root_id() -> Iterator[str]:
 
 
 def looked(box: Box, setuid_id: str, **changes: object) -> dict:
-    spec = box.spec("sandbox_env.py", unprivileged=True, slot=3, **changes)
+    spec = box.spec("sandbox_env.py", unprivileged=True, slot=QUIET_SLOTS["privdrop"], **changes)
     # its folder is bound in read-only: the agent's own /var/tmp is a fresh tmpfs
     spec = replace(spec, argv=[SYSTEM_PY, "-I", "-c", LOOK, setuid_id], ro_paths=[Path(setuid_id).parent])
     return agent_json(box, launch(spec))
@@ -75,7 +75,7 @@ def test_the_agent_runs_as_the_slot_uid_without_capabilities_within_its_limits(
         tmp_path: Path, way: str, setuid_root_id: str) -> None:
     box = make_box(tmp_path, "process")
     seen = looked(box, setuid_root_id, memory_bytes=1 << 30, max_file_bytes=5 << 20, max_processes=40)
-    slot = sandbox.BASE_UID + 3
+    slot = sandbox.BASE_UID + QUIET_SLOTS["privdrop"]
     assert (seen["uid"], seen["gid"], seen["groups"]) == (slot, slot, [])
     assert set(seen["caps"].values()) == {"0000000000000000"}, seen["caps"]
     assert seen["limits"]["Max address space"] == [str(1 << 30)] * 2
@@ -105,7 +105,7 @@ def test_the_helper_is_the_one_exec_before_the_agent(tmp_path: Path, way: str) -
 def test_the_agent_dies_with_the_rig(tmp_path: Path, way: str) -> None:
     """kill -9 of the rig: the agent's parent-death signal, set after the uid drop, ends it."""
     box = make_box(tmp_path, "process")
-    spec = replace(box.spec("sandbox_env.py", unprivileged=True),
+    spec = replace(box.spec("sandbox_env.py", unprivileged=True, slot=QUIET_SLOTS["privdrop"]),
                    argv=[SYSTEM_PY, "-I", "-c", "import time; time.sleep(600)"], ro_paths=[])
     code = ("import pickle, sys\nfrom evalrig.attempt import sandbox\n"
             f"sandbox.HOST.pretend('tool: evalrig-drop', {sandbox.plan._drop_helper()!r} if {way == 'evalrig-drop'} else None)\n"
@@ -117,7 +117,7 @@ def test_the_agent_dies_with_the_rig(tmp_path: Path, way: str) -> None:
     try:
         agents: list[int] = []
         for _ in range(200):
-            agents = [p for p in tagged_alive(box.tag) if _uid_of(str(p)) == sandbox.BASE_UID]
+            agents = [p for p in tagged_alive(box.tag) if _uid_of(str(p)) == sandbox.BASE_UID + QUIET_SLOTS["privdrop"]]
             if agents:
                 break
             subprocess.run(["sleep", "0.05"])

@@ -63,6 +63,8 @@ class CallLedger:
         self.evidence_dir = Path(evidence_dir)
         self.bodies_allowance = max(0, bodies_allowance)
         self._seq = self._bodies = self._faults = 0
+        self.late_lines = 0
+        """Lines of calls that ended after their session had closed: dropped, not written."""
         self._tally: dict[str, _Tally] = {}
         self._lock = threading.Lock()
         self._write = threading.Lock()
@@ -177,6 +179,12 @@ class CallLedger:
                 if scanner.found:
                     return "found"
             return "unfinished" if self._budget.incomplete else "clean"
+
+    def drop_late(self) -> None:
+        """A call ended after its session closed: its line is not written (the evidence is
+        final once the session is), only counted."""
+        with self._lock:
+            self.late_lines += 1
 
     def calls(self) -> list[ModelCall]:
         """Every whole line written so far, in the order written."""

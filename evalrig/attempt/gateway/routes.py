@@ -18,7 +18,7 @@ import orjson
 from evalrig.models.gateway import Api, CallApi, Refusal
 
 __all__ = [
-    "FEATURES", "Route", "error_body", "feature_problem", "fetch_problem", "max_output_tokens", "parse_route",
+    "ALLOWED_KEYS", "FEATURES", "Route", "error_body", "feature_problem", "fetch_problem", "max_output_tokens", "parse_route",
     "refusal", "shape_of",
 ]
 
@@ -102,21 +102,51 @@ def refusal(shape: Api, refused: Refusal, message: str) -> tuple[int, bytes]:
 # -- features the gateway refuses ---------------------------------------------------------
 
 FEATURES = ("mcp_servers", "container", "background", "previous_response_id", "conversation",
-            "web_search_options")
+            "web_search_options", "prompt", "audio")
 """Body keys that reach state or services outside the attempt (docs/gateway.md). Present
 with any value but null/false, they are refused. `web_search_options` is Chat Completions'
-provider-hosted web search."""
+provider-hosted web search; `prompt` is a Responses prompt template stored in the
+provider's organisation (its variables may name URLs and stored files); `audio` asks for
+spoken output, billed at audio rates the rig cannot price."""
 
 _DEFAULT_TIERS = (None, "auto", "default")
 
+_SAMPLING = frozenset({"model", "stream", "temperature", "top_p", "metadata", "tools", "tool_choice",
+                       "parallel_tool_calls", "service_tier", "store", "user", "top_logprobs",
+                       "safety_identifier", "prompt_cache_key", "prompt_cache_retention"})
+ALLOWED_KEYS: dict[CallApi, frozenset[str]] = {
+    "openai-chat": _SAMPLING | {
+        "messages", "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "max_tokens",
+        "max_completion_tokens", "n", "prediction", "reasoning_effort", "response_format", "seed", "stop",
+        "stream_options", "verbosity", "functions", "function_call", "modalities", "audio",
+        "web_search_options",
+        # sampling parameters OpenAI-compatible servers (vLLM, llama.cpp, ...) take
+        "top_k", "min_p", "repetition_penalty", "chat_template_kwargs"},
+    "openai-responses": _SAMPLING | {
+        "input", "instructions", "include", "max_output_tokens", "max_tool_calls", "reasoning", "text",
+        "truncation", "stream_options", "background", "conversation", "previous_response_id", "prompt"},
+    "anthropic-messages": frozenset({
+        "model", "messages", "max_tokens", "system", "metadata", "stop_sequences", "stream", "temperature",
+        "top_k", "top_p", "thinking", "tools", "tool_choice", "service_tier", "container", "mcp_servers",
+        "context_management", "output_format", "output_config"}),
+}
+"""The top-level keys each endpoint forwards (docs/gateway.md): a key the gateway does not
+know is refused, so a feature a provider adds later is not passed on unchecked. Some listed
+keys are then refused by value (FEATURES, `store`, `modalities`)."""
 
-def feature_problem(body: Mapping[str, Any]) -> str | None:
+
+def feature_problem(body: Mapping[str, Any], api: CallApi | None = None) -> str | None:
     """Why the body asks for something the gateway does not pass on, or None."""
     for key in FEATURES:
         if key in body and body[key] not in (None, False):
             return f"{key!r} is not served (no state or service outside the attempt)"
-    if body.get("store") is True:
-        return "'store': true is not served (nothing outlives the attempt)"
+    store = body.get("store")
+    if store is not None and store is not False:  # identity: 0 == False, and a provider may read 0 as true
+        return "'store' other than false is not served (nothing outlives the attempt)"
+    modalities = body.get("modalities")
+    if modalities is not None and (not isinstance(modalities, list) or any(m != "text" for m in modalities)):
+        return ("'modalities' other than [\"text\"] is not served (audio is billed at rates the rig "
+                "cannot price)")
     if body.get("service_tier") not in _DEFAULT_TIERS:
         return "a 'service_tier' other than the default is not served (the call could not be priced)"
     tools = body.get("tools")
@@ -130,6 +160,11 @@ def feature_problem(body: Mapping[str, Any]) -> str | None:
             if kind not in ("function", "custom"):
                 return (f"tools[{i}] has type {kind!r}: only function (and custom) tools are served, "
                         "no provider-hosted tool")
+    if api is not None:
+        unknown = sorted(k for k in body if k not in ALLOWED_KEYS[api])
+        if unknown:
+            return (f"{', '.join(repr(k) for k in unknown[:5])} is not among the keys the gateway "
+                    f"forwards to {api} (docs/models.md lists them)")
     return None
 
 
@@ -142,6 +177,10 @@ _FETCHED = {
     "image": ("source",),                 # Anthropic: {"source": {"type": "url" | "file", ...}}
     "document": ("source",),
 }
+_REFUSED_PARTS = {
+    "item_reference": "an 'item_reference' (an item stored in the provider's organisation) is not served",
+    "input_audio": "an 'input_audio' part is not served (audio is billed at rates the rig cannot price)",
+}
 _MAX_DEPTH = 64
 
 
@@ -149,7 +188,7 @@ def _remote(value: Any) -> bool:
     """Whether a content part's reference is fetched by the provider: an http(s) URL, a
     stored file (`file_id`), an Anthropic source of type url or file. Inline data is not."""
     if isinstance(value, str):
-        return value[:8].lower().startswith(("http://", "https://"))
+        return value.lstrip()[:8].lower().startswith(("http://", "https://"))
     if isinstance(value, dict):
         if value.get("type") in ("url", "file") or "file_id" in value:
             return True
@@ -161,7 +200,14 @@ def fetch_problem(body: Mapping[str, Any]) -> str | None:
     """A content part (an image, a file, a document) the provider would fetch from a URL or
     from its own stored files: refused, since the gateway is no way to the internet and keeps
     no state outside the attempt (send the data inline, as base64)."""
-    stack: list[tuple[Any, int]] = [(body.get(k), 0) for k in ("messages", "input", "system")]
+    stack: list[tuple[Any, int]] = [(body, 0)]  # the whole body: every key a part could hide under
+    items, messages = body.get("input"), body.get("messages")
+    for item in items if isinstance(items, list) else ():
+        if isinstance(item, dict) and item.get("type") is None and "id" in item and "role" not in item:
+            return "an input item naming only an 'id' (a stored item) is not served; send its content"
+    for message in messages if isinstance(messages, list) else ():
+        if isinstance(message, dict) and message.get("audio") is not None:
+            return "a message's 'audio' (a stored audio answer) is not served"
     while stack:
         node, depth = stack.pop()
         if depth > _MAX_DEPTH:
@@ -170,6 +216,8 @@ def fetch_problem(body: Mapping[str, Any]) -> str | None:
             stack.extend((x, depth + 1) for x in node)
         elif isinstance(node, dict):
             kind = node.get("type")
+            if isinstance(kind, str) and kind in _REFUSED_PARTS:
+                return _REFUSED_PARTS[kind]
             keys = _FETCHED.get(kind) if isinstance(kind, str) else None
             if keys is not None:
                 for k in keys:

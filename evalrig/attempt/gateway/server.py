@@ -9,10 +9,12 @@ with one connection pool per rig process, for the upstreams.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
+import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,7 +25,7 @@ import orjson
 from aiohttp import web
 
 from evalrig.attempt.aioloop import LOOP
-from evalrig.attempt.gateway.budget import Book
+from evalrig.attempt.gateway.budget import Book, Reservation
 from evalrig.attempt.gateway.ledger import CallLedger
 from evalrig.attempt.gateway.replay import Replay
 from evalrig.attempt.gateway.routes import (
@@ -53,8 +55,20 @@ FORWARDED_HEADERS = ("Content-Type", "Accept", "User-Agent", "anthropic-version"
 MAX_OPEN = 256
 """Connections one sandbox may hold open at once (an agent may well make a hundred calls at
 once: they wait for one of its 4 slots); more are closed as they arrive."""
+HELD_LIMIT = 64 << 20
+"""Bytes of request bodies one sandbox's calls may hold before they are admitted (read but
+not yet forwarded or refused: waiting for a slot, being checked); a call that would pass it
+gets 503 and its connection closed (the SDKs retry a 503 later)."""
+MAX_CONTAINERS = 100_000
+"""JSON arrays and objects one request body may hold (an 8 MiB body of `[{},{},...]`
+parses to ~200 MiB of Python objects); more get 413 before anything is parsed."""
 _WALK_ON_LOOP = 256 << 10
-"""Bodies up to this size have their content parts checked on the loop; larger, off it."""
+"""Bodies up to this size are parsed and have their content parts checked on the loop;
+larger, off it."""
+_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_END_MARKERS = (b"data: [DONE]", b"message_stop", b"response.completed", b"response.incomplete",
+                b"response.failed")
+"""What a stream's last event carries: it is held back until the call's line is written."""
 _RETRY_HEADERS = ("retry-after", "retry-after-ms", "x-should-retry")
 """An upstream's advice on retrying, passed back with its error (the agent's SDK reads it)."""
 _OPEN_TIMEOUT_S = 10.0
@@ -154,13 +168,18 @@ class _Line:
     t0: float
     t_end: float | None = None
     recorded: bool = False
+    held: int = 0
+    qualified: str = ""
+    provider: str = ""
+    reservation: Reservation | None = None
+    forwarded: bool = False
     upstream: str | None = None
     model: str | None = None
     api: CallApi | None = None
     stream: bool = False
     status: int = 500
     request: bytes = b""
-    request_sha256: str = ""
+    request_sha256: str = sha256_bytes(b"")
     response: bytes = b""
     response_sha256: str | None = None
     sse: bool = False
@@ -199,6 +218,9 @@ class Session:
         self._server: asyncio.Server | None = None
         self._web: web.Server | None = None
         self._closed = False
+        self._sealed = False
+        self._held = 0
+        self._queued: set[concurrent.futures.Future[Any]] = set()
 
     async def _serve(self, listener: Any) -> None:
         self._web = web.Server(self._handle, access_log=None)
@@ -217,17 +239,41 @@ class Session:
         read to its end (bounded by the upstream's time-out) and recorded first."""
         if self._closed:
             return
-        self._closed = True
-        LOOP.call(self._shutdown(), self.gw.longest_s + 30)
+        self._closed = True  # from now on no call not yet admitted goes on (see _off)
+        LOOP.call(self._shutdown(), self.gw.longest_s + SCAN_CPU_S + 60)
         self.gw._forget(self)
 
     async def _shutdown(self) -> None:
+        for f in list(self._queued):  # checks still queued off the loop never run
+            f.cancel()
         if self._server is not None:
             self._server.close()
         if self._web is not None:
             await self._web.shutdown(_CLOSE_GRACE_S)
+        # every call ends: one not admitted at its next step, one forwarded within its
+        # upstream's time-out; after this the session writes no line (a late one is dropped)
         if self._calls:
-            await asyncio.wait(list(self._calls), timeout=self.gw.longest_s + 10)
+            await asyncio.wait(list(self._calls), timeout=self.gw.longest_s + SCAN_CPU_S + 30)
+        self._sealed = True
+
+    async def _off(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` in the scan pool, for a call not yet forwarded: it stops (`_Ended`)
+        when the session closed meanwhile, and its work is cancelled if still queued."""
+        if self._closed:
+            raise _Ended
+        f = self.gw.scan_pool.submit(fn, *args)
+        self._queued.add(f)
+        try:
+            result = await asyncio.wrap_future(f)
+        except asyncio.CancelledError:
+            if f.cancelled() and self._closed:
+                raise _Ended from None
+            raise
+        finally:
+            self._queued.discard(f)
+        if self._closed:
+            raise _Ended
+        return result
 
     # -- one request ------------------------------------------------------------------------
 
@@ -244,45 +290,81 @@ class Session:
                      t0=time.perf_counter())
         try:
             await self._steps(request, responded, line)
+        except _Ended:
+            line.error = "the attempt ended before the call was forwarded"
+            if not responded.done():
+                await self._answer(request, responded, line, 503, error_body(
+                    "openai", "server_error", "evalrig gateway: the attempt ended"))
         except Exception as e:  # noqa: BLE001 - the call still gets an answer and a line
             line.error = line.error or f"gateway error: {type(e).__name__}"
             if not responded.done():
                 await self._answer(request, responded, line, 500, error_body(
                     "openai", "server_error", "evalrig gateway: internal error"))
         finally:
+            self._release(line)
             if not responded.done():
                 responded.set_result(web.Response(status=500))
         await self._recorded(line)
 
+    def _release(self, line: _Line) -> None:
+        """The call's body no longer counts as held before admission."""
+        self._held -= line.held
+        line.held = 0
+
     async def _recorded(self, line: _Line) -> None:
-        """Write the call's line (once), off the loop."""
+        """Price and settle the call, then write its line (once), off the loop. Every answer
+        is sent after this: a call's line is in the ledger before its caller has the end of
+        its response (docs/models.md)."""
         if line.recorded:
             return
         line.recorded = True
+        if line.usage is not None and line.usage_source not in (None, "replayed") and line.qualified:
+            line.cost_usd = self._price(line.qualified, line.provider, line)
+        if line.reservation is not None:
+            self.book.settle(line.reservation, line.usage, line.cost_usd, line.forwarded)
         line.t_end = time.perf_counter()
-        await asyncio.get_running_loop().run_in_executor(self.gw.write_pool, self._record, line)
+        if self._sealed:
+            self.ledger.drop_late()
+            return
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.gw.write_pool, self._record, line)
+        except RuntimeError:  # the gateway closed its pools: too late for this line
+            self.ledger.drop_late()
 
     async def _steps(self, request: web.BaseRequest, responded: asyncio.Future[web.StreamResponse],
                      line: _Line) -> None:
         gw, grant = self.gw, self.grant
         target = request.raw_path
         shape = shape_of(target, gw.apis)
-        body, over = await _read_body(request)
+        body, over = await self._read_body(request, line)
         line.request, line.request_sha256 = body, sha256_bytes(body)
-        if over:
+        if over == "broken":
+            line.status, line.bodies = 400, "digest-only"
+            line.error = "the caller went away before its request body was whole"
+            return
+        if over == "held":
+            line.bodies = "digest-only"
+            line.error = (f"this sandbox's calls not yet admitted already hold {HELD_LIMIT} bytes of "
+                          "request bodies: try again later")
+            return await self._answer(request, responded, line, 503, error_body(
+                shape, "overloaded_error" if shape == "anthropic" else "server_error",
+                f"evalrig gateway: {line.error}"), close=True)
+        if over == "size":
             line.bodies = "digest-only"
             return await self._refuse(request, responded, line, shape, "size",
                                       f"the request body is over {BODY_LIMIT} bytes", close=True)
+        if self._closed:
+            raise _Ended
         route = parse_route(request.method, target, gw.apis)
         if route is None:
             return await self._refuse(request, responded, line, shape, "route", (
                 "only POST /NAME/v1/chat/completions, /NAME/v1/responses (openai upstreams) and "
                 "/NAME/v1/messages (anthropic upstreams) are served"))
         line.upstream, line.api = route.upstream, route.call_api
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            obj = None
+        obj = _parse(body) if len(body) <= _WALK_ON_LOOP else await self._off(_parse, body)
+        if obj is _TOO_MANY:
+            return await self._refuse(request, responded, line, shape, "size",
+                                      f"the request body holds more than {MAX_CONTAINERS} JSON arrays and objects")
         if not isinstance(obj, dict):
             return await self._refuse(request, responded, line, shape, "invalid",
                                       "the body is not a JSON object")
@@ -301,16 +383,18 @@ class Session:
         if grant.role not in up.roles:
             return await self._refuse(request, responded, line, shape, "role",
                                       f"upstream {up.name!r} does not serve role {grant.role!r}")
-        problem = feature_problem(obj)
+        problem = feature_problem(obj, route.call_api)
         if problem is None:
             if len(body) > _WALK_ON_LOOP:  # a big body's parts are walked off the loop
-                problem = await asyncio.get_running_loop().run_in_executor(gw.scan_pool, fetch_problem, obj)
+                problem = await self._off(fetch_problem, obj)
             else:
                 problem = fetch_problem(obj)
         if problem is not None:
             return await self._refuse(request, responded, line, shape, "feature", problem)
         provider = up.price_provider or up.api
+        line.qualified, line.provider = qualified, provider
         async with self.book.slots:
+            self._release(line)  # admitted: its body counts against the slot from now on
             if self._closed:  # the sandbox is gone: a call still waiting for a slot is not forwarded
                 line.error = "the attempt ended before the call was forwarded"
                 return await self._answer(request, responded, line, 503, error_body(
@@ -324,13 +408,12 @@ class Session:
             if isinstance(r, str):
                 return await self._refuse(request, responded, line, shape, "budget",
                                           f"the budget is exhausted: {r}")
-            forwarded = False
+            line.reservation = r
             try:
                 headers = {h: v for h in FORWARDED_HEADERS if (v := request.headers.get(h)) is not None}
                 if grant.needles:
                     scanned = body + b"\n" + "\n".join(headers.values()).encode("utf-8", "replace")
-                    verdict = await asyncio.get_running_loop().run_in_executor(
-                        gw.scan_pool, _scan, scanned, grant.needles)
+                    verdict = await self._off(_scan, scanned, grant.needles)
                     if verdict != "clean":
                         line.bodies = "digest-only"
                         why = ("the request holds this attempt's canary: it is not forwarded"
@@ -340,15 +423,17 @@ class Session:
                                                   "canary" if verdict == "found" else "scan", why)
                 line.shown = (dict(headers), obj)  # for the scan across calls (ledger.Shown)
                 if gw.replay is not None:
-                    forwarded = await self._replayed(request, responded, line, shape)
+                    await self._replayed(request, responded, line, shape)
                     return
-                forwarded = True
-                await self._forward(request, responded, line, shape, up, route.rest, obj, body, headers,
+                # what goes upstream is the JSON the gateway checked, re-serialized: with keys
+                # repeated, a provider reading the first would run what was never checked
+                _upstream_fields(line, obj)
+                data = _dumps(obj) if len(body) <= _WALK_ON_LOOP else await self._off(_dumps, obj)
+                line.forwarded = True
+                await self._forward(request, responded, line, shape, up, route.rest, obj, data, headers,
                                     max_out)
-                if line.usage is not None and line.usage_source != "replayed":
-                    line.cost_usd = self._price(qualified, provider, line)
             finally:
-                self.book.settle(r, line.usage, line.cost_usd, forwarded)
+                self.book.settle(r, line.usage, line.cost_usd, line.forwarded)
                 if responded.done():
                     # written while the slot is held: a sandbox's unwritten lines (and the
                     # bodies they hold) never pile up faster than the disk takes them
@@ -374,22 +459,14 @@ class Session:
         line.usage, line.usage_raw, line.cost_usd = rc.usage, rc.usage_raw, rc.cost_usd
         line.usage_source = "replayed"
         line.sse = rc.stream
+        line.forwarded = True
         await self._answer(request, responded, line, rc.status, rc.response, rc.content_type)
         return True
 
     async def _forward(self, request: web.BaseRequest, responded: asyncio.Future[web.StreamResponse],
                        line: _Line, shape: Api, up: UpstreamConn, rest: str, obj: dict[str, Any],
-                       body: bytes, headers: dict[str, str], max_out: int | None) -> None:
-        changed = False
-        if line.api == "openai-responses" and obj.get("store") is not False:
-            obj["store"] = False
-            changed = True
-        if line.api == "openai-chat" and line.stream:
-            so = obj.get("stream_options")
-            if not isinstance(so, dict) or so.get("include_usage") is not True:
-                obj["stream_options"] = {**(so if isinstance(so, dict) else {}), "include_usage": True}
-                changed = True
-        data = orjson.dumps(obj) if changed else body
+                       data: bytes, headers: dict[str, str], max_out: int | None) -> None:
+        body = line.request
         headers.setdefault("Content-Type", "application/json")
         if up.key:
             if up.api == "anthropic":
@@ -420,11 +497,19 @@ class Session:
                                                   extra=passed)
                     if "text/event-stream" in ctype:
                         su = StreamUsage(line.api)
-                        prepared = await self._stream(request, responded, line, r, ctype, su)
+                        stream_usage = su
+
+                        async def metered() -> None:
+                            line.usage, line.usage_raw = stream_usage.usage(), stream_usage.raw
+                            await self._metered(line, body, max_out)
+
+                        prepared = await self._stream(request, responded, line, r, ctype, su, metered)
                         line.usage, line.usage_raw = su.usage(), su.raw
                     else:
                         payload = _without_key(await r.read(), up.key)
                         line.usage, line.usage_raw = from_body(line.api, payload)
+                        line.status, line.response = r.status, payload
+                        await self._metered(line, body, max_out)
                         await self._answer(request, responded, line, r.status, payload, ctype)
             except TimeoutError:
                 line.upstream_fault, line.error = True, f"upstream {up.name} timed out after {up.timeout_s} s"
@@ -437,18 +522,27 @@ class Session:
                                    shape == "anthropic" else "server_error", line.error)
         if su is not None and line.usage is None:
             line.usage_raw = su.raw
+        await self._metered(line, body, max_out)
+
+    async def _metered(self, line: _Line, body: bytes, max_out: int | None) -> None:
+        """The call's usage source, and an estimate when a 2xx answer reported no usage."""
+        if line.usage_source is not None or line.recorded:
+            return
         if line.usage is not None:
             line.usage_source = "provider"
         elif 200 <= line.status < 300:
+            assert line.api is not None
             line.usage = await asyncio.get_running_loop().run_in_executor(
                 self.gw.scan_pool, estimate, line.api, line.model or "", body, max_out, line.response)
             line.usage_source = "estimated"
 
     async def _stream(self, request: web.BaseRequest, responded: asyncio.Future[web.StreamResponse],
                       line: _Line, r: aiohttp.ClientResponse, ctype: str,
-                      su: StreamUsage) -> web.StreamResponse:
+                      su: StreamUsage, metered: Callable[[], Awaitable[None]]) -> web.StreamResponse:
         """Pass the stream on chunk by chunk as it arrives, and read it to its end whatever the
-        caller does (the usage comes last)."""
+        caller does (the usage comes last). From the chunk carrying the last event on, chunks
+        are held back until the call's line is written: the caller has the end of the stream
+        only after its line is in the ledger."""
         line.sse = True
         resp = web.StreamResponse(status=r.status, headers={"Content-Type": ctype, "Cache-Control": "no-cache"})
         caller = True
@@ -460,6 +554,8 @@ class Session:
         kept: list[bytes] | None = []
         size = 0
         whole = False
+        held: list[bytes] = []
+        tail = b""
         try:
             async for chunk in r.content.iter_any():
                 h.update(chunk)
@@ -470,27 +566,36 @@ class Session:
                         kept = None
                     else:
                         kept.append(chunk)
-                if caller:
+                if held or any(m in tail + chunk for m in _END_MARKERS):
+                    held.append(chunk)
+                elif caller:
                     try:
                         await resp.write(chunk)
                     except (ConnectionError, RuntimeError):
                         caller = False
                         line.error = "the caller disconnected mid-stream (read to the end for usage)"
+                tail = chunk[-16:]
             whole = True
         finally:
             line.response_sha256 = "sha256:" + h.hexdigest()
             line.response = b"".join(kept) if kept is not None else b""
             if kept is None:
                 line.bodies = "dropped"
-            if caller and whole:
-                try:
-                    await resp.write_eof()
-                except (ConnectionError, RuntimeError):
-                    pass
-            elif caller and request.transport is not None:
-                request.transport.abort()  # a broken upstream stream reaches the caller broken
-            # only now may the server finish the response (it would end the stream early)
-            responded.set_result(resp)
+            if not whole:
+                if caller and request.transport is not None:
+                    request.transport.abort()  # a broken upstream stream reaches the caller broken
+                responded.set_result(resp)
+        await metered()
+        await self._recorded(line)
+        if caller:
+            try:
+                for chunk in held:
+                    await resp.write(chunk)
+                await resp.write_eof()
+            except (ConnectionError, RuntimeError):
+                pass
+        # only now may the server finish the response (it would end the stream early)
+        responded.set_result(resp)
         return resp
 
     async def _broken(self, request: web.BaseRequest, responded: asyncio.Future[web.StreamResponse],
@@ -518,9 +623,10 @@ class Session:
     async def _answer(self, request: web.BaseRequest, responded: asyncio.Future[web.StreamResponse],
                       line: _Line, status: int, payload: bytes, ctype: str = "application/json", *,
                       close: bool = False, extra: Mapping[str, str] | None = None) -> None:
-        """Send a whole response now (so the caller has it before the line is written)."""
+        """Write the call's line, then send a whole response now."""
         line.status = status
         line.response, line.response_sha256 = payload, sha256_bytes(payload)
+        await self._recorded(line)
         resp = web.Response(status=status, body=payload, headers={"Content-Type": ctype, **(extra or {})})
         if close:
             resp.force_close()
@@ -531,6 +637,32 @@ class Session:
             line.error = line.error or "the caller disconnected before the answer"
         if not responded.done():
             responded.set_result(resp)
+
+    async def _read_body(self, request: web.BaseRequest, line: _Line) -> tuple[bytes, str | None]:
+        """(the body, None or why it was not read whole: "size" over BODY_LIMIT, "held" over
+        the session's HELD_LIMIT, "broken" when the caller went away mid-body). What is read
+        counts as held until the call is admitted or ends."""
+        declared = request.content_length
+        if declared is not None and declared > BODY_LIMIT:
+            return b"", "size"
+        parts: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                chunk = await request.content.read(1 << 16)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                size += len(chunk)
+                line.held += len(chunk)
+                self._held += len(chunk)
+                if size > BODY_LIMIT:
+                    return b"".join(parts), "size"
+                if self._held > HELD_LIMIT:
+                    return b"".join(parts), "held"
+        except Exception:  # noqa: BLE001 - the caller went away: the call still gets its line
+            return b"".join(parts), "broken"
+        return b"".join(parts), None
 
     # -- the record ---------------------------------------------------------------------------
 
@@ -549,8 +681,55 @@ class Session:
             else:
                 line.bodies = "dropped"
         line.request = line.response = b""
+        try:
+            call = line.model_call()
+        except ValueError as e:  # a field the record refuses: the call still has its line
+            line.usage_raw, line.cost_usd = None, max(0.0, line.cost_usd)
+            line.error = f"gateway error: the line did not validate ({type(e).__name__}): usage_raw dropped"
+            try:
+                call = line.model_call()
+            except ValueError:
+                line.model, line.usage, line.usage_source, line.cost_usd = None, None, None, 0.0
+                line.error = "gateway error: the line did not validate: its model and usage dropped"
+                call = line.model_call()
         shown, line.shown = line.shown, None
-        self.ledger.append(line.model_call(), *(shown or ()), needles=self.grant.needles)
+        self.ledger.append(call, *(shown or ()), needles=self.grant.needles)
+
+
+class _Ended(Exception):
+    """The session closed before this call was admitted: it goes no further."""
+
+
+_TOO_MANY = object()
+
+
+def _parse(body: bytes) -> Any:
+    """The body's JSON, None when it is not JSON, or _TOO_MANY when it holds more than
+    MAX_CONTAINERS arrays and objects (counted on the bytes, strings left out, before any
+    Python object is built)."""
+    if body.count(b"{") + body.count(b"[") > MAX_CONTAINERS:
+        bare = _STRINGS.sub(b"", body)
+        if bare.count(b"{") + bare.count(b"[") > MAX_CONTAINERS:
+            return _TOO_MANY
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _upstream_fields(line: _Line, obj: dict[str, Any]) -> None:
+    """What the gateway sets in every forwarded body: Responses `store: false` (its default is
+    true), and a streamed chat's usage asked for (it comes last, as one more chunk)."""
+    if line.api == "openai-responses" or (line.api == "openai-chat" and "store" in obj):
+        obj["store"] = False
+    if line.api == "openai-chat" and line.stream:
+        so = obj.get("stream_options")
+        if not isinstance(so, dict) or so.get("include_usage") is not True:
+            obj["stream_options"] = {**(so if isinstance(so, dict) else {}), "include_usage": True}
+
+
+def _dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj)
 
 
 class _Closing(asyncio.Protocol):
@@ -584,21 +763,3 @@ def _is_json_object(data: bytes) -> bool:
         return isinstance(orjson.loads(data), dict)
     except orjson.JSONDecodeError:
         return False
-
-
-async def _read_body(request: web.BaseRequest) -> tuple[bytes, bool]:
-    """(the body, whether it is over BODY_LIMIT); reading stops just past the limit."""
-    declared = request.content_length
-    if declared is not None and declared > BODY_LIMIT:
-        return b"", True
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        chunk = await request.content.read(1 << 16)
-        if not chunk:
-            break
-        parts.append(chunk)
-        size += len(chunk)
-        if size > BODY_LIMIT:
-            return b"".join(parts), True
-    return b"".join(parts), False
