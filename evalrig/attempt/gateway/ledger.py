@@ -34,6 +34,9 @@ __all__ = ["SPLIT_SCAN_CPU_S", "CallLedger", "Shown"]
 SPLIT_SCAN_CPU_S = 30.0
 """The CPU bound of one attempt's scan of its calls taken together (with GZIP_BUDGET
 decompressed bytes); a scan it cuts short is not clean."""
+HELD_BYTES = 32 << 20
+"""What calls settled after a gap in `seq` (an earlier call still running) may hold for the
+join; past it they are fed at once, the gap's call after them."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,10 @@ class Shown:
     needles: tuple[bytes, ...]
     headers: tuple[tuple[str, bytes], ...]  # (name, value) of each forwarded header
     text: bytes  # prompts.prompt_text of its body
+
+
+def _size(shown: Shown | None) -> int:
+    return 0 if shown is None else len(shown.text) + sum(len(v) for _, v in shown.headers)
 
 
 @dataclass
@@ -74,6 +81,7 @@ class CallLedger:
         # seq order from _fed on; one scanner per kind (the prompt text, each header name)
         self._shown: dict[int, Shown | None] = {}
         self._fed = 0
+        self._held = 0  # bytes of text and headers in _shown
         self._scan = threading.Lock()
         self._budget = ScanBudget(GZIP_BUDGET, cpu_s=SPLIT_SCAN_CPU_S)
         self._scanners: dict[str, StreamScanner] = {}
@@ -143,19 +151,25 @@ class CallLedger:
                 self._budget.out_of_room()
         with self._lock:
             self._shown[line.seq] = shown
+            self._held += _size(shown)
         self._feed(flush=False)
 
     def _feed(self, *, flush: bool) -> None:
         """Feed the settled calls' pieces in seq order (`flush`: every one held, skipping
-        the seqs never settled)."""
-        with self._scan:
+        the seqs never settled). Not `flush`: when another thread is feeding, return at once
+        (it feeds what is settled; what it leaves, the next call or the flush feeds), so the
+        write pool's threads never queue behind a scan."""
+        if not self._scan.acquire(blocking=flush):
+            return
+        try:
             while True:
                 with self._lock:
-                    if self._fed not in self._shown and flush and self._shown:
+                    if self._fed not in self._shown and self._shown and (flush or self._held > HELD_BYTES):
                         self._fed = min(self._shown)
                     if self._fed not in self._shown:
                         return
                     shown = self._shown.pop(self._fed)
+                    self._held -= _size(shown)
                     self._fed += 1
                 if shown is None or not shown.needles or self._budget.expired():
                     continue
@@ -167,6 +181,8 @@ class CallLedger:
                         if scanner is None:
                             scanner = self._scanners[kind] = StreamScanner(self._needles, shared=self._budget)
                         scanner.feed(data)
+        finally:
+            self._scan.release()
 
     def split_canary(self) -> str:
         """The scan across calls (docs/gateway.md, "The canary across calls"): "found" (a needle
