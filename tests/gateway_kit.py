@@ -121,11 +121,11 @@ def gateway(s: Standin, *, replay: Replay | None = None, timeout_s: float = 3.0,
 
 
 def raw_call(port: int, method: str, target: str, body: bytes = b"",
-             headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+             headers: dict[str, str] | None = None, *, timeout: float = 20) -> tuple[int, dict[str, str], bytes]:
     """One HTTP/1.1 request over a fresh socket: (status, headers, body)."""
     import http.client
 
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         c.putrequest(method, target, skip_host=False, skip_accept_encoding=True)
         for k, v in {"Content-Type": "application/json", **(headers or {})}.items():

@@ -592,10 +592,11 @@ def test_bodies_held_by_calls_not_yet_admitted_are_bounded_per_sandbox(stand: St
         for t in waiting:
             t.start()
         for t in waiting + slow:
-            t.join(60)
+            t.join(300)
         lines = closed_lines(o)
     finally:
         g.close()
+    assert -1 not in statuses, statuses
     assert sorted(statuses).count(503) >= 3, statuses
     assert sorted(statuses).count(200) >= 1, statuses
     assert len(lines) == IN_FLIGHT + n
@@ -605,9 +606,14 @@ def test_bodies_held_by_calls_not_yet_admitted_are_bounded_per_sandbox(stand: St
 
 
 def _status(port: int, body: bytes) -> int:
+    # Admitted calls wait their turn behind four slots and each 7 MiB body's canary scan: on a
+    # loaded machine that is well past the kit's 20 s, and a client time-out must fail the test
+    # rather than pass for the gateway's 503.
     try:
-        return raw_call(port, "POST", CHAT, body)[0]
-    except OSError:  # the gateway closed the connection while the body was still going out
+        return raw_call(port, "POST", CHAT, body, timeout=240)[0]
+    except TimeoutError:
+        return -1
+    except (ConnectionResetError, BrokenPipeError):  # closed by the gateway while the body was going out
         return 503
 
 

@@ -645,6 +645,15 @@ class Session:
         declared = request.content_length
         if declared is not None and declared > BODY_LIMIT:
             return b"", "size"
+        if declared is not None:
+            # A declared length is held whole before the first byte is read, so bodies that
+            # arrive together are admitted first come, first held, up to the limit, and the
+            # rest refused at once; counted chunk by chunk, every body being read would cross
+            # the limit together and nearly all be refused.
+            if self._held + declared > HELD_LIMIT:
+                return b"", "held"
+            line.held += declared
+            self._held += declared
         parts: list[bytes] = []
         size = 0
         try:
@@ -654,8 +663,9 @@ class Session:
                     break
                 parts.append(chunk)
                 size += len(chunk)
-                line.held += len(chunk)
-                self._held += len(chunk)
+                if declared is None:  # chunked: held as it arrives
+                    line.held += len(chunk)
+                    self._held += len(chunk)
                 if size > BODY_LIMIT:
                     return b"".join(parts), "size"
                 if self._held > HELD_LIMIT:
