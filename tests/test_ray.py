@@ -233,18 +233,37 @@ def _environ(pid: int) -> dict[bytes, bytes]:
 
 
 def find_agent(marker: bytes, timeout: float = 60) -> int:
-    """The pid of our agent process whose EVALRIG_ATTEMPT_ID contains `marker`.
+    """The pid of our agent process whose EVALRIG_ATTEMPT_ID contains `marker`, started
+    after this call.
 
     Only among this process's descendants (the clusters' workers are): other test runs
-    on the machine start agents with the same attempt ids."""
+    on the machine start agents with the same attempt ids. And only one started since the
+    call: an agent of an earlier test of the same cluster, still being reaped, has the same
+    attempt id (it was found instead of this run's once, and the test read a bundle that
+    did not exist yet)."""
+    since = _boot_ticks()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for pid in _descendants(os.getpid()):
             aid = _environ(pid).get(b"EVALRIG_ATTEMPT_ID", b"")
-            if marker in aid and b"agent.py" in _cmdline(pid):
+            if marker in aid and b"agent.py" in _cmdline(pid) and _started_at(pid) >= since:
                 return pid
         time.sleep(0.1)
     raise AssertionError(f"no agent with attempt id containing {marker!r} appeared")
+
+
+def _boot_ticks() -> int:
+    """Now, in the clock ticks since boot that /proc/<pid>/stat's start time counts."""
+    return int(float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK"))
+
+
+def _started_at(pid: int) -> int:
+    """When `pid` started, in clock ticks since boot (-1 when it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return -1
+    return int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the name may hold spaces
 
 
 def _cmdline(pid: int) -> bytes:
