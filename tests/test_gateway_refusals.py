@@ -742,3 +742,71 @@ def test_the_provider_reads_the_json_the_gateway_checked_whatever_keys_repeat(se
     [line] = closed_lines(sess)
     assert line["request_sha256"] == "sha256:" + hashlib.sha256(raw).hexdigest()
     assert line["model"] == "claude-test"
+
+
+def test_a_body_listing_countless_values_is_refused_before_it_is_parsed(sess: Opened, stand: Standin) -> None:
+    """`["ab","ab",...]` holds three containers but parses to ~110 MiB: refused by its count of
+    values (commas outside strings), never built, never forwarded; commas in text pass."""
+    from evalrig.attempt.gateway.server import MAX_VALUES
+
+    bomb = (b'{"model":"gpt-test","messages":[{"role":"user","content":['
+            + b",".join([b'"ab"'] * 1_500_000) + b"]}]}")
+    status, _, data = raw_call(sess.port, "POST", CHAT, bomb)
+    assert status == 413, data
+    assert b"values" in data
+    status, _, data = raw_call(sess.port, "POST", CHAT, chat("gpt-test", "a, " * (MAX_VALUES + 10)))
+    assert status == 200, data
+    assert [(x["status"], x["refused"]) for x in closed_lines(sess)] == [(413, "size"), (200, None)]
+    assert len(stand.requests()) == 1
+
+
+def test_a_compressed_body_is_held_at_its_inflated_size(stand: Standin, tmp_path: Path) -> None:
+    """A gzip body declares its compressed length (11 KB) but is held inflated (7 MiB): the
+    bytes read past the declared length count against HELD_LIMIT too, so compressed calls
+    waiting for a slot cannot hold gigabytes in the rig."""
+    import gzip
+
+    from evalrig.attempt.gateway.server import HELD_LIMIT
+
+    stand.clear()
+    g = gateway(stand, timeout_s=20.0)
+    try:
+        o = open_session(g, tmp_path / "gz", allowed=ALLOWED)
+        slow = [threading.Thread(target=_swallow, args=(raw_call, o.port, "POST", CHAT, chat("slow-5000")))
+                for _ in range(IN_FLIGHT)]
+        for t in slow:
+            t.start()
+        time.sleep(0.8)  # the four slots are taken
+        inflated = chat("gpt-test", "x" * (7 << 20))
+        packed = gzip.compress(inflated)
+        n = HELD_LIMIT // len(inflated) + 4
+        statuses: list[int] = []
+
+        def call() -> None:
+            try:
+                statuses.append(raw_call(o.port, "POST", CHAT, packed, {"Content-Encoding": "gzip"},
+                                         timeout=240)[0])
+            except (ConnectionResetError, BrokenPipeError):
+                statuses.append(503)
+
+        waiting = [threading.Thread(target=call) for _ in range(n)]
+        for t in waiting:
+            t.start()
+        for t in waiting + slow:
+            t.join(300)
+        lines = closed_lines(o)
+    finally:
+        g.close()
+    held = [x for x in lines if x["status"] == 503]
+    assert len(held) >= 4, (statuses, [(x["status"], x.get("error")) for x in lines])
+    assert all("hold" in x["error"] for x in held)
+    assert len(lines) == IN_FLIGHT + n
+
+
+def test_a_feature_given_as_zero_is_refused_like_any_value_but_false(sess: Opened, stand: Standin) -> None:
+    """`0 == False` in Python, yet a provider may read 0 as set: only absent, null or false pass."""
+    for key in ("background", "previous_response_id"):
+        body = json.dumps({"model": "gpt-test", "input": "hi", key: 0}).encode()
+        status, _, data = raw_call(sess.port, "POST", "/openai/v1/responses", body)
+        assert status == 403, (key, data)
+    assert len(stand.requests()) == 0

@@ -154,3 +154,17 @@ def test_the_ledger_joins_in_seq_order_whatever_order_lines_settle(tmp_path: Pat
     led.append(line(0), {}, body(needle[16:]), needles=(needle,))
     led.append(line(1), {}, body(needle[:16]), needles=(needle,))
     assert led.split_canary() == "clean"
+
+
+def test_prompt_text_takes_every_top_level_field_but_the_model() -> None:
+    """A half in `metadata`, `user`, a `response_format` schema or `prediction` is joined too
+    (a red team split the canary between two calls' metadata; only the prompt keys were read)."""
+    from evalrig.attempt.gateway.prompts import prompt_text
+
+    body = {"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}], "metadata": {"k": "AAA"},
+            "user": "BBB", "prediction": {"type": "content", "content": "CCC"},
+            "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"description": "DDD"}}}}
+    text = prompt_text(body).decode()
+    for part in ("hi", "AAA", "BBB", "CCC", "DDD"):
+        assert part in text, (part, text)
+    assert "gpt-x" not in text and "user" != text[:4]

@@ -14,16 +14,18 @@ from typing import Any
 
 __all__ = ["prompt_text"]
 
-_ROOTS = ("instructions", "system", "messages", "input", "tools")
-"""Where a request's prompt text lies: Chat Completions `messages`, Responses `instructions`
-and `input`, Anthropic `system` and `messages`, and every API's `tools`."""
+_NOT_ROOTS = frozenset({"model"})
+"""Every top-level key is read but these: the prompt itself (`messages`, `input`,
+`instructions`, `system`, `tools`) and everything else the provider reads as text or passes
+on (`response_format` schemas, `prediction`, `metadata`, `user`, `stop`…), so a half hidden
+in any of them is joined too (a red team split a value between `metadata` and a message)."""
 _NOT_TEXT = frozenset({"type", "role", "id", "tool_call_id", "tool_use_id", "call_id", "status", "model",
                        "url", "data", "file_data", "image_url", "media_type", "detail", "format", "ttl",
                        "signature", "encrypted_content"})
 """A string under one of these keys is structure, an identifier or an inline binary (which
 the per-call scan sees whole), not text the model reads; every other string under the roots
 is (message contents, text parts, tool calls' arguments and inputs, tool results, tool
-names and descriptions, schemas)."""
+names and descriptions, schemas, metadata values)."""
 _MAX_DEPTH = 64
 
 
@@ -31,7 +33,7 @@ def prompt_text(body: Mapping[str, Any]) -> bytes:
     """The string contents a model reads in a request body, in document order, joined with
     no separator (UTF-8). Object keys are not taken."""
     out: list[str] = []
-    stack: list[tuple[str, Any, int]] = [(k, body[k], 0) for k in reversed(_ROOTS) if k in body]
+    stack: list[tuple[str, Any, int]] = [(k, v, 0) for k, v in reversed(list(body.items())) if k not in _NOT_ROOTS]
     while stack:
         key, node, depth = stack.pop()
         if isinstance(node, str):

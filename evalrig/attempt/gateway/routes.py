@@ -138,7 +138,8 @@ keys are then refused by value (FEATURES, `store`, `modalities`)."""
 def feature_problem(body: Mapping[str, Any], api: CallApi | None = None) -> str | None:
     """Why the body asks for something the gateway does not pass on, or None."""
     for key in FEATURES:
-        if key in body and body[key] not in (None, False):
+        value = body.get(key)
+        if value is not None and value is not False:  # identity: `0 == False`, yet 0 is not false
             return f"{key!r} is not served (no state or service outside the attempt)"
     store = body.get("store")
     if store is not None and store is not False:  # identity: 0 == False, and a provider may read 0 as true

@@ -62,6 +62,9 @@ gets 503 and its connection closed (the SDKs retry a 503 later)."""
 MAX_CONTAINERS = 100_000
 """JSON arrays and objects one request body may hold (an 8 MiB body of `[{},{},...]`
 parses to ~200 MiB of Python objects); more get 413 before anything is parsed."""
+MAX_VALUES = 200_000
+"""Values one request body may list (commas outside strings): an 8 MiB body of
+`["ab","ab",...]` holds three containers but parses to ~110 MiB; more get 413 likewise."""
 _WALK_ON_LOOP = 256 << 10
 """Bodies up to this size are parsed and have their content parts checked on the loop;
 larger, off it."""
@@ -364,7 +367,8 @@ class Session:
         obj = _parse(body) if len(body) <= _WALK_ON_LOOP else await self._off(_parse, body)
         if obj is _TOO_MANY:
             return await self._refuse(request, responded, line, shape, "size",
-                                      f"the request body holds more than {MAX_CONTAINERS} JSON arrays and objects")
+                                      f"the request body holds more than {MAX_CONTAINERS} JSON arrays and objects "
+                                      f"or {MAX_VALUES} values")
         if not isinstance(obj, dict):
             return await self._refuse(request, responded, line, shape, "invalid",
                                       "the body is not a JSON object")
@@ -654,6 +658,7 @@ class Session:
                 return b"", "held"
             line.held += declared
             self._held += declared
+        counted = declared or 0  # bytes of this body already counted as held
         parts: list[bytes] = []
         size = 0
         try:
@@ -663,9 +668,10 @@ class Session:
                     break
                 parts.append(chunk)
                 size += len(chunk)
-                if declared is None:  # chunked: held as it arrives
-                    line.held += len(chunk)
-                    self._held += len(chunk)
+                if size > counted:  # chunked, or inflated past its declared (compressed) length
+                    line.held += size - counted
+                    self._held += size - counted
+                    counted = size
                 if size > BODY_LIMIT:
                     return b"".join(parts), "size"
                 if self._held > HELD_LIMIT:
@@ -715,11 +721,11 @@ _TOO_MANY = object()
 
 def _parse(body: bytes) -> Any:
     """The body's JSON, None when it is not JSON, or _TOO_MANY when it holds more than
-    MAX_CONTAINERS arrays and objects (counted on the bytes, strings left out, before any
-    Python object is built)."""
-    if body.count(b"{") + body.count(b"[") > MAX_CONTAINERS:
+    MAX_CONTAINERS arrays and objects or MAX_VALUES values (counted on the bytes, strings
+    left out, before any Python object is built)."""
+    if body.count(b"{") + body.count(b"[") > MAX_CONTAINERS or body.count(b",") > MAX_VALUES:
         bare = _STRINGS.sub(b"", body)
-        if bare.count(b"{") + bare.count(b"[") > MAX_CONTAINERS:
+        if bare.count(b"{") + bare.count(b"[") > MAX_CONTAINERS or bare.count(b",") > MAX_VALUES:
             return _TOO_MANY
     try:
         return orjson.loads(body)
