@@ -15,10 +15,11 @@ from typing import Any
 __all__ = ["prompt_text"]
 
 _NOT_ROOTS = frozenset({"model"})
-"""Every top-level key is read but these: the prompt itself (`messages`, `input`,
-`instructions`, `system`, `tools`) and everything else the provider reads as text or passes
-on (`response_format` schemas, `prediction`, `metadata`, `user`, `stop`…), so a half hidden
-in any of them is joined too (a red team split a value between `metadata` and a message)."""
+"""The top-level keys whose strings are not joined. Every other one is: the prompt itself
+(`messages`, `input`, `instructions`, `system`, `tools`) and everything else the provider
+reads as text or passes on (`response_format` schemas, `prediction`, `metadata`, `user`,
+`stop`…), so a half hidden in any of them is joined too (a red team split a value between
+two calls' `metadata`)."""
 _NOT_TEXT = frozenset({"type", "role", "id", "tool_call_id", "tool_use_id", "call_id", "status", "model",
                        "url", "data", "file_data", "image_url", "media_type", "detail", "format", "ttl",
                        "signature", "encrypted_content"})
