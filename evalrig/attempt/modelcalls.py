@@ -105,7 +105,7 @@ def process_gateway(use: GatewayUse) -> Gateway:
 
 
 def _made(use: GatewayUse) -> Gateway:
-    from evalrig.attempt.gateway import Gateway, RecordedCall, Replay, UpstreamConn
+    from evalrig.attempt.gateway import Gateway, Replay, UpstreamConn
     from evalrig.core.pricing import price_provider, pricer
 
     if use.file is not None:
@@ -124,9 +124,7 @@ def _made(use: GatewayUse) -> Gateway:
                                 roles=("candidate", "driver", "judge"),
                                 price_provider=u.price_provider or u.api, timeout_s=600.0)
              for name, u in recorded.items()}
-    replay = Replay({trial: [RecordedCall(**{k: getattr(r, k) for k in r.__dataclass_fields__})
-                             for r in calls]
-                     for trial, calls in use.recording.calls.items()})
+    replay = Replay(use.recording.calls)
     return Gateway(conns, pricer({}), replay=replay)
 
 

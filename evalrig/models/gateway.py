@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -39,7 +40,7 @@ from evalrig.models.inputs import (
 
 __all__ = [  # the hand-written parts live in models/inputs.py (fields of checkpoint.toml and task.toml)
     "Api", "Budget", "CallApi", "CallUsage", "GatewayFacts", "GatewayFile", "ModelCall", "ModelPrice",
-    "ModelsSection", "Pricing", "QualifiedModel", "Refusal", "ReplayOf", "Role", "Upstream", "UpstreamFacts",
+    "ModelsSection", "Pricing", "QualifiedModel", "RecordedCall", "Refusal", "ReplayOf", "Role", "Upstream", "UpstreamFacts",
     "split_model",
 ]
 
@@ -172,6 +173,23 @@ class ModelCall(Record):
     error: str | None = Field(default=None, description="What went wrong, in a few words, when something did.")
     bodies: Literal["kept", "dropped", "digest-only"] = Field(
         default="kept", description="model/<seq>.* kept; dropped (over the evidence cap); digest-only (a canary refusal).")
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """One recorded exchange of a registered run (its model.jsonl line and model/ body), as
+    `run --replay` reads it from the bundle (store/recording.py) and the gateway serves it
+    (attempt/gateway/replay.py). Not a file format: never written."""
+
+    role: Role
+    request_sha256: str
+    status: int
+    stream: bool
+    response: bytes
+    content_type: str
+    usage: CallUsage | None
+    usage_raw: dict[str, Any] | None
+    cost_usd: float
 
 
 class UpstreamFacts(Strict):

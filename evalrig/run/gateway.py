@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from evalrig.core.pricing import Pricer, price_provider, pricer
 from evalrig.models.gateway import GatewayFacts, GatewayFile, ReplayOf, Upstream
 from evalrig.models.inputs import Role
-from evalrig.store.recording import Recorded, Recording
+from evalrig.store.recording import Recording
 
 if TYPE_CHECKING:
     from evalrig.attempt.gateway import Gateway, Replay, UpstreamConn
@@ -56,20 +56,15 @@ class GatewaySetup:
         """The recording as the gateway serves it, or None when the run calls upstreams."""
         if self.recording is None:
             return None
-        from evalrig.attempt.gateway import RecordedCall, Replay
+        from evalrig.attempt.gateway import Replay
 
-        return Replay({trial: [RecordedCall(**_fields(r)) for r in calls]
-                       for trial, calls in self.recording.calls.items()})
+        return Replay(self.recording.calls)
 
     def gateway(self) -> Gateway:
         """One process's gateway (the run's, or a Ray worker's)."""
         from evalrig.attempt.gateway import Gateway
 
         return Gateway(self.upstream_conns(), self.price, replay=self.replay())
-
-
-def _fields(r: Recorded) -> dict[str, Any]:
-    return {k: getattr(r, k) for k in r.__dataclass_fields__}
 
 
 def _conn(cls: Any, name: str, up: Upstream, key: str | None) -> Any:

@@ -18,8 +18,7 @@ from pathlib import Path
 
 from evalrig.core.errors import invalid
 from evalrig.core.outcomes import final_of
-from evalrig.models.gateway import CallUsage, GatewayFacts, ModelCall, ReplayOf
-from evalrig.models.inputs import Role
+from evalrig.models.gateway import GatewayFacts, ModelCall, RecordedCall, ReplayOf
 from evalrig.models.run import Result, RunManifest
 from evalrig.store import bundle
 from evalrig.store.compare import refuse_a_comparison_bundle, refuse_unregistered
@@ -38,26 +37,11 @@ _CONTENT_TYPES = {"json": "application/json", "sse": "text/event-stream"}
 
 
 @dataclass(frozen=True)
-class Recorded:
-    """One recorded exchange, as the gateway's `RecordedCall` takes it (same fields)."""
-
-    role: Role
-    request_sha256: str
-    status: int
-    stream: bool
-    response: bytes
-    content_type: str
-    usage: CallUsage | None
-    usage_raw: dict[str, object] | None
-    cost_usd: float
-
-
-@dataclass(frozen=True)
 class Recording:
     """What `--replay` serves: the recorded calls by trial (task id, rep), and whose they are."""
 
     replay_of: ReplayOf
-    calls: Mapping[tuple[str, int], tuple[Recorded, ...]]
+    calls: Mapping[tuple[str, int], tuple[RecordedCall, ...]]
     gateway: GatewayFacts | None
     """The recorded run's gateway (its upstreams' names and apis route the replayed calls)."""
 
@@ -89,7 +73,7 @@ def load_recording(dir: Path, home: Path, checkpoint_id: str, taskset_id: str) -
         raise invalid(f"--replay: the recording ran task set {manifest.taskset.id}, this run {taskset_id} "
                       "(a task's content differs)", file=dir / MANIFEST, field="taskset.id", hint=_hint(dir))
     results = read_records(dir / RESULTS_JSONL, Result).records
-    calls: dict[tuple[str, int], tuple[Recorded, ...]] = {}
+    calls: dict[tuple[str, int], tuple[RecordedCall, ...]] = {}
     for result in sorted(final_of(results).values(), key=lambda r: (r.task_id, r.rep)):
         evidence = dir / ATTEMPTS_DIR / result.attempt_id
         # the judge's calls are kept beside its output (docs/attempts.md "Model calls")
@@ -110,7 +94,7 @@ def _bodies(folder: Path) -> dict[int, Path]:
     return found
 
 
-def judge_calls(evidence: Path) -> list[Recorded]:
+def judge_calls(evidence: Path) -> list[RecordedCall]:
     """A command verifier's recorded calls (role judge): `verifier/model.jsonl` and those of
     each re-verification on resume (`verifier/reverify-<n>/`), in that order."""
     out = _attempt_calls(evidence / VERIFIER_DIR)
@@ -121,7 +105,7 @@ def judge_calls(evidence: Path) -> list[Recorded]:
     return out
 
 
-def _attempt_calls(evidence: Path) -> list[Recorded]:
+def _attempt_calls(evidence: Path) -> list[RecordedCall]:
     lines = read_records(evidence / MODEL_JSONL, ModelCall).records
     bodies = _bodies(evidence / MODEL_DIR)
     out = []
@@ -129,7 +113,7 @@ def _attempt_calls(evidence: Path) -> list[Recorded]:
         body = bodies.get(line.seq)
         if line.refused is not None or line.bodies != "kept" or body is None:
             continue
-        out.append(Recorded(
+        out.append(RecordedCall(
             role=line.role, request_sha256=line.request_sha256, status=line.status, stream=line.stream,
             response=body.read_bytes(), content_type=_CONTENT_TYPES[body.name.rpartition(".")[2]],
             usage=line.usage, usage_raw=line.usage_raw, cost_usd=line.cost_usd))

@@ -6,27 +6,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
-from evalrig.models.gateway import CallUsage, Role
+from evalrig.models.gateway import RecordedCall, Role
 
 __all__ = ["RecordedCall", "Replay"]
 
 
-@dataclass(frozen=True)
-class RecordedCall:
-    """One recorded exchange (built from a bundle's model.jsonl line and model/ bodies)."""
-
-    role: Role
-    request_sha256: str
-    status: int
-    stream: bool
-    response: bytes
-    content_type: str
-    usage: CallUsage | None
-    usage_raw: dict[str, Any] | None
-    cost_usd: float
 
 
 class Replay:
