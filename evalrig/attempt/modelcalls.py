@@ -24,17 +24,17 @@ from __future__ import annotations
 import os
 import secrets
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evalrig.core import environment
-from evalrig.models.gateway import Budget, GatewayFile, Role
+from evalrig.models.gateway import Budget, GatewayFacts, GatewayFile, Role
 from evalrig.models.run import RoleSpend
 
 if TYPE_CHECKING:
-    from evalrig.attempt.gateway import CallLedger, Gateway, Grant
+    from evalrig.attempt.gateway import CallLedger, Gateway, Grant, UpstreamConn
     from evalrig.attempt.verifiers import JudgeModels
     from evalrig.store.recording import Recording
 
@@ -105,27 +105,42 @@ def process_gateway(use: GatewayUse) -> Gateway:
 
 
 def _made(use: GatewayUse) -> Gateway:
-    from evalrig.attempt.gateway import Gateway, Replay, UpstreamConn
-    from evalrig.core.pricing import price_provider, pricer
+    from evalrig.attempt.gateway import Gateway, Replay
+    from evalrig.core.pricing import pricer
 
     if use.file is not None:
-        conns = {
-            name: UpstreamConn(
-                name=name, api=up.api, base_url=up.base_url,
-                key=(os.environ.get(up.key_env) or None) if up.key_env else None,
-                max_concurrent=up.max_concurrent, roles=tuple(up.roles),
-                price_provider=price_provider(up), timeout_s=up.timeout_s)
-            for name, up in use.file.upstreams.items()}
-        return Gateway(conns, pricer(use.file.prices))
+        keys = {name: (os.environ.get(up.key_env) or None) if up.key_env else None
+                for name, up in use.file.upstreams.items()}
+        return Gateway(file_conns(use.file, keys), pricer(use.file.prices))
     assert use.recording is not None
-    # a replay calls no upstream and reads no key (run/gateway.py's GatewaySetup does the same)
-    recorded = use.recording.gateway.upstreams if use.recording.gateway is not None else {}
-    conns = {name: UpstreamConn(name=name, api=u.api, base_url=u.base_url, key=None, max_concurrent=16,
-                                roles=("candidate", "driver", "judge"),
-                                price_provider=u.price_provider or u.api, timeout_s=600.0)
-             for name, u in recorded.items()}
-    replay = Replay(use.recording.calls)
-    return Gateway(conns, pricer({}), replay=replay)
+    return Gateway(replay_conns(use.recording.gateway), pricer({}), replay=Replay(use.recording.calls))
+
+
+ALL_ROLES: tuple[Role, ...] = ("candidate", "driver", "judge")
+
+
+def file_conns(file: GatewayFile, keys: Mapping[str, str | None]) -> dict[str, UpstreamConn]:
+    """Each upstream of the operator's gateway file with its key (`keys`, by name): what a
+    run's process, or a Ray worker's, serves with (docs/gateway.md)."""
+    from evalrig.attempt.gateway import UpstreamConn
+    from evalrig.core.pricing import price_provider
+
+    return {name: UpstreamConn(name=name, api=up.api, base_url=up.base_url, key=keys.get(name),
+                               max_concurrent=up.max_concurrent, roles=tuple(up.roles),
+                               price_provider=price_provider(up), timeout_s=up.timeout_s)
+            for name, up in sorted(file.upstreams.items())}
+
+
+def replay_conns(recorded: GatewayFacts | None) -> dict[str, UpstreamConn]:
+    """A replay's upstreams: the recorded run's, keyless, serving every role (only the
+    recording answers, matched by trial, role and digest; no upstream is called)."""
+    from evalrig.attempt.gateway import UpstreamConn
+
+    if recorded is None:
+        return {}
+    return {name: UpstreamConn(name=name, api=u.api, base_url=u.base_url, key=None, max_concurrent=16,
+                               roles=ALL_ROLES, price_provider=u.price_provider or u.api, timeout_s=600.0)
+            for name, u in sorted(recorded.upstreams.items())}
 
 
 def merged_budget(*budgets: Budget | None) -> Budget | None:

@@ -11,18 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from evalrig.core.pricing import Pricer, price_provider, pricer
-from evalrig.models.gateway import GatewayFacts, GatewayFile, ReplayOf, Upstream
-from evalrig.models.inputs import Role
+from evalrig.core.pricing import Pricer, pricer
+from evalrig.models.gateway import GatewayFacts, GatewayFile, ReplayOf
 from evalrig.store.recording import Recording
 
 if TYPE_CHECKING:
     from evalrig.attempt.gateway import Gateway, Replay, UpstreamConn
-
-ALL_ROLES: tuple[Role, ...] = ("candidate", "driver", "judge")
-
 
 @dataclass(frozen=True)
 class GatewaySetup:
@@ -40,17 +36,11 @@ class GatewaySetup:
     def upstream_conns(self) -> dict[str, UpstreamConn]:
         """Each upstream with its key (for a replay: the recorded run's upstreams, keyless,
         serving every role: only the recording answers, matched by role and digest)."""
-        from evalrig.attempt.gateway import UpstreamConn
+        from evalrig.attempt.modelcalls import file_conns, replay_conns
 
         if self.file is not None:
-            return {name: _conn(UpstreamConn, name, up, self.keys.get(name))
-                    for name, up in sorted(self.file.upstreams.items())}
-        recorded = self.recording.gateway if self.recording is not None else None
-        if recorded is None:
-            return {}
-        return {name: UpstreamConn(name=name, api=u.api, base_url=u.base_url, key=None, max_concurrent=16,
-                                   roles=ALL_ROLES, price_provider=u.price_provider or u.api, timeout_s=600.0)
-                for name, u in sorted(recorded.upstreams.items())}
+            return file_conns(self.file, self.keys)
+        return replay_conns(self.recording.gateway if self.recording is not None else None)
 
     def replay(self) -> Replay | None:
         """The recording as the gateway serves it, or None when the run calls upstreams."""
@@ -65,11 +55,6 @@ class GatewaySetup:
         from evalrig.attempt.gateway import Gateway
 
         return Gateway(self.upstream_conns(), self.price, replay=self.replay())
-
-
-def _conn(cls: Any, name: str, up: Upstream, key: str | None) -> Any:
-    return cls(name=name, api=up.api, base_url=up.base_url, key=key, max_concurrent=up.max_concurrent,
-               roles=tuple(up.roles), price_provider=price_provider(up), timeout_s=up.timeout_s)
 
 
 def setup_for_file(file: GatewayFile, facts: GatewayFacts, keys: Mapping[str, str | None]) -> GatewaySetup:
