@@ -32,6 +32,7 @@ LONGEST_FIRST = (
     "test_ray.py",
     "test_tau2.py",
     "test_release_train.py",
+    "test_llm_train.py",
     "test_redteam_gate.py",
     "test_redteam_trust.py",
     "test_episode.py",

