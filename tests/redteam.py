@@ -14,12 +14,14 @@ dozen attempts, not the default policy's hundreds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
+import sys
 import textwrap
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -223,6 +225,23 @@ def bwrap_program() -> str:
     path = resolve_level("bwrap").bwrap_path
     assert path is not None, "bwrap_works() said yes"
     return path
+
+
+@contextlib.contextmanager
+def held_net_namespace() -> Iterator[int]:
+    """A new network namespace with its `lo` brought up by its own process, as bwrap's init
+    does for a sandbox; yields that process's pid (its namespace: /proc/PID/ns/net) and
+    kills it on leaving. Needs root and `unshare`."""
+    hold = ("from evalrig.attempt.sandbox.sockets import _loopback_up; import time; _loopback_up(); "
+            "print('up', flush=True); time.sleep(30)")
+    held = subprocess.Popen(["unshare", "--net", sys.executable, "-c", hold], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert held.stdout is not None and held.stdout.readline().strip() == "up"
+        yield held.pid
+    finally:
+        held.kill()
+        held.wait()
 
 
 class Listener:

@@ -7,12 +7,11 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
 import pytest
-from redteam import ROOT, Listener, bwrap_program, bwrap_works
+from redteam import Listener, bwrap_program, bwrap_works, held_net_namespace
 
 from evalrig.attempt import egress, sandbox
 from evalrig.attempt.egress import AllowList, open_session, parse_allow_host
@@ -142,30 +141,22 @@ def test_connections_end_with_the_attempt(upstream: Listener) -> None:
 def test_listener_passed_back_from_a_forked_child() -> None:
     """The path a non-root bwrap takes (setns in a forked child, SCM_RIGHTS), here as root.
     The namespace's `lo` is brought up by its own process, as bwrap's init does."""
-    hold = ("from evalrig.attempt.sandbox.sockets import _loopback_up; import time; _loopback_up(); "
-            "print('up', flush=True); time.sleep(30)")
-    held = subprocess.Popen(["unshare", "--net", sys.executable, "-c", hold], stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
-        assert held.stdout is not None and held.stdout.readline().strip() == "up"
-        net = os.open(f"/proc/{held.pid}/ns/net", os.O_RDONLY)
+    with held_net_namespace() as pid:
+        net = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
         try:
-            listener = sandbox.sockets._listener_by_fork(held.pid, net)
+            listener = sandbox.sockets._listener_by_fork(pid, net)
         finally:
             os.close(net)
         session = open_session(listener, ())
         try:
             probe = ("import socket; s = socket.create_connection(('127.0.0.1', 3128), 5); "
                      "s.sendall(b'CONNECT a.b:1 HTTP/1.1\\r\\n\\r\\n'); print(s.recv(12).decode())")
-            got = subprocess.run(["nsenter", f"--net=/proc/{held.pid}/ns/net", "python3", "-c", probe],
+            got = subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "python3", "-c", probe],
                                  capture_output=True, text=True, timeout=20)
         finally:
             session.close()
         assert got.stdout.strip() == "HTTP/1.1 403", got.stderr
         assert [(r.host, r.status) for r in session.records] == [("a.b", 403)]
-    finally:
-        held.kill()
-        held.wait()
 
 
 @pytest.mark.skipif(not bwrap_works(), reason="bwrap cannot run here")

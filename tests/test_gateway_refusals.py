@@ -507,6 +507,17 @@ def _swallow(fn, *args):  # type: ignore[no-untyped-def]
         pass
 
 
+def _take_every_slot(port: int) -> list[threading.Thread]:
+    """IN_FLIGHT calls the stand-in answers after five seconds, started and given time to
+    be admitted: the sandbox's slots are all taken while they last (join them)."""
+    slow = [threading.Thread(target=_swallow, args=(raw_call, port, "POST", CHAT, chat("slow-5000")))
+            for _ in range(IN_FLIGHT)]
+    for t in slow:
+        t.start()
+    time.sleep(0.8)
+    return slow
+
+
 def test_content_the_provider_would_fetch_is_refused_and_inline_content_is_not(
         sess: Opened, stand: Standin) -> None:
     """An image or file given by URL (or by a file stored at the provider) would make the
@@ -580,11 +591,7 @@ def test_bodies_held_by_calls_not_yet_admitted_are_bounded_per_sandbox(stand: St
     g = gateway(stand, timeout_s=20.0)
     try:
         o = open_session(g, tmp_path / "held", allowed=ALLOWED)
-        slow = [threading.Thread(target=_swallow, args=(raw_call, o.port, "POST", CHAT, chat("slow-5000")))
-                for _ in range(IN_FLIGHT)]
-        for t in slow:
-            t.start()
-        time.sleep(0.8)  # the four slots are taken
+        slow = _take_every_slot(o.port)
         big = chat("gpt-test", "x" * (7 << 20))
         n = HELD_LIMIT // len(big) + 3
         statuses: list[int] = []
@@ -772,11 +779,7 @@ def test_a_compressed_body_is_held_at_its_inflated_size(stand: Standin, tmp_path
     g = gateway(stand, timeout_s=20.0)
     try:
         o = open_session(g, tmp_path / "gz", allowed=ALLOWED)
-        slow = [threading.Thread(target=_swallow, args=(raw_call, o.port, "POST", CHAT, chat("slow-5000")))
-                for _ in range(IN_FLIGHT)]
-        for t in slow:
-            t.start()
-        time.sleep(0.8)  # the four slots are taken
+        slow = _take_every_slot(o.port)
         inflated = chat("gpt-test", "x" * (7 << 20))
         packed = gzip.compress(inflated)
         n = HELD_LIMIT // len(inflated) + 4

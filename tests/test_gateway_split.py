@@ -12,8 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.redteam import add_task, eval_sh, make_checkpoint, results
-from tests.test_gateway_wire import KEY, Standin, _gateway_file, _lines, standin
+from tests.redteam import add_task, results
+from tests.test_gateway_wire import (
+    Standin,
+    _lines,
+    _run_through_gateway,
+    _sealed_model_checkpoint,
+    standin,
+)
 
 __all__ = ["standin"]  # the fixture, shared with test_gateway_wire.py
 
@@ -53,14 +59,9 @@ def test_the_canary_split_across_forwarded_calls_is_found(tmp_path: Path, standi
     bodies dropped over the evidence cap: every call is forwarded (the provider got both
     halves), and the result says the canary was found, in the calls joined."""
     home = tmp_path / "home"
-    ck = make_checkpoint(tmp_path / "ck", SPLIT_AGENT, agent_toml=f'command = ["python3", "agent.py", "{mode}"]\n')
-    with (ck / "checkpoint.toml").open("a") as f:
-        f.write('[models]\nallowed = ["openai/standin-small"]\n')
-    assert eval_sh(home, "seal", ck).code == 0
+    ck = _sealed_model_checkpoint(home, tmp_path / "ck", SPLIT_AGENT, f'command = ["python3", "agent.py", "{mode}"]\n')
     add_task(tmp_path / "tasks", "fixed", "t0", extra="max_evidence_bytes = 40000\n" if mode == "dropped" else "")
-    step = eval_sh(home, "run", "--checkpoint", ck, "--tasks", tmp_path / "tasks", "--out", tmp_path / "out",
-                   "--sandbox", "process", "--repeat", "1", "--gateway", _gateway_file(tmp_path, standin.port),
-                   env={"STANDIN_KEY": KEY})
+    step = _run_through_gateway(tmp_path, home, ck, standin)
     [res] = results(tmp_path / "out")
     ev = tmp_path / "out" / "attempts" / str(res["attempt_id"])
     codes = json.loads((ev / "out" / "codes.json").read_text())
@@ -77,16 +78,11 @@ def test_the_canary_split_across_forwarded_calls_is_found(tmp_path: Path, standi
 def test_calls_that_hold_no_split_canary_stay_clean(tmp_path: Path, standin: Standin) -> None:
     """The scan across calls finds nothing in honest calls (no false finding)."""
     home = tmp_path / "home"
-    ck = make_checkpoint(tmp_path / "ck", SPLIT_AGENT.replace('token = os.environ["RELEASE_SIGNING_TOKEN"]',
-                                                             'token = "an-honest-prompt-of-some-length"'),
-                         agent_toml='command = ["python3", "agent.py", "text"]\n')
-    with (ck / "checkpoint.toml").open("a") as f:
-        f.write('[models]\nallowed = ["openai/standin-small"]\n')
-    assert eval_sh(home, "seal", ck).code == 0
+    honest = SPLIT_AGENT.replace('token = os.environ["RELEASE_SIGNING_TOKEN"]',
+                                 'token = "an-honest-prompt-of-some-length"')
+    ck = _sealed_model_checkpoint(home, tmp_path / "ck", honest, 'command = ["python3", "agent.py", "text"]\n')
     add_task(tmp_path / "tasks", "fixed", "t0")
-    eval_sh(home, "run", "--checkpoint", ck, "--tasks", tmp_path / "tasks", "--out", tmp_path / "out",
-            "--sandbox", "process", "--repeat", "1", "--gateway", _gateway_file(tmp_path, standin.port),
-            env={"STANDIN_KEY": KEY})
+    _run_through_gateway(tmp_path, home, ck, standin)
     [res] = results(tmp_path / "out")
     assert len(standin.requests()) == 2
     assert res["canary"]["found"] is False and res["status"] == "passed", res

@@ -22,7 +22,16 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.redteam import EVAL_SH, add_task, bwrap_works, eval_sh, make_checkpoint, results
+from tests.redteam import (
+    EVAL_SH,
+    Step,
+    add_task,
+    bwrap_works,
+    eval_sh,
+    held_net_namespace,
+    make_checkpoint,
+    results,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 STANDIN = ROOT / "examples" / "model-standin" / "standin.py"
@@ -123,6 +132,24 @@ def _gateway_file(tmp: Path, port: int, roles: str = '["candidate"]') -> Path:
                     '"openai/fail-500" = { input = 1.0, output = 2.0 }\n'
                     '"openai/slow-4000" = { input = 1.0, output = 2.0 }\n')
     return path
+
+
+def _sealed_model_checkpoint(home: Path, root: Path, agent: str, agent_toml: str = "") -> Path:
+    """A checkpoint whose agent may call openai/standin-small, sealed in `home`."""
+    ck = make_checkpoint(root, agent, agent_toml=agent_toml)
+    with (ck / "checkpoint.toml").open("a") as f:
+        f.write('[models]\nallowed = ["openai/standin-small"]\n')
+    assert eval_sh(home, "seal", ck).code == 0
+    return ck
+
+
+def _run_through_gateway(tmp_path: Path, home: Path, ck: Path, standin: Standin, *options: str | Path,
+                         sandbox: str = "process") -> Step:
+    """One trial of each task under tmp_path/tasks into tmp_path/out, its model calls through
+    the gateway to the stand-in."""
+    return eval_sh(home, "run", "--checkpoint", ck, "--tasks", tmp_path / "tasks", "--out", tmp_path / "out",
+                   "--sandbox", sandbox, "--repeat", "1", *options,
+                   "--gateway", _gateway_file(tmp_path, standin.port), env={"STANDIN_KEY": KEY})
 
 
 def _checkpoint(root: Path, sdk: Path, port: int, **env: str) -> Path:
@@ -295,30 +322,22 @@ def test_both_listeners_are_bound_in_one_namespace_by_a_forked_child() -> None:
     user namespace (setns in a forked child, SCM_RIGHTS), here as root."""
     from evalrig.attempt import sandbox
 
-    hold = ("from evalrig.attempt.sandbox.sockets import _loopback_up; import time; _loopback_up(); "
-            "print('up', flush=True); time.sleep(30)")
-    held = subprocess.Popen(["unshare", "--net", sys.executable, "-c", hold], stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
-        assert held.stdout is not None and held.stdout.readline().strip() == "up"
-        net = os.open(f"/proc/{held.pid}/ns/net", os.O_RDONLY)
+    with held_net_namespace() as pid:
+        net = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
         try:
             made = sandbox.sockets._listeners_by_fork(
-                held.pid, net, [sandbox.sockets._PROXY_ADDRESS, sandbox.sockets._GATEWAY_ADDRESS])
+                pid, net, [sandbox.sockets._PROXY_ADDRESS, sandbox.sockets._GATEWAY_ADDRESS])
         finally:
             os.close(net)
         try:
             assert [s.getsockname() for s in made] == [("127.0.0.1", 3128), ("127.0.0.1", 4000)]
             probe = "import socket; socket.create_connection(('127.0.0.1', 4000), 5).close(); print('ok')"
-            got = subprocess.run(["nsenter", f"--net=/proc/{held.pid}/ns/net", "python3", "-c", probe],
+            got = subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "python3", "-c", probe],
                                  capture_output=True, text=True, timeout=20)
             assert got.stdout.strip() == "ok", got.stderr
         finally:
             for s in made:
                 s.close()
-    finally:
-        held.kill()
-        held.wait()
 
 
 def test_invariant_isolated_holds_for_a_train_that_used_only_the_gateway(
@@ -464,17 +483,12 @@ def test_an_episodes_max_cost_usd_sums_metered_spend(tmp_path: Path, standin: St
     """Under a gateway `[episode] max_cost_usd` counts what the rig metered, not what the
     agent's frames report (this one reports nothing)."""
     home = tmp_path / "home"
-    ck = make_checkpoint(tmp_path / "ck", PAYING_AGENT)
-    with (ck / "checkpoint.toml").open("a") as f:
-        f.write('[models]\nallowed = ["openai/standin-small"]\n')
-    assert eval_sh(home, "seal", ck).code == 0
+    ck = _sealed_model_checkpoint(home, tmp_path / "ck", PAYING_AGENT)
     d = add_task(tmp_path / "tasks", "fixed", "ep", extra=(
         '[episode]\ndriver = ["python3", "driver.py"]\nmax_turns = 5\nmax_cost_usd = 0.0000001\n'))
     (d / "driver").mkdir()
     (d / "driver" / "driver.py").write_text(CHATTY_DRIVER)
-    step = eval_sh(home, "run", "--checkpoint", ck, "--tasks", tmp_path / "tasks", "--out", tmp_path / "out",
-                   "--sandbox", "process", "--repeat", "1", "--gateway", _gateway_file(tmp_path, standin.port),
-                   env={"STANDIN_KEY": KEY})
+    step = _run_through_gateway(tmp_path, home, ck, standin)
     [res] = results(tmp_path / "out")
     assert res["termination"] == "budget", (res, step)
     assert len(standin.requests()) == 1
@@ -502,14 +516,9 @@ def test_the_canary_split_across_calls_is_found_in_the_requests_joined(tmp_path:
     """Each body alone is clean (and not JSON: refused 400, kept); joined in seq order they
     hold the canary, which the attempt-end scan finds."""
     home = tmp_path / "home"
-    ck = make_checkpoint(tmp_path / "ck", SPLITTING_AGENT)
-    with (ck / "checkpoint.toml").open("a") as f:
-        f.write('[models]\nallowed = ["openai/standin-small"]\n')
-    assert eval_sh(home, "seal", ck).code == 0
+    ck = _sealed_model_checkpoint(home, tmp_path / "ck", SPLITTING_AGENT)
     add_task(tmp_path / "tasks", "fixed", "t0")
-    eval_sh(home, "run", "--checkpoint", ck, "--tasks", tmp_path / "tasks", "--out", tmp_path / "out",
-            "--sandbox", "process", "--repeat", "1", "--gateway", _gateway_file(tmp_path, standin.port),
-            env={"STANDIN_KEY": KEY})
+    _run_through_gateway(tmp_path, home, ck, standin)
     [res] = results(tmp_path / "out")
     ev = tmp_path / "out" / "attempts" / str(res["attempt_id"])
     assert json.loads((ev / "out" / "codes.json").read_text()) == [400, 400]
@@ -543,16 +552,11 @@ def test_the_egress_proxy_and_the_gateway_share_the_sandboxs_namespace(
     listener = Listener(lambda data: b"ack")
     try:
         home = tmp_path / "home"
-        ck = make_checkpoint(tmp_path / "ck", BOTH_AGENT,
-                             agent_toml=f'network = true\nenv = {{ TARGET_PORT = "{listener.port}" }}\n')
-        with (ck / "checkpoint.toml").open("a") as f:
-            f.write('[models]\nallowed = ["openai/standin-small"]\n')
-        assert eval_sh(home, "seal", ck).code == 0
+        ck = _sealed_model_checkpoint(home, tmp_path / "ck", BOTH_AGENT,
+                                      f'network = true\nenv = {{ TARGET_PORT = "{listener.port}" }}\n')
         add_task(tmp_path / "tasks", "fixed", "t0")
-        step = eval_sh(home, "run", "--checkpoint", ck, "--tasks", tmp_path / "tasks", "--out", tmp_path / "out",
-                       "--sandbox", _sandbox(sandbox), "--repeat", "1", "--allow-network", "--allow-host",
-                       f"127.0.0.1:{listener.port}", "--gateway", _gateway_file(tmp_path, standin.port),
-                       env={"STANDIN_KEY": KEY})
+        step = _run_through_gateway(tmp_path, home, ck, standin, "--allow-network", "--allow-host",
+                                    f"127.0.0.1:{listener.port}", sandbox=_sandbox(sandbox))
         assert step.code == 0, step
     finally:
         listener.close()
