@@ -161,6 +161,21 @@ def test_verify_prices_every_call_again(tmp_path: Path, evalrig_home: Path) -> N
                            "cost_usd 0.001 is not its usage priced with the run's table as of its t_start (0.006)")
 
 
+def test_verify_prices_a_live_runs_calls_even_where_a_line_says_replayed(tmp_path: Path,
+                                                                        evalrig_home: Path) -> None:
+    """A run that called its provider has no replayed call: a line that says so is priced like
+    any other (a bundle whose lines were relabelled and cut in cost is caught)."""
+    from evalrig.run.verify import metered_problems
+    from evalrig.store.bundle import load_run
+
+    b = write_run(tmp_path / "b", side("cand", [Call("openai/gpt-4.1", usage_source="replayed", cost_usd=0.0006)]),
+                  evalrig_home)
+    problems = [p.render() for p in metered_problems(b, load_run(b))]
+    assert len(problems) == 70, problems[:3]
+    assert problems[0].endswith("call seq 0: cost_usd 0.0006 is not its usage priced with the run's table as of "
+                                "its t_start (0.006)"), problems[0]
+
+
 def test_verify_prices_the_judges_calls_too(tmp_path: Path, evalrig_home: Path) -> None:
     from evalrig.core.digest import canonical_line
     from evalrig.models.gateway import CallUsage, ModelCall

@@ -100,10 +100,12 @@ def spend_mismatches(attempt_id: str, lines: Sequence[ModelCall], facts: Gateway
     """What `verify` finds wrong with one attempt's metered cost: a line whose `cost_usd` is not
     its usage priced with the run's table as of its `t_start` (`check_table` False: only
     calls `[prices]` prices, when the installed genai-prices is not the run's), and a
-    recorded candidate spend that is not the sum of its lines (seq None)."""
+    recorded candidate spend that is not the sum of its lines (seq None). `lines` are a run
+    that called its provider (a replay records no gateway of its own and is not priced
+    here): a line saying `replayed` there is priced like any other, never skipped."""
     out = []
     for line in lines:
-        if line.usage is None or line.usage_source == "replayed":
+        if line.usage is None:
             continue
         if not check_table and f"{line.upstream}/{line.model}" not in (facts.prices or {}):
             continue
