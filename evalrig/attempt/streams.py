@@ -481,7 +481,10 @@ BLOCK_BYTES = 1 << 20
 _OVERLAP = 4096
 _RUN_CARRY = 64 << 10  # an encoded run that reaches the block's end is carried whole, up to this
 _MIN_RUN = 24
-_MIN_ESCAPES = 8  # fewer escapes than this hide nothing a form of 32 characters would not show
+# In a binary block, escape-like bytes turn up by chance: there a step counts only where it
+# changed this many places, densely (and `0x` prefixes in text too). In text, one escape can
+# hide the value (a Python bytes repr of random bytes can have a single `\x`).
+_MIN_ESCAPES = 8
 
 _PERCENT = re.compile(rb"%([0-9A-Fa-f]{2})")
 _BACKSLASH = re.compile(rb"\\(?:x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([0-3][0-7]{2})|([nrt0'\"\\]))")
@@ -602,36 +605,55 @@ def _decode_runs(text: bytes) -> list[bytes]:
     return [o for o in out if o]
 
 
+def _percent(m: re.Match[bytes]) -> bytes:
+    return bytes([int(m.group(1), 16)])
+
+
+def _backslash(m: re.Match[bytes]) -> bytes:
+    x, u, big, octal, simple = m.groups()
+    if x is not None:
+        return bytes([int(x, 16)])
+    if octal is not None:
+        return bytes([int(octal, 8)])
+    if simple is not None:
+        return _SIMPLE_ESCAPES[simple]
+    return _char(int(u if u is not None else big, 16))
+
+
+def _entity(m: re.Match[bytes]) -> bytes:
+    dec, hx, name = m.groups()
+    if name is not None:
+        got = html.entities.html5.get(name.decode() + ";")
+        return got.encode() if got is not None else m.group()
+    return _char(int(dec) if dec is not None else int(hx, 16))
+
+
+# Percent-encoding, `\x`/`\u` escapes (JSON, a Python bytes repr) and HTML entities.
+_ESCAPES = ((_PERCENT, _percent), (_BACKSLASH, _backslash), (_ENTITY, _entity))
+
+
 def _unescape(data: bytes) -> tuple[bytes, int]:
-    """Percent-encoding, `\\x`/`\\u` escapes (JSON, a Python bytes repr) and HTML
-    entities decoded; returns the text and how many escapes there were."""
+    """Every kind of escape decoded, one kind after the other; returns the text and how
+    many escapes there were."""
     count = 0
-
-    def percent(m: re.Match[bytes]) -> bytes:
-        return bytes([int(m.group(1), 16)])
-
-    def backslash(m: re.Match[bytes]) -> bytes:
-        x, u, big, octal, simple = m.groups()
-        if x is not None:
-            return bytes([int(x, 16)])
-        if octal is not None:
-            return bytes([int(octal, 8)])
-        if simple is not None:
-            return _SIMPLE_ESCAPES[simple]
-        return _char(int(u if u is not None else big, 16))
-
-    def entity(m: re.Match[bytes]) -> bytes:
-        dec, hx, name = m.groups()
-        if name is not None:
-            got = html.entities.html5.get(name.decode() + ";")
-            return got.encode() if got is not None else m.group()
-        return _char(int(dec) if dec is not None else int(hx, 16))
-
-    for pattern, fn in ((_PERCENT, percent), (_BACKSLASH, backslash), (_ENTITY, entity)):
+    for pattern, fn in _ESCAPES:
         if pattern.search(data):
             data, n = pattern.subn(fn, data)
             count += n
     return data, count
+
+
+def _unescaped_alone(data: bytes) -> list[bytes]:
+    """`data` with each kind of escape decoded on its own, for each kind it holds.
+
+    Decoding one kind can make text that the next kind, or a later step, then misreads: a
+    Python bytes repr of random bytes can hold `%1e` or `\\x1b[` among its characters, and
+    its `\\x` escapes decode to bytes NFKC or the escape-code step would change."""
+    out = []
+    for pattern, fn in _ESCAPES:
+        if pattern.search(data):
+            out.append(pattern.sub(fn, data))
+    return out
 
 
 def _char(code: int) -> bytes:
@@ -649,23 +671,29 @@ def _nfkc(data: bytes) -> bytes:
     return unicodedata.normalize("NFKC", text).encode("utf-8", "surrogateescape")
 
 
-def _normalised(data: bytes) -> bytes | None:
+def _normalised(data: bytes) -> list[bytes]:
     """`data` with escapes decoded, fullwidth forms folded (NFKC), escape codes and
-    zero-width characters taken out; None when nothing changed.
+    zero-width characters taken out, the steps one after the other; in text, also `data`
+    with each kind of escape decoded alone (`_unescaped_alone`). Each text differs from
+    `data` and from the others; none when nothing changed.
 
-    Each step counts where it changed at least _MIN_ESCAPES places; in a binary block (one
-    with a NUL byte), where `%41`- or ESC-like bytes turn up by chance, only where they are
-    dense too (one per 256 bytes or more), and NFKC is left out.
+    In text each step counts wherever it changed something, but for `0x` prefixes, which
+    count where there are at least _MIN_ESCAPES of them (a C list of the bytes has 16; a
+    base64 line holds a stray `0x` by chance). In a binary block (one with a
+    NUL byte), where `%41`- or ESC-like bytes turn up by chance, a step counts only where it
+    changed at least _MIN_ESCAPES places, one per 256 bytes or more, and NFKC is left out.
     """
     binary = b"\x00" in data
 
-    def worth(n: int) -> bool:
-        return n >= _MIN_ESCAPES and (not binary or n * 256 >= len(data))
+    def worth(n: int, least: int = 1) -> bool:
+        if not binary:
+            return n >= least
+        return n >= _MIN_ESCAPES and n * 256 >= len(data)
 
     text = data
-    new, n = _unescape(text)
-    if worth(n):
-        text = new
+    unescaped, escapes = _unescape(text)
+    if worth(escapes):
+        text = unescaped
     if b"\xef" in text:
         new, n = _FULLWIDTH.subn(_fullwidth, text)
         if worth(n):
@@ -674,7 +702,7 @@ def _normalised(data: bytes) -> bytes | None:
         text = _nfkc(text)
     if b"0x" in text or b"0X" in text:
         new, n = _HEX_PREFIX.subn(b"", text)  # a C or Python list of the bytes: 0x9f, 0x86
-        if worth(n):
+        if worth(n, _MIN_ESCAPES):
             text = new
     if b"\x1b" in text:
         new, n = _ANSI.subn(b"", text)
@@ -684,7 +712,11 @@ def _normalised(data: bytes) -> bytes | None:
         new, n = _ZERO_WIDTH.subn(b"", text)
         if worth(n):
             text = new
-    return text if text != data else None
+    out = [text] if text != data else []
+    # with one kind of escape and no later step, `text` is that kind decoded alone already
+    if not binary and escapes and (text != unescaped or sum(1 for p, _ in _ESCAPES if p.search(data)) > 1):
+        out += [alone for alone in _unescaped_alone(data) if alone not in out]
+    return out
 
 
 def _wide(data: bytes) -> bytes | None:
@@ -820,10 +852,10 @@ class StreamScanner:
         if wide is not None and self._nested(wide):
             self._found = True
             return
-        text = _normalised(data)
-        if text is not None:
-            # the nested scan of the normalised text decodes its runs itself
-            self._found = self._nested(text)
+        texts = _normalised(data)
+        if texts:
+            # the nested scan of a normalised text decodes its runs itself
+            self._found = any(self._nested(text) for text in texts)
             return
         decoded = _decode_runs(data)
         if decoded and self._nested(b"\n".join(decoded)):
