@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Property tests explore new examples on every run at a desk; under CI (CI=true, as .ci/run
+# runs) each draws the same examples every time, so that a submission lands or fails on its
+# own change, not on the draw. A rare failure a desk run finds is pinned with @example.
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(autouse=True)

@@ -153,12 +153,16 @@ def test_random_binaries_and_other_random_values_are_not_findings() -> None:
 @example(bytes.fromhex("99e67e31baf0c0697032005cc2adcebb"))
 @example(bytes.fromhex("c2b302c93a81e0e866b5ee671bef6622"))
 @example(bytes.fromhex("8d5a968e3ae0a8500db01cb3bd253165"))
+@example(bytes.fromhex("135c5c5688078afe7722d2ab0c0da544"))
 @example(b"0123456789abcdef")
-def test_a_bytes_repr_of_any_value_is_found(raw: bytes) -> None:
-    """A Python bytes repr shows printable bytes as they are and escapes the rest, so the
-    value's repr can hold one escape or none, and `%`, `&#`, ESC or UTF-8 among its bytes."""
+def test_a_bytes_repr_or_url_quoting_of_any_value_is_found(raw: bytes) -> None:
+    """A Python bytes repr, and URL quoting, show some bytes as they are and escape the
+    rest, so the value's form can hold one escape or none, and `%`, a backslash, ESC or
+    UTF-8 among its bytes (decoded, `%5C%5C` is two backslashes: an escape of another
+    kind)."""
     value = "rst_" + raw.hex()
-    assert scan(b"debug: " + repr(raw).encode() + b"\n", [needle(value)]), repr(raw)
+    for form in (repr(raw).encode(), urllib.parse.quote_from_bytes(raw).encode()):
+        assert scan(b"debug: " + form + b"\n", [needle(value)]), form
 
 
 @settings(max_examples=40, deadline=None)

@@ -632,15 +632,17 @@ def _entity(m: re.Match[bytes]) -> bytes:
 _ESCAPES = ((_PERCENT, _percent), (_BACKSLASH, _backslash), (_ENTITY, _entity))
 
 
-def _unescape(data: bytes) -> tuple[bytes, int]:
-    """Every kind of escape decoded, one kind after the other; returns the text and how
-    many escapes there were."""
-    count = 0
+def _unescape(data: bytes) -> tuple[bytes, int, int]:
+    """Every kind of escape decoded, one kind after the other; returns the text, how many
+    escapes there were, and of how many kinds (a kind can show up only once the one
+    before is decoded)."""
+    count = kinds = 0
     for pattern, fn in _ESCAPES:
         if pattern.search(data):
             data, n = pattern.subn(fn, data)
             count += n
-    return data, count
+            kinds += 1
+    return data, count, kinds
 
 
 def _unescaped_alone(data: bytes) -> list[bytes]:
@@ -691,7 +693,7 @@ def _normalised(data: bytes) -> list[bytes]:
         return n >= _MIN_ESCAPES and n * 256 >= len(data)
 
     text = data
-    unescaped, escapes = _unescape(text)
+    unescaped, escapes, kinds = _unescape(text)
     if worth(escapes):
         text = unescaped
     if b"\xef" in text:
@@ -713,8 +715,8 @@ def _normalised(data: bytes) -> list[bytes]:
         if worth(n):
             text = new
     out = [text] if text != data else []
-    # with one kind of escape and no later step, `text` is that kind decoded alone already
-    if not binary and escapes and (text != unescaped or sum(1 for p, _ in _ESCAPES if p.search(data)) > 1):
+    # with one kind of escape decoded and no later step, `text` is that kind decoded alone
+    if not binary and escapes and (kinds > 1 or text != unescaped):
         out += [alone for alone in _unescaped_alone(data) if alone not in out]
     return out
 
