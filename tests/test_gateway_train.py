@@ -81,3 +81,22 @@ def test_a_metered_train_promotes_on_efficiency_and_replays_without_the_provider
     assert lines and all(x["usage_source"] == "replayed" and x["status"] == 200 for x in lines), lines
     refused = eval_sh(home, "compare", train.bundle("champion"), replay, "--out", tmp_path / "cmp-replay")
     assert refused.code == 4 and "replay_of: the runs differ in replays" in refused.stderr, refused
+
+    # a response body changed after the bundle's digests were checked is not served: each body
+    # read for replay must be the one its model.jsonl line names
+    import shutil
+
+    from evalrig.core.errors import EvalrigError
+    from evalrig.store.recording import _attempt_calls
+
+    attempt = next(a for a in (train.bundle("candidate") / "attempts").iterdir() if (a / "model").is_dir())
+    copy = tmp_path / "attempt-copy"
+    shutil.copytree(attempt, copy)
+    assert _attempt_calls(copy)  # as written, every kept body is served
+    body = sorted((copy / "model").glob("*.response.*"))[0]
+    body.write_bytes(body.read_bytes().replace(b"}", b" }", 1))
+    with pytest.raises(EvalrigError) as refused_body:
+        _attempt_calls(copy)
+    error = refused_body.value
+    assert error.file == str(body) and error.field == "model.jsonl seq 0.response_sha256", error
+    assert "--replay: the response body is not the one its line records" in error.message, error

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from evalrig.core.digest import sha256_bytes
 from evalrig.core.errors import invalid
 from evalrig.core.outcomes import final_of
 from evalrig.models.gateway import GatewayFacts, ModelCall, RecordedCall, ReplayOf
@@ -113,8 +114,16 @@ def _attempt_calls(evidence: Path) -> list[RecordedCall]:
         body = bodies.get(line.seq)
         if line.refused is not None or line.bodies != "kept" or body is None:
             continue
+        response = body.read_bytes()
+        # the bundle's digests were checked before this read; the body served is the one its
+        # line names, whatever changed the file since
+        if sha256_bytes(response) != line.response_sha256:
+            raise invalid(f"--replay: the response body is not the one its line records ({line.response_sha256})",
+                          file=body, field=f"{MODEL_JSONL} seq {line.seq}.response_sha256",
+                          hint="the recording changed after its digests were checked; restore it, or replay "
+                               "another run")
         out.append(RecordedCall(
             role=line.role, request_sha256=line.request_sha256, status=line.status, stream=line.stream,
-            response=body.read_bytes(), content_type=_CONTENT_TYPES[body.name.rpartition(".")[2]],
+            response=response, content_type=_CONTENT_TYPES[body.name.rpartition(".")[2]],
             usage=line.usage, usage_raw=line.usage_raw, cost_usd=line.cost_usd))
     return out
