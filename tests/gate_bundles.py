@@ -184,14 +184,18 @@ def write_model_calls(dir: Path, side: Side, r: Result, t: Task) -> Actual:
     evidence = dir / "attempts" / r.attempt_id
     evidence.mkdir(parents=True, exist_ok=True)
     (evidence / "model.jsonl").write_bytes(b"".join(canonical_line(x) for x in lines))
-    mine = [x for x in lines if x.role == "candidate"]
     source = "replayed" if side.replay_of is not None else "metered"
-    total = sum(x.cost_usd for x in mine)
-    spend = RoleSpend(cost_usd=total, input_tokens=sum(x.usage.input_tokens for x in mine if x.usage),
-                      output_tokens=sum(x.usage.output_tokens for x in mine if x.usage), source=source,  # type: ignore[arg-type]
-                      calls=len(mine), estimated=any(x.usage_source == "estimated" for x in mine) if source == "metered" else None)
-    return _actual(r, t).model_copy(update={"cost_usd": total, "usage_source": source,
-                                            "spend": Spend(candidate=spend)})
+
+    def summed(role: str) -> RoleSpend:
+        mine = [x for x in lines if x.role == role]
+        return RoleSpend(cost_usd=sum(x.cost_usd for x in mine), input_tokens=sum(x.usage.input_tokens for x in mine if x.usage),
+                         output_tokens=sum(x.usage.output_tokens for x in mine if x.usage), source=source,  # type: ignore[arg-type]
+                         calls=len(mine), estimated=any(x.usage_source == "estimated" for x in mine) if source == "metered" else None)
+
+    spend = summed("candidate")
+    driver = summed("driver") if any(x.role == "driver" for x in lines) else None
+    return _actual(r, t).model_copy(update={"cost_usd": spend.cost_usd, "usage_source": source,
+                                            "spend": Spend(candidate=spend, driver=driver)})
 
 
 def _attempt_lines(results: list[Result]) -> tuple[bytes, bytes]:

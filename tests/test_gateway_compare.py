@@ -194,3 +194,42 @@ def test_verify_prices_the_judges_calls_too(tmp_path: Path, evalrig_home: Path) 
     problems = [p.render() for p in metered_problems(b, load_run(b))]
     assert problems == [f"{judged}/model.jsonl: attempt cand-fixed-000-0-1, call seq 3: cost_usd 0.5 is not its "
                         "usage priced with the run's table as of its t_start (0.0012)"], problems
+
+
+def test_verify_sums_the_drivers_and_the_judges_metered_spend_again(tmp_path: Path, evalrig_home: Path) -> None:
+    """Each role's metered spend in actuals.jsonl is the sum of that role's lines: the
+    driver's from the attempt's model.jsonl, the judge's from the verifier's."""
+    from evalrig.core.digest import canonical_line
+    from evalrig.models.gateway import CallUsage, ModelCall
+    from evalrig.models.run import Actual, RoleSpend
+    from evalrig.run.verify import metered_problems
+    from evalrig.store.bundle import load_run
+
+    b = write_run(tmp_path / "b", side("cand", [Call(), Call(role="driver", input_tokens=2000)]), evalrig_home)
+    assert metered_problems(b, load_run(b)) == []
+    aid = "cand-fixed-000-0-1"
+    judged = b / "attempts" / aid / "verifier"
+    judged.mkdir(parents=True)
+    at = T0 + timedelta(hours=2)
+    (judged / "model.jsonl").write_bytes(canonical_line(ModelCall(
+        seq=0, role="judge", upstream="openai", model="gpt-4.1-mini", api="openai-chat", stream=False, status=200,
+        t_start=format_ts(at), t_start_ms=int(at.timestamp() * 1000), t_ms=1.0, request_sha256=sha256_bytes(b"q"),
+        response_sha256=sha256_bytes(b"r"), usage=CallUsage(input_tokens=1000, output_tokens=500),
+        usage_source="provider", cost_usd=0.0012)))
+    actuals = [Actual.model_validate_json(x) for x in (b / "actuals.jsonl").read_bytes().splitlines()]
+    edited = []
+    for a in actuals:
+        if a.attempt_id == aid:
+            assert a.spend is not None and a.spend.driver is not None and a.spend.driver.cost_usd == pytest.approx(0.0016)
+            a = a.model_copy(update={"spend": a.spend.model_copy(update={
+                "driver": a.spend.driver.model_copy(update={"cost_usd": 0.0001}),
+                "judge": RoleSpend(cost_usd=0.0002, input_tokens=1000, output_tokens=500, source="metered", calls=1,
+                                   estimated=False)})})
+        edited.append(canonical_line(a))
+    (b / "actuals.jsonl").write_bytes(b"".join(edited))
+    problems = [p.render() for p in metered_problems(b, load_run(b))]
+    assert problems == [
+        f"{b}/actuals.jsonl: attempt {aid}: the metered judge spend 0.0002 is not the sum of its "
+        "verifier/model.jsonl lines (0.0012)",
+        f"{b}/actuals.jsonl: attempt {aid}: the metered driver spend 0.0001 is not the sum of its model.jsonl "
+        "lines (0.0016)"], problems

@@ -89,6 +89,8 @@ class CallMismatch(NamedTuple):
     seq: int | None
     recorded: float
     derived: float | None
+    role: str = "candidate"
+    """Whose spend (where `seq` is None): the role whose lines were summed."""
 
 
 def _close(a: float, b: float) -> bool:
@@ -96,13 +98,14 @@ def _close(a: float, b: float) -> bool:
 
 
 def spend_mismatches(attempt_id: str, lines: Sequence[ModelCall], facts: GatewayFacts, price: Pricer,
-                     recorded_spend: float | None, check_table: bool) -> list[CallMismatch]:
+                     recorded: Mapping[str, float], check_table: bool) -> list[CallMismatch]:
     """What `verify` finds wrong with one attempt's metered cost: a line whose `cost_usd` is not
     its usage priced with the run's table as of its `t_start` (`check_table` False: only
-    calls `[prices]` prices, when the installed genai-prices is not the run's), and a
-    recorded candidate spend that is not the sum of its lines (seq None). `lines` are a run
-    that called its provider (a replay records no gateway of its own and is not priced
-    here): a line saying `replayed` there is priced like any other, never skipped."""
+    calls `[prices]` prices, when the installed genai-prices is not the run's), and each
+    role's recorded metered spend (`recorded`: role → cost) that is not the sum of that
+    role's lines (seq None). `lines` are a run that called its provider (a replay records no
+    gateway of its own and is not priced here): a line saying `replayed` there is priced
+    like any other, never skipped."""
     out = []
     for line in lines:
         if line.usage is None:
@@ -112,10 +115,10 @@ def spend_mismatches(attempt_id: str, lines: Sequence[ModelCall], facts: Gateway
         derived = call_cost(line, facts, price, _ts(line.t_start))
         if derived is None or not _close(derived, line.cost_usd):
             out.append(CallMismatch(attempt_id, line.seq, line.cost_usd, derived))
-    if recorded_spend is not None:
-        total = math.fsum(line.cost_usd for line in lines if line.role == "candidate")
-        if not _close(total, recorded_spend):
-            out.append(CallMismatch(attempt_id, None, recorded_spend, total))
+    for role, spent in recorded.items():
+        total = math.fsum(line.cost_usd for line in lines if line.role == role)
+        if not _close(total, spent):
+            out.append(CallMismatch(attempt_id, None, spent, total, role))
     return out
 
 

@@ -127,31 +127,41 @@ def verify_run(dir: Path, home: Path | None = None) -> VerifyReport:
 
 def metered_problems(dir: Path, b: RunBundle) -> list[Problem]:
     """Every gateway call's cost priced again from its line's usage with the run's table as
-    of its t_start, and each attempt's metered candidate spend summed again from its lines
-    (docs/gateway.md, "Evidence"). Where the installed genai-prices is not the one that
-    priced the run, only the calls `[prices]` priced can be checked (the table's are its)."""
+    of its t_start, and each attempt's metered spend by role summed again from its lines:
+    the candidate's and the driver's from the attempt's `model.jsonl`, the judge's from the
+    verifier's (docs/gateway.md, "Evidence"). Where the installed genai-prices is not the
+    one that priced the run, only the calls `[prices]` priced can be checked (the table's
+    are its)."""
     facts = b.manifest.gateway
     if facts is None:
         return []
     price = pricer(facts.prices or {})
     check_table = genai_prices_version() == facts.genai_prices
-    spend = {}
+    attempt_spend: dict[str, dict[str, float]] = {}
+    judge_spend: dict[str, dict[str, float]] = {}
     for a in b.actuals:
-        cand = a.spend.candidate if a.spend is not None else None
-        if cand is not None and cand.source == "metered":
-            spend[a.attempt_id] = cand.cost_usd
+        if a.spend is None:
+            continue
+        for role, got in (("candidate", a.spend.candidate), ("driver", a.spend.driver), ("judge", a.spend.judge)):
+            if got is not None and got.source == "metered" and got.cost_usd is not None:
+                into = judge_spend if role == "judge" else attempt_spend
+                into.setdefault(a.attempt_id, {})[role] = got.cost_usd
     out = []
     for aid in dict.fromkeys(r.attempt_id for r in b.results):
         evidence = dir / layout.ATTEMPTS_DIR / aid
-        # the judge's calls are kept beside its output (verifier/, and verifier/reverify-<n>/)
+        # the judge's calls are kept beside its output (verifier/, and verifier/reverify-<n>/);
+        # its spend is that of the first verification (a resume's re-verification adds calls,
+        # not spend)
         judged = [evidence / layout.VERIFIER_DIR, *sorted((evidence / layout.VERIFIER_DIR).glob("reverify-*"))]
-        for folder in judged:
+        for n, folder in enumerate(judged):
             path = folder / layout.MODEL_JSONL
+            recorded = judge_spend.get(aid, {}) if n == 0 else {}
             out += _call_problems(path, aid, spend_mismatches(aid, read_records(path, ModelCall).records, facts,
-                                                              price, None, check_table), dir)
+                                                              price, recorded, check_table), dir)
         path = evidence / layout.MODEL_JSONL
         lines = read_records(path, ModelCall).records
-        out += _call_problems(path, aid, spend_mismatches(aid, lines, facts, price, spend.get(aid), check_table), dir)
+        out += _call_problems(path, aid, spend_mismatches(aid, lines, facts, price, attempt_spend.get(aid, {}),
+                                                          check_table), dir)
     return out
 
 
@@ -160,8 +170,9 @@ def _call_problems(path: Path, aid: str, found: list[CallMismatch], dir: Path) -
     out = []
     for m in found:
         if m.seq is None:
-            out.append(Problem(str(dir / layout.ACTUALS_JSONL), f"attempt {aid}: the metered candidate spend "
-                               f"{m.recorded} is not the sum of its model.jsonl lines ({m.derived})"))
+            out.append(Problem(str(dir / layout.ACTUALS_JSONL), f"attempt {aid}: the metered {m.role} spend "
+                               f"{m.recorded} is not the sum of its {path.relative_to(dir / layout.ATTEMPTS_DIR / aid)} "
+                               f"lines ({m.derived})"))
         else:
             derived = "unpriced" if m.derived is None else m.derived
             out.append(Problem(str(path), f"attempt {aid}, call seq {m.seq}: cost_usd {m.recorded} is not "
