@@ -220,3 +220,22 @@ def test_members_open_at_once_are_bounded_across_nesting() -> None:
         most = max(most, budget.open)
     assert scanner.found
     assert most <= 16
+
+
+def test_escapes_decoded_alone_count_against_the_normalised_bytes() -> None:
+    """Text holding every kind of escape is looked at four ways per block (all decoded one
+    after the other, and each kind alone): the three extra texts are charged to the
+    stream's 64 MiB of normalised text, so such a flood costs about what 64 MiB of plain
+    text does. Plain text is charged once."""
+    from evalrig.attempt.streams import NORMALISED_BYTES
+
+    mixed = b"a%41b\\x41c&#65;d\n" * (BLOCK_BYTES // 16)
+    plain = b"plain log line\n" * (BLOCK_BYTES // 15)
+    charged = {}
+    for name, data in (("mixed", mixed), ("plain", plain)):
+        scanner = StreamScanner([HEX])
+        scanner.feed(data)
+        assert not scanner.found
+        charged[name] = NORMALISED_BYTES - scanner._normal_room
+    assert charged["plain"] == len(plain)
+    assert charged["mixed"] > 3 * len(mixed), charged

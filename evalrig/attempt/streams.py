@@ -673,11 +673,11 @@ def _nfkc(data: bytes) -> bytes:
     return unicodedata.normalize("NFKC", text).encode("utf-8", "surrogateescape")
 
 
-def _normalised(data: bytes) -> list[bytes]:
+def _normalised(data: bytes, alone: bool) -> list[bytes]:
     """`data` with escapes decoded, fullwidth forms folded (NFKC), escape codes and
-    zero-width characters taken out, the steps one after the other; in text, also `data`
-    with each kind of escape decoded alone (`_unescaped_alone`). Each text differs from
-    `data` and from the others; none when nothing changed.
+    zero-width characters taken out, the steps one after the other, first; then, in text
+    and where `alone`, `data` with each kind of escape decoded alone (`_unescaped_alone`).
+    Each text differs from `data` and from the others; none when nothing changed.
 
     In text each step counts wherever it changed something, but for `0x` prefixes, which
     count where there are at least _MIN_ESCAPES of them (a C list of the bytes has 16; a
@@ -716,7 +716,7 @@ def _normalised(data: bytes) -> list[bytes]:
             text = new
     out = [text] if text != data else []
     # with one kind of escape decoded and no later step, `text` is that kind decoded alone
-    if not binary and escapes and (kinds > 1 or text != unescaped):
+    if alone and not binary and escapes and (kinds > 1 or text != unescaped):
         out += [alone for alone in _unescaped_alone(data) if alone not in out]
     return out
 
@@ -854,8 +854,12 @@ class StreamScanner:
         if wide is not None and self._nested(wide):
             self._found = True
             return
-        texts = _normalised(data)
+        # each kind of escape decoded alone in a stream's or file's own blocks only (not in
+        # what they decode to), and counted against its normalised bytes: text dense with
+        # escapes of every kind costs at most what the same bytes of plain text would
+        texts = _normalised(data, alone=self._depth == 0)
         if texts:
+            self._normal_room -= sum(len(text) for text in texts[1:])
             # the nested scan of a normalised text decodes its runs itself
             self._found = any(self._nested(text) for text in texts)
             return
