@@ -717,7 +717,7 @@ def _normalised(data: bytes, alone: bool) -> list[bytes]:
     out = [text] if text != data else []
     # with one kind of escape decoded and no later step, `text` is that kind decoded alone
     if alone and not binary and escapes and (kinds > 1 or text != unescaped):
-        out += [alone for alone in _unescaped_alone(data) if alone not in out]
+        out += [variant for variant in _unescaped_alone(data) if variant != data and variant not in out]
     return out
 
 
