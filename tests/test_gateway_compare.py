@@ -233,3 +233,25 @@ def test_verify_sums_the_drivers_and_the_judges_metered_spend_again(tmp_path: Pa
         "verifier/model.jsonl lines (0.0012)",
         f"{b}/actuals.jsonl: attempt {aid}: the metered driver spend 0.0001 is not the sum of its model.jsonl "
         "lines (0.0016)"], problems
+
+
+def test_a_spend_recorded_to_ten_decimals_is_not_a_mismatch() -> None:
+    """The ledger records a role's spend rounded to 10 decimals of a dollar; its calls can
+    cost more decimals than that (1001 cached tokens at $0.01875/M): the sum is compared
+    within one unit of the last decimal kept, and a larger difference is still caught."""
+    from evalrig.core.metering import SPEND_DECIMALS, spend_mismatches
+    from evalrig.core.pricing import pricer
+    from evalrig.models.gateway import ModelCall
+
+    at = T0 + timedelta(hours=2)
+    cost = 1001 * 0.01875e-6
+    lines = [ModelCall(seq=seq, role="judge", upstream="openai", model="gpt-4.1-mini", api="openai-chat", stream=False,
+                       status=200, t_start=format_ts(at), t_start_ms=int(at.timestamp() * 1000), t_ms=1.0,
+                       request_sha256=sha256_bytes(b"q"), response_sha256=None, usage=None, usage_source="provider",
+                       cost_usd=cost)
+             for seq in range(3)]
+    recorded = round(cost + cost + cost, SPEND_DECIMALS)
+    assert recorded != sum(x.cost_usd for x in lines)
+    assert spend_mismatches("a", lines, facts(), pricer({}), {"judge": recorded}, True) == []
+    off = spend_mismatches("a", lines, facts(), pricer({}), {"judge": recorded + 3e-10}, True)
+    assert [(m.role, m.seq) for m in off] == [("judge", None)], off

@@ -486,9 +486,21 @@ _MIN_RUN = 24
 # hide the value (a Python bytes repr of random bytes can have a single `\x`).
 _MIN_ESCAPES = 8
 
-_PERCENT = re.compile(rb"%([0-9A-Fa-f]{2})")
-_BACKSLASH = re.compile(rb"\\(?:x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([0-3][0-7]{2})|([nrt0'\"\\]))")
-_ENTITY = re.compile(rb"&(?:#([0-9]{1,7})|#[xX]([0-9A-Fa-f]{1,6})|([A-Za-z][A-Za-z0-9]{1,31}));")
+# A Python bytes literal (`repr` of bytes: `b'\x8dZ%1e'`), decoded as Python reads it: only
+# its backslash escapes, so printable bytes that happen to spell `%1e` stay as they are.
+# Then percent-encoding, backslash escapes (`\x`, `\u`, `\U`, octal, the simple ones: JSON,
+# printf) and HTML entities. One pattern, decoded in one pass: what one escape decodes to is
+# never read as another escape (URL-quoted bytes holding `%5C%5C` decode to two
+# backslashes, not to one). Its groups: 1, 2 a bytes literal's body; 3 `%XX`; 4 to 8 a
+# backslash escape (`x`, `u`, `U`, octal, simple); 9 to 11 an entity (decimal, hex, named).
+_ESCAPE = re.compile(
+    rb"b'((?:[^'\\\n]|\\[^\n]){1,4096})'|b\"((?:[^\"\\\n]|\\[^\n]){1,4096})\""
+    rb"|%([0-9A-Fa-f]{2})"
+    rb"|\\(?:x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([0-3][0-7]{2})|([nrt0'\"\\]))"
+    rb"|&(?:#([0-9]{1,7})|#[xX]([0-9A-Fa-f]{1,6})|([A-Za-z][A-Za-z0-9]{1,31}));")
+_BYTES_ESCAPE = re.compile(rb"\\(?:x([0-9A-Fa-f]{2})|([0-7]{1,3})|([nrtabfv'\"\\]))")
+_BYTES_SIMPLE = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"a": b"\a", b"b": b"\b", b"f": b"\f", b"v": b"\v",
+                 b"'": b"'", b'"': b'"', b"\\": b"\\"}
 _SIMPLE_ESCAPES = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"0": b"\0", b"'": b"'", b'"': b'"', b"\\": b"\\"}
 _FULLWIDTH = re.compile(rb"\xef(?:\xbc[\x81-\xbf]|\xbd[\x80-\x9e])")
 _ZERO_WIDTH = re.compile(rb"\xe2(?:\x80[\x8b-\x8f]|\x81[\xa0-\xa4])|\xef\xbb\xbf|\xc2\xad")
@@ -605,57 +617,44 @@ def _decode_runs(text: bytes) -> list[bytes]:
     return [o for o in out if o]
 
 
-def _percent(m: re.Match[bytes]) -> bytes:
-    return bytes([int(m.group(1), 16)])
-
-
-def _backslash(m: re.Match[bytes]) -> bytes:
-    x, u, big, octal, simple = m.groups()
+def _bytes_escape(m: re.Match[bytes]) -> bytes:
+    x, octal, simple = m.groups()
     if x is not None:
         return bytes([int(x, 16)])
     if octal is not None:
-        return bytes([int(octal, 8)])
-    if simple is not None:
-        return _SIMPLE_ESCAPES[simple]
-    return _char(int(u if u is not None else big, 16))
+        return bytes([int(octal, 8) & 0xFF])
+    return _BYTES_SIMPLE[simple]
 
 
-def _entity(m: re.Match[bytes]) -> bytes:
-    dec, hx, name = m.groups()
-    if name is not None:
-        got = html.entities.html5.get(name.decode() + ";")
-        return got.encode() if got is not None else m.group()
-    return _char(int(dec) if dec is not None else int(hx, 16))
+def _unescape(text: bytes) -> tuple[bytes, int]:
+    """Every escape in `text` decoded in one pass (`_ESCAPE`); returns the text and how many
+    escapes were decoded (a bytes literal without one is left as it is, and not counted)."""
+    count = 0
 
-
-# Percent-encoding, `\x`/`\u` escapes (JSON, a Python bytes repr) and HTML entities.
-_ESCAPES = ((_PERCENT, _percent), (_BACKSLASH, _backslash), (_ENTITY, _entity))
-
-
-def _unescape(data: bytes) -> tuple[bytes, int, int]:
-    """Every kind of escape decoded, one kind after the other; returns the text, how many
-    escapes there were, and of how many kinds (a kind can show up only once the one
-    before is decoded)."""
-    count = kinds = 0
-    for pattern, fn in _ESCAPES:
-        if pattern.search(data):
-            data, n = pattern.subn(fn, data)
+    def one(m: re.Match[bytes]) -> bytes:
+        nonlocal count
+        group = m.lastindex or 0  # which alternative matched: each has its own group(s)
+        got = m.group(group)
+        if group <= 2:  # a bytes literal: only its backslash escapes
+            inner, n = _BYTES_ESCAPE.subn(_bytes_escape, got)
             count += n
-            kinds += 1
-    return data, count, kinds
+            return inner if n else m.group()
+        count += 1
+        if group == 3 or group == 4:  # %XX, \xXX
+            return bytes([int(got, 16)])
+        if group == 7:  # octal
+            return bytes([int(got, 8)])
+        if group == 8:
+            return _SIMPLE_ESCAPES[got]
+        if group == 11:  # a named entity
+            known = html.entities.html5.get(got.decode() + ";")
+            if known is None:
+                count -= 1
+                return m.group()
+            return known.encode()
+        return _char(int(got, 10 if group == 9 else 16))  # \u, \U, &#N;, &#xH;
 
-
-def _unescaped_alone(data: bytes) -> list[bytes]:
-    """`data` with each kind of escape decoded on its own, for each kind it holds.
-
-    Decoding one kind can make text that the next kind, or a later step, then misreads: a
-    Python bytes repr of random bytes can hold `%1e` or `\\x1b[` among its characters, and
-    its `\\x` escapes decode to bytes NFKC or the escape-code step would change."""
-    out = []
-    for pattern, fn in _ESCAPES:
-        if pattern.search(data):
-            out.append(pattern.sub(fn, data))
-    return out
+    return _ESCAPE.sub(one, text), count
 
 
 def _char(code: int) -> bytes:
@@ -673,17 +672,21 @@ def _nfkc(data: bytes) -> bytes:
     return unicodedata.normalize("NFKC", text).encode("utf-8", "surrogateescape")
 
 
-def _normalised(data: bytes, alone: bool) -> list[bytes]:
-    """`data` with escapes decoded, fullwidth forms folded (NFKC), escape codes and
-    zero-width characters taken out, the steps one after the other, first; then, in text
-    and where `alone`, `data` with each kind of escape decoded alone (`_unescaped_alone`).
-    Each text differs from `data` and from the others; none when nothing changed.
+def _normalised(data: bytes) -> bytes | None:
+    """`data` with fullwidth forms folded (NFKC), `0x` prefixes, escape codes and zero-width
+    characters taken out, then its escapes decoded; None when nothing changed.
 
-    In text each step counts wherever it changed something, but for `0x` prefixes, which
-    count where there are at least _MIN_ESCAPES of them (a C list of the bytes has 16; a
-    base64 line holds a stray `0x` by chance). In a binary block (one with a
-    NUL byte), where `%41`- or ESC-like bytes turn up by chance, a step counts only where it
-    changed at least _MIN_ESCAPES places, one per 256 bytes or more, and NFKC is left out.
+    The escapes are decoded last, in one pass: the bytes they decode to (a Python bytes
+    repr's `\\x1b`, `\\xc2\\xad`) are the value's own, and no step here changes them; what
+    they decode to is normalised again one level down, where escaped fullwidth text or
+    escape codes (`json.dumps` of them) are folded or taken out.
+
+    In text each step counts wherever it changed something (a bytes repr of random bytes
+    can hold a single `\\x` escape), but `0x` prefixes count only where there are at least
+    _MIN_ESCAPES of them (a C list of the bytes has 16; base64 holds a stray `0x` by
+    chance). In a binary block (one with a NUL byte), where `%41`- or ESC-like bytes turn up
+    by chance, a step counts only where it changed at least _MIN_ESCAPES places, one per
+    256 bytes or more, and NFKC is left out.
     """
     binary = b"\x00" in data
 
@@ -693,9 +696,6 @@ def _normalised(data: bytes, alone: bool) -> list[bytes]:
         return n >= _MIN_ESCAPES and n * 256 >= len(data)
 
     text = data
-    unescaped, escapes, kinds = _unescape(text)
-    if worth(escapes):
-        text = unescaped
     if b"\xef" in text:
         new, n = _FULLWIDTH.subn(_fullwidth, text)
         if worth(n):
@@ -714,11 +714,11 @@ def _normalised(data: bytes, alone: bool) -> list[bytes]:
         new, n = _ZERO_WIDTH.subn(b"", text)
         if worth(n):
             text = new
-    out = [text] if text != data else []
-    # with one kind of escape decoded and no later step, `text` is that kind decoded alone
-    if alone and not binary and escapes and (kinds > 1 or text != unescaped):
-        out += [variant for variant in _unescaped_alone(data) if variant != data and variant not in out]
-    return out
+    if b"%" in text or b"\\" in text or b"&" in text:
+        new, n = _unescape(text)
+        if worth(n):
+            text = new
+    return text if text != data else None
 
 
 def _wide(data: bytes) -> bytes | None:
@@ -854,14 +854,10 @@ class StreamScanner:
         if wide is not None and self._nested(wide):
             self._found = True
             return
-        # each kind of escape decoded alone in a stream's or file's own blocks only (not in
-        # what they decode to), and counted against its normalised bytes: text dense with
-        # escapes of every kind costs at most what the same bytes of plain text would
-        texts = _normalised(data, alone=self._depth == 0)
-        if texts:
-            self._normal_room -= sum(len(text) for text in texts[1:])
-            # the nested scan of a normalised text decodes its runs itself
-            self._found = any(self._nested(text) for text in texts)
+        text = _normalised(data)
+        if text is not None:
+            # the nested scan of the normalised text decodes its runs itself
+            self._found = self._nested(text)
             return
         decoded = _decode_runs(data)
         if decoded and self._nested(b"\n".join(decoded)):

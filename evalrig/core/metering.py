@@ -93,8 +93,20 @@ class CallMismatch(NamedTuple):
     """Whose spend (where `seq` is None): the role whose lines were summed."""
 
 
+SPEND_DECIMALS = 10
+"""A role's metered spend is recorded rounded to this many decimals of a dollar (the sum of
+many float costs carries noise past them)."""
+
+
 def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _close_spend(total: float, recorded: float) -> bool:
+    """A spend summed again from its lines against the recorded, rounded one: within one
+    unit of the last recorded decimal (a spend of $0.0000187 at a price with more decimals
+    than are kept is not a mismatch)."""
+    return math.isclose(total, recorded, rel_tol=1e-9, abs_tol=10.0 ** -SPEND_DECIMALS)
 
 
 def spend_mismatches(attempt_id: str, lines: Sequence[ModelCall], facts: GatewayFacts, price: Pricer,
@@ -117,7 +129,7 @@ def spend_mismatches(attempt_id: str, lines: Sequence[ModelCall], facts: Gateway
             out.append(CallMismatch(attempt_id, line.seq, line.cost_usd, derived))
     for role, spent in recorded.items():
         total = math.fsum(line.cost_usd for line in lines if line.role == role)
-        if not _close(total, spent):
+        if not _close_spend(total, spent):
             out.append(CallMismatch(attempt_id, None, spent, total, role))
     return out
 

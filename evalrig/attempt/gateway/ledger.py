@@ -23,6 +23,7 @@ from typing import Any
 
 from evalrig.attempt.gateway.prompts import prompt_text
 from evalrig.attempt.streams import GZIP_BUDGET, ScanBudget, StreamScanner
+from evalrig.core.metering import SPEND_DECIMALS
 from evalrig.models.gateway import ModelCall, Role
 from evalrig.models.run import RoleSpend
 from evalrig.store.files import open_nofollow, write_all
@@ -212,7 +213,7 @@ class CallLedger:
             t = self._tally.get(role)
             if t is None:
                 return None
-            return RoleSpend(cost_usd=round(t.cost_usd, 10), input_tokens=t.input_tokens,
+            return RoleSpend(cost_usd=round(t.cost_usd, SPEND_DECIMALS), input_tokens=t.input_tokens,
                              output_tokens=t.output_tokens,
                              source="replayed" if t.replayed else "metered", calls=t.calls,
                              estimated=None if t.replayed else t.estimated)
