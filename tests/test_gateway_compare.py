@@ -15,7 +15,14 @@ from redteam import SMALL_POLICY, eval_sh
 from evalrig.core.digest import sha256_bytes
 from evalrig.core.pricing import genai_prices_version, prices_digest
 from evalrig.models.base import format_ts
-from evalrig.models.gateway import GatewayFacts, ModelPrice, ReplayOf, UpstreamFacts
+from evalrig.models.gateway import (
+    CallUsage,
+    GatewayFacts,
+    ModelCall,
+    ModelPrice,
+    ReplayOf,
+    UpstreamFacts,
+)
 
 POLICY_DIGEST = sha256_bytes(SMALL_POLICY.encode())
 
@@ -176,21 +183,26 @@ def test_verify_prices_a_live_runs_calls_even_where_a_line_says_replayed(tmp_pat
                                 "its t_start (0.006)"), problems[0]
 
 
+def _judge_call(seq: int, cost_usd: float) -> ModelCall:
+    """A judge's gateway call as verifier/model.jsonl records it: 1000 tokens in, 500 out of
+    gpt-4.1-mini two hours after T0 (priced with the table: $0.0012)."""
+    at = T0 + timedelta(hours=2)
+    return ModelCall(
+        seq=seq, role="judge", upstream="openai", model="gpt-4.1-mini", api="openai-chat", stream=False, status=200,
+        t_start=format_ts(at), t_start_ms=int(at.timestamp() * 1000), t_ms=1.0, request_sha256=sha256_bytes(b"q"),
+        response_sha256=sha256_bytes(b"r"), usage=CallUsage(input_tokens=1000, output_tokens=500),
+        usage_source="provider", cost_usd=cost_usd)
+
+
 def test_verify_prices_the_judges_calls_too(tmp_path: Path, evalrig_home: Path) -> None:
     from evalrig.core.digest import canonical_line
-    from evalrig.models.gateway import CallUsage, ModelCall
     from evalrig.run.verify import metered_problems
     from evalrig.store.bundle import load_run
 
     b = write_run(tmp_path / "b", side("cand", CHEAP), evalrig_home)
     judged = b / "attempts" / "cand-fixed-000-0-1" / "verifier"
     judged.mkdir(parents=True)
-    at = T0 + timedelta(hours=2)
-    (judged / "model.jsonl").write_bytes(canonical_line(ModelCall(
-        seq=3, role="judge", upstream="openai", model="gpt-4.1-mini", api="openai-chat", stream=False, status=200,
-        t_start=format_ts(at), t_start_ms=int(at.timestamp() * 1000), t_ms=1.0, request_sha256=sha256_bytes(b"q"),
-        response_sha256=sha256_bytes(b"r"), usage=CallUsage(input_tokens=1000, output_tokens=500),
-        usage_source="provider", cost_usd=0.5)))
+    (judged / "model.jsonl").write_bytes(canonical_line(_judge_call(3, 0.5)))
     problems = [p.render() for p in metered_problems(b, load_run(b))]
     assert problems == [f"{judged}/model.jsonl: attempt cand-fixed-000-0-1, call seq 3: cost_usd 0.5 is not its "
                         "usage priced with the run's table as of its t_start (0.0012)"], problems
@@ -200,7 +212,6 @@ def test_verify_sums_the_drivers_and_the_judges_metered_spend_again(tmp_path: Pa
     """Each role's metered spend in actuals.jsonl is the sum of that role's lines: the
     driver's from the attempt's model.jsonl, the judge's from the verifier's."""
     from evalrig.core.digest import canonical_line
-    from evalrig.models.gateway import CallUsage, ModelCall
     from evalrig.models.run import Actual, RoleSpend
     from evalrig.run.verify import metered_problems
     from evalrig.store.bundle import load_run
@@ -210,12 +221,7 @@ def test_verify_sums_the_drivers_and_the_judges_metered_spend_again(tmp_path: Pa
     aid = "cand-fixed-000-0-1"
     judged = b / "attempts" / aid / "verifier"
     judged.mkdir(parents=True)
-    at = T0 + timedelta(hours=2)
-    (judged / "model.jsonl").write_bytes(canonical_line(ModelCall(
-        seq=0, role="judge", upstream="openai", model="gpt-4.1-mini", api="openai-chat", stream=False, status=200,
-        t_start=format_ts(at), t_start_ms=int(at.timestamp() * 1000), t_ms=1.0, request_sha256=sha256_bytes(b"q"),
-        response_sha256=sha256_bytes(b"r"), usage=CallUsage(input_tokens=1000, output_tokens=500),
-        usage_source="provider", cost_usd=0.0012)))
+    (judged / "model.jsonl").write_bytes(canonical_line(_judge_call(0, 0.0012)))
     actuals = [Actual.model_validate_json(x) for x in (b / "actuals.jsonl").read_bytes().splitlines()]
     edited = []
     for a in actuals:
@@ -241,15 +247,9 @@ def test_a_spend_recorded_to_ten_decimals_is_not_a_mismatch() -> None:
     within one unit of the last decimal kept, and a larger difference is still caught."""
     from evalrig.core.metering import SPEND_DECIMALS, spend_mismatches
     from evalrig.core.pricing import pricer
-    from evalrig.models.gateway import ModelCall
 
-    at = T0 + timedelta(hours=2)
     cost = 1001 * 0.01875e-6
-    lines = [ModelCall(seq=seq, role="judge", upstream="openai", model="gpt-4.1-mini", api="openai-chat", stream=False,
-                       status=200, t_start=format_ts(at), t_start_ms=int(at.timestamp() * 1000), t_ms=1.0,
-                       request_sha256=sha256_bytes(b"q"), response_sha256=None, usage=None, usage_source="provider",
-                       cost_usd=cost)
-             for seq in range(3)]
+    lines = [_judge_call(seq, cost).model_copy(update={"usage": None}) for seq in range(3)]  # priced elsewhere
     recorded = round(cost + cost + cost, SPEND_DECIMALS)
     assert recorded != sum(x.cost_usd for x in lines)
     assert spend_mismatches("a", lines, facts(), pricer({}), {"judge": recorded}, True) == []
