@@ -481,26 +481,20 @@ BLOCK_BYTES = 1 << 20
 _OVERLAP = 4096
 _RUN_CARRY = 64 << 10  # an encoded run that reaches the block's end is carried whole, up to this
 _MIN_RUN = 24
-# In a binary block, escape-like bytes turn up by chance: there a step counts only where it
-# changed this many places, densely (and `0x` prefixes in text too). In text, one escape can
-# hide the value (a Python bytes repr of random bytes can have a single `\x`).
+# The chained normalisation (`_normalised`) counts a step only where it changed this many
+# places: in text with fewer, the escapes are decoded alone (`_decoded_once`).
 _MIN_ESCAPES = 8
 
-# A Python bytes literal (`repr` of bytes: `b'\x8dZ%1e'`), decoded as Python reads it: only
-# its backslash escapes, so printable bytes that happen to spell `%1e` stay as they are.
-# Then percent-encoding, backslash escapes (`\x`, `\u`, `\U`, octal, the simple ones: JSON,
-# printf) and HTML entities. One pattern, decoded in one pass: what one escape decodes to is
-# never read as another escape (URL-quoted bytes holding `%5C%5C` decode to two
-# backslashes, not to one). Its groups: 1, 2 a bytes literal's body; 3 `%XX`; 4 to 8 a
-# backslash escape (`x`, `u`, `U`, octal, simple); 9 to 11 an entity (decimal, hex, named).
-_ESCAPE = re.compile(
-    rb"b'((?:[^'\\\n]|\\[^\n]){1,4096})'|b\"((?:[^\"\\\n]|\\[^\n]){1,4096})\""
-    rb"|%([0-9A-Fa-f]{2})"
-    rb"|\\(?:x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([0-3][0-7]{2})|([nrt0'\"\\]))"
-    rb"|&(?:#([0-9]{1,7})|#[xX]([0-9A-Fa-f]{1,6})|([A-Za-z][A-Za-z0-9]{1,31}));")
-_BYTES_ESCAPE = re.compile(rb"\\(?:x([0-9A-Fa-f]{2})|([0-7]{1,3})|([nrtabfv'\"\\]))")
-_BYTES_SIMPLE = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"a": b"\a", b"b": b"\b", b"f": b"\f", b"v": b"\v",
-                 b"'": b"'", b'"': b'"', b"\\": b"\\"}
+_PERCENT = re.compile(rb"%([0-9A-Fa-f]{2})")
+_BACKSLASH = re.compile(rb"\\(?:x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([0-3][0-7]{2})|([nrt0'\"\\]))")
+_ENTITY = re.compile(rb"&(?:#([0-9]{1,7})|#[xX]([0-9A-Fa-f]{1,6})|([A-Za-z][A-Za-z0-9]{1,31}));")
+# The same escapes in one pattern, decoded in one pass (`_decoded_once`): what one escape
+# decodes to is never read as another escape (URL-quoted bytes holding `%5C%5C` are two
+# backslashes). Groups: 1 `%XX`; 2 to 6 a backslash escape (`x`, `u`, `U`, octal, simple);
+# 7 to 9 an entity (decimal, hex, named).
+_ESCAPE = re.compile(rb"%([0-9A-Fa-f]{2})"
+                     rb"|\\(?:x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([0-3][0-7]{2})|([nrt0'\"\\]))"
+                     rb"|&(?:#([0-9]{1,7})|#[xX]([0-9A-Fa-f]{1,6})|([A-Za-z][A-Za-z0-9]{1,31}));")
 _SIMPLE_ESCAPES = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"0": b"\0", b"'": b"'", b'"': b'"', b"\\": b"\\"}
 _FULLWIDTH = re.compile(rb"\xef(?:\xbc[\x81-\xbf]|\xbd[\x80-\x9e])")
 _ZERO_WIDTH = re.compile(rb"\xe2(?:\x80[\x8b-\x8f]|\x81[\xa0-\xa4])|\xef\xbb\xbf|\xc2\xad")
@@ -617,44 +611,64 @@ def _decode_runs(text: bytes) -> list[bytes]:
     return [o for o in out if o]
 
 
-def _bytes_escape(m: re.Match[bytes]) -> bytes:
-    x, octal, simple = m.groups()
+def _backslash(x: bytes | None, u: bytes | None, big: bytes | None, octal: bytes | None,
+               simple: bytes | None) -> bytes:
+    """What a backslash escape (`_BACKSLASH`'s groups) stands for."""
     if x is not None:
         return bytes([int(x, 16)])
     if octal is not None:
-        return bytes([int(octal, 8) & 0xFF])
-    return _BYTES_SIMPLE[simple]
+        return bytes([int(octal, 8)])
+    if simple is not None:
+        return _SIMPLE_ESCAPES[simple]
+    return _char(int(u if u is not None else big, 16))  # type: ignore[arg-type]
 
 
-def _unescape(text: bytes) -> tuple[bytes, int]:
-    """Every escape in `text` decoded in one pass (`_ESCAPE`); returns the text and how many
-    escapes were decoded (a bytes literal without one is left as it is, and not counted)."""
+def _entity(dec: bytes | None, hx: bytes | None, name: bytes | None) -> bytes | None:
+    """What an HTML entity (`_ENTITY`'s groups) stands for; None for a name HTML lacks."""
+    if name is not None:
+        got = html.entities.html5.get(name.decode() + ";")
+        return got.encode() if got is not None else None
+    return _char(int(dec) if dec is not None else int(hx, 16))  # type: ignore[arg-type]
+
+
+def _unescape(data: bytes) -> tuple[bytes, int, int]:
+    """Percent-encoding, `\\x`/`\\u` escapes (JSON, a Python bytes repr) and HTML
+    entities decoded, one kind after the other; returns the text, how many escapes there
+    were, and of how many kinds."""
+    count = kinds = 0
+    decoders: tuple[tuple[re.Pattern[bytes], Callable[[re.Match[bytes]], bytes]], ...] = (
+        (_PERCENT, lambda m: bytes([int(m.group(1), 16)])),
+        (_BACKSLASH, lambda m: _backslash(*m.groups())),
+        (_ENTITY, lambda m: _entity(*m.groups()) or m.group()))
+    for pattern, fn in decoders:
+        if pattern.search(data):
+            data, n = pattern.subn(fn, data)
+            count += n
+            kinds += 1
+    return data, count, kinds
+
+
+def _decoded_once(data: bytes) -> tuple[bytes, int]:
+    """Every escape in `data` decoded in one pass (`_ESCAPE`), and nothing else done: the
+    bytes escapes decode to are the value's own (a Python bytes repr's `\\x1b` stays ESC,
+    its `\\xc2\\xb2` is not folded). Returns the text and how many escapes there were."""
     count = 0
 
     def one(m: re.Match[bytes]) -> bytes:
         nonlocal count
-        group = m.lastindex or 0  # which alternative matched: each has its own group(s)
-        got = m.group(group)
-        if group <= 2:  # a bytes literal: only its backslash escapes
-            inner, n = _BYTES_ESCAPE.subn(_bytes_escape, got)
-            count += n
-            return inner if n else m.group()
+        percent, *rest = m.groups()
+        if percent is not None:
+            got: bytes | None = bytes([int(percent, 16)])
+        elif any(g is not None for g in rest[:5]):
+            got = _backslash(*rest[:5])
+        else:
+            got = _entity(*rest[5:])
+        if got is None:
+            return m.group()
         count += 1
-        if group == 3 or group == 4:  # %XX, \xXX
-            return bytes([int(got, 16)])
-        if group == 7:  # octal
-            return bytes([int(got, 8)])
-        if group == 8:
-            return _SIMPLE_ESCAPES[got]
-        if group == 11:  # a named entity
-            known = html.entities.html5.get(got.decode() + ";")
-            if known is None:
-                count -= 1
-                return m.group()
-            return known.encode()
-        return _char(int(got, 10 if group == 9 else 16))  # \u, \U, &#N;, &#xH;
+        return got
 
-    return _ESCAPE.sub(one, text), count
+    return _ESCAPE.sub(one, data), count
 
 
 def _char(code: int) -> bytes:
@@ -672,30 +686,31 @@ def _nfkc(data: bytes) -> bytes:
     return unicodedata.normalize("NFKC", text).encode("utf-8", "surrogateescape")
 
 
-def _normalised(data: bytes) -> bytes | None:
-    """`data` with fullwidth forms folded (NFKC), `0x` prefixes, escape codes and zero-width
-    characters taken out, then its escapes decoded; None when nothing changed.
+def _normalised(data: bytes) -> tuple[bytes | None, bytes | None]:
+    """Two texts, each None where it would be `data` again or the first text:
+    - `data` with escapes decoded, fullwidth forms folded (NFKC), escape codes and
+      zero-width characters taken out, one step after the other;
+    - in text, `data` with its escapes decoded in one pass and nothing else done
+      (`_decoded_once`), where the first got them wrong: there were fewer than
+      _MIN_ESCAPES escapes (a bytes repr of random bytes can hold one), decoding one kind of
+      escape made another that `data` did not hold (URL-quoted backslashes), or, in ASCII
+      text without escape codes, a later step changed what the escapes decoded to (a
+      repr's ESC, soft hyphen, superscript). Text that holds several kinds of escape, or
+      non-ASCII characters, of its own (web pages as JSON) is not decoded twice.
 
-    The escapes are decoded last, in one pass: the bytes they decode to (a Python bytes
-    repr's `\\x1b`, `\\xc2\\xad`) are the value's own, and no step here changes them; what
-    they decode to is normalised again one level down, where escaped fullwidth text or
-    escape codes (`json.dumps` of them) are folded or taken out.
-
-    In text each step counts wherever it changed something (a bytes repr of random bytes
-    can hold a single `\\x` escape), but `0x` prefixes count only where there are at least
-    _MIN_ESCAPES of them (a C list of the bytes has 16; base64 holds a stray `0x` by
-    chance). In a binary block (one with a NUL byte), where `%41`- or ESC-like bytes turn up
-    by chance, a step counts only where it changed at least _MIN_ESCAPES places, one per
-    256 bytes or more, and NFKC is left out.
+    Each step counts where it changed at least _MIN_ESCAPES places; in a binary block (one
+    with a NUL byte), where `%41`- or ESC-like bytes turn up by chance, only where they are
+    dense too (one per 256 bytes or more), and NFKC is left out.
     """
     binary = b"\x00" in data
 
-    def worth(n: int, least: int = 1) -> bool:
-        if not binary:
-            return n >= least
-        return n >= _MIN_ESCAPES and n * 256 >= len(data)
+    def worth(n: int) -> bool:
+        return n >= _MIN_ESCAPES and (not binary or n * 256 >= len(data))
 
     text = data
+    unescaped, escapes, kinds = _unescape(text)
+    if worth(escapes):
+        text = unescaped
     if b"\xef" in text:
         new, n = _FULLWIDTH.subn(_fullwidth, text)
         if worth(n):
@@ -704,7 +719,7 @@ def _normalised(data: bytes) -> bytes | None:
         text = _nfkc(text)
     if b"0x" in text or b"0X" in text:
         new, n = _HEX_PREFIX.subn(b"", text)  # a C or Python list of the bytes: 0x9f, 0x86
-        if worth(n, _MIN_ESCAPES):
+        if worth(n):
             text = new
     if b"\x1b" in text:
         new, n = _ANSI.subn(b"", text)
@@ -714,11 +729,19 @@ def _normalised(data: bytes) -> bytes | None:
         new, n = _ZERO_WIDTH.subn(b"", text)
         if worth(n):
             text = new
-    if b"%" in text or b"\\" in text or b"&" in text:
-        new, n = _unescape(text)
-        if worth(n):
-            text = new
-    return text if text != data else None
+    chained = text if text != data else None
+    if binary or not escapes:
+        return chained, None
+    # a later step can change only non-ASCII bytes or escape codes (`0x` prefixes aside:
+    # base64 holds them by chance, and it takes 8)
+    changed_decoded = text != unescaped and (not unescaped.isascii() or b"\x1b" in unescaped)
+    wrong = (escapes < _MIN_ESCAPES
+             or kinds > sum(1 for pattern in (_PERCENT, _BACKSLASH, _ENTITY) if pattern.search(data))
+             or (changed_decoded and data.isascii() and b"\x1b" not in data))
+    if not wrong:
+        return chained, None
+    alone, n = _decoded_once(data)
+    return chained, alone if n and alone != data and alone != chained else None
 
 
 def _wide(data: bytes) -> bytes | None:
@@ -854,14 +877,15 @@ class StreamScanner:
         if wide is not None and self._nested(wide):
             self._found = True
             return
-        text = _normalised(data)
-        if text is not None:
+        chained, once = _normalised(data)
+        if chained is not None:
             # the nested scan of the normalised text decodes its runs itself
-            self._found = self._nested(text)
-            return
-        decoded = _decode_runs(data)
-        if decoded and self._nested(b"\n".join(decoded)):
-            self._found = True
+            self._found = self._nested(chained)
+        else:
+            decoded = _decode_runs(data)
+            self._found = bool(decoded) and self._nested(b"\n".join(decoded))
+        if not self._found and once is not None:
+            self._found = self._nested(once)
 
     def _containers(self, chunk: bytes) -> None:
         """Feed the members already open, then open one at each new container magic."""
