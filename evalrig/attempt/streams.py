@@ -686,12 +686,12 @@ def _nfkc(data: bytes) -> bytes:
     return unicodedata.normalize("NFKC", text).encode("utf-8", "surrogateescape")
 
 
-def _normalised(data: bytes) -> tuple[bytes | None, bytes | None]:
+def _normalised(data: bytes, once: bool) -> tuple[bytes | None, bytes | None]:
     """Two texts, each None where it would be `data` again or the first text:
     - `data` with escapes decoded, fullwidth forms folded (NFKC), escape codes and
       zero-width characters taken out, one step after the other;
-    - in text, `data` with its escapes decoded in one pass and nothing else done
-      (`_decoded_once`), where the first got them wrong: there were fewer than
+    - where `once`, in text, `data` with its escapes decoded in one pass and nothing else
+      done (`_decoded_once`), where the first got them wrong: there were fewer than
       _MIN_ESCAPES escapes (a bytes repr of random bytes can hold one), decoding one kind of
       escape made another that `data` did not hold (URL-quoted backslashes), or, in ASCII
       text without escape codes, a later step changed what the escapes decoded to (a
@@ -730,7 +730,7 @@ def _normalised(data: bytes) -> tuple[bytes | None, bytes | None]:
         if worth(n):
             text = new
     chained = text if text != data else None
-    if binary or not escapes:
+    if not once or binary or not escapes:
         return chained, None
     # a later step can change only non-ASCII bytes or escape codes (`0x` prefixes aside:
     # base64 holds them by chance, and it takes 8)
@@ -877,7 +877,9 @@ class StreamScanner:
         if wide is not None and self._nested(wide):
             self._found = True
             return
-        chained, once = _normalised(data)
+        # the escapes decoded alone in a stream's or file's own text only, not in what that
+        # decodes to: two texts at every level would double a crafted flood's cost at each
+        chained, once = _normalised(data, once=self._depth == 0)
         if chained is not None:
             # the nested scan of the normalised text decodes its runs itself
             self._found = self._nested(chained)
