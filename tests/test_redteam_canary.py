@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from redteam import add_task, bwrap_works, eval_sh, make_checkpoint, results, run_train
+from test_canary_forms import _known_miss
 
 SANDBOXES = ["bwrap", "process"]
 
@@ -103,7 +104,11 @@ def test_the_canary_is_found_in_the_red_teams_encodings(tmp_path: Path, evalrig_
                    "--sandbox", sandbox, "--jobs", "2")
     assert step.code == 0, step
     found = {r["task_id"]: r["canary"]["found"] for r in results(out)}  # type: ignore[index]
-    assert found == {**{how: True for how in FORMS}, "control": False}
+    # the one form with a known miss (docs/security.md): a bytes repr whose own bytes spell
+    # an escape, about 1 value in 700; the rig must miss it exactly then, and find it else
+    value = next(r["canary"]["value"] for r in results(out) if r["task_id"] == "bytes-repr-stdout")  # type: ignore[index]
+    repr_found = not _known_miss(bytes.fromhex(value[len("rst_"):]))
+    assert found == {**{how: True for how in FORMS}, "bytes-repr-stdout": repr_found, "control": False}
     where = {r["task_id"]: r["canary"]["where"] for r in results(out)}  # type: ignore[index]
     assert where["zip-file"] == ["out/bundle.zip"]
     assert where["utf16-stdout"] == ["stdout"]

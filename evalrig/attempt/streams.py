@@ -631,11 +631,11 @@ def _entity(dec: bytes | None, hx: bytes | None, name: bytes | None) -> bytes | 
     return _char(int(dec) if dec is not None else int(hx, 16))  # type: ignore[arg-type]
 
 
-def _unescape(data: bytes) -> tuple[bytes, int, int]:
+def _unescape(data: bytes) -> tuple[bytes, int]:
     """Percent-encoding, `\\x`/`\\u` escapes (JSON, a Python bytes repr) and HTML
-    entities decoded, one kind after the other; returns the text, how many escapes there
-    were, and of how many kinds."""
-    count = kinds = 0
+    entities decoded, one kind after the other; returns the text and how many escapes
+    there were."""
+    count = 0
     decoders: tuple[tuple[re.Pattern[bytes], Callable[[re.Match[bytes]], bytes]], ...] = (
         (_PERCENT, lambda m: bytes([int(m.group(1), 16)])),
         (_BACKSLASH, lambda m: _backslash(*m.groups())),
@@ -644,8 +644,7 @@ def _unescape(data: bytes) -> tuple[bytes, int, int]:
         if pattern.search(data):
             data, n = pattern.subn(fn, data)
             count += n
-            kinds += 1
-    return data, count, kinds
+    return data, count
 
 
 def _decoded_once(data: bytes) -> tuple[bytes, int]:
@@ -671,6 +670,28 @@ def _decoded_once(data: bytes) -> tuple[bytes, int]:
     return _ESCAPE.sub(one, data), count
 
 
+_EXCERPT = 256  # bytes kept on each side of an escape: a bytes repr of 16 bytes is under 70
+
+
+def _sparse_escapes(data: bytes) -> bytes | None:
+    """The text around each escape in `data` (_EXCERPT bytes on each side, spans that meet
+    merged), each decoded alone (`_decoded_once`) and joined by line breaks; None when no
+    escape decodes to anything."""
+    spans: list[list[int]] = []
+    for m in _ESCAPE.finditer(data):
+        start, end = max(m.start() - _EXCERPT, 0), m.end() + _EXCERPT
+        if spans and start <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], end)
+        else:
+            spans.append([start, end])
+    out, decoded = [], 0
+    for start, end in spans:
+        text, n = _decoded_once(data[start:end])
+        out.append(text)
+        decoded += n
+    return b"\n".join(out) if decoded else None
+
+
 def _char(code: int) -> bytes:
     return chr(code).encode("utf-8", "ignore") if code < 0x110000 else b""
 
@@ -687,16 +708,13 @@ def _nfkc(data: bytes) -> bytes:
 
 
 def _normalised(data: bytes, once: bool) -> tuple[bytes | None, bytes | None]:
-    """Two texts, each None where it would be `data` again or the first text:
+    """Two texts, each None where there is none:
     - `data` with escapes decoded, fullwidth forms folded (NFKC), escape codes and
-      zero-width characters taken out, one step after the other;
-    - where `once`, in text, `data` with its escapes decoded in one pass and nothing else
-      done (`_decoded_once`), where the first got them wrong: there were fewer than
-      _MIN_ESCAPES escapes (a bytes repr of random bytes can hold one), decoding one kind of
-      escape made another that `data` did not hold (URL-quoted backslashes), or, in ASCII
-      text without escape codes, a later step changed what the escapes decoded to (a
-      repr's ESC, soft hyphen, superscript). Text that holds several kinds of escape, or
-      non-ASCII characters, of its own (web pages as JSON) is not decoded twice.
+      zero-width characters taken out, one step after the other; None when nothing changed;
+    - where `once`, in text that holds fewer than _MIN_ESCAPES escapes (which the first
+      leaves as they are), the lines around each escape with the escapes decoded in one
+      pass (`_sparse_escapes`): a Python bytes repr of random bytes can hold a single
+      `\\x`, and a few escapes cost a few excerpts, not another scan of the block.
 
     Each step counts where it changed at least _MIN_ESCAPES places; in a binary block (one
     with a NUL byte), where `%41`- or ESC-like bytes turn up by chance, only where they are
@@ -708,7 +726,7 @@ def _normalised(data: bytes, once: bool) -> tuple[bytes | None, bytes | None]:
         return n >= _MIN_ESCAPES and (not binary or n * 256 >= len(data))
 
     text = data
-    unescaped, escapes, kinds = _unescape(text)
+    unescaped, escapes = _unescape(text)
     if worth(escapes):
         text = unescaped
     if b"\xef" in text:
@@ -730,18 +748,9 @@ def _normalised(data: bytes, once: bool) -> tuple[bytes | None, bytes | None]:
         if worth(n):
             text = new
     chained = text if text != data else None
-    if not once or binary or not escapes:
+    if not once or binary or not escapes or escapes >= _MIN_ESCAPES:
         return chained, None
-    # a later step can change only non-ASCII bytes or escape codes (`0x` prefixes aside:
-    # base64 holds them by chance, and it takes 8)
-    changed_decoded = text != unescaped and (not unescaped.isascii() or b"\x1b" in unescaped)
-    wrong = (escapes < _MIN_ESCAPES
-             or kinds > sum(1 for pattern in (_PERCENT, _BACKSLASH, _ENTITY) if pattern.search(data))
-             or (changed_decoded and data.isascii() and b"\x1b" not in data))
-    if not wrong:
-        return chained, None
-    alone, n = _decoded_once(data)
-    return chained, alone if n and alone != data and alone != chained else None
+    return chained, _sparse_escapes(data)
 
 
 def _wide(data: bytes) -> bytes | None:
