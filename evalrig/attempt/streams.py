@@ -482,7 +482,7 @@ _OVERLAP = 4096
 _RUN_CARRY = 64 << 10  # an encoded run that reaches the block's end is carried whole, up to this
 _MIN_RUN = 24
 # The chained normalisation (`_normalised`) counts a step only where it changed this many
-# places: in text with fewer, the escapes are decoded alone (`_decoded_once`).
+# places: in text with fewer escapes, the text around each is decoded alone (`_sparse_escapes`).
 _MIN_ESCAPES = 8
 
 _PERCENT = re.compile(rb"%([0-9A-Fa-f]{2})")
@@ -712,7 +712,7 @@ def _normalised(data: bytes, once: bool) -> tuple[bytes | None, bytes | None]:
     - `data` with escapes decoded, fullwidth forms folded (NFKC), escape codes and
       zero-width characters taken out, one step after the other; None when nothing changed;
     - where `once`, in text that holds fewer than _MIN_ESCAPES escapes (which the first
-      leaves as they are), the lines around each escape with the escapes decoded in one
+      leaves as they are), the text around each escape with the escapes decoded in one
       pass (`_sparse_escapes`): a Python bytes repr of random bytes can hold a single
       `\\x`, and a few escapes cost a few excerpts, not another scan of the block.
 
@@ -886,7 +886,7 @@ class StreamScanner:
         if wide is not None and self._nested(wide):
             self._found = True
             return
-        # the escapes decoded alone in a stream's or file's own text only, not in what that
+        # sparse escapes decoded alone in a stream's or file's own text only, not in what that
         # decodes to: two texts at every level would double a crafted flood's cost at each
         chained, once = _normalised(data, once=self._depth == 0)
         if chained is not None:
