@@ -238,4 +238,3 @@ def test_members_open_at_once_are_bounded_across_nesting() -> None:
         most = max(most, budget.open)
     assert scanner.found
     assert most <= 16
-

@@ -104,11 +104,15 @@ def test_the_canary_is_found_in_the_red_teams_encodings(tmp_path: Path, evalrig_
                    "--sandbox", sandbox, "--jobs", "2")
     assert step.code == 0, step
     found = {r["task_id"]: r["canary"]["found"] for r in results(out)}  # type: ignore[index]
-    # the one form with a known miss (docs/security.md): a bytes repr whose own bytes spell
-    # an escape, about 1 value in 700; the rig must miss it exactly then, and find it else
+    # the one form with known misses (docs/security.md "Residual risks", about 1 value in
+    # 700: a bytes repr whose own bytes spell an escape, or that NFKC folds once decoded):
+    # found for every other value
     value = next(r["canary"]["value"] for r in results(out) if r["task_id"] == "bytes-repr-stdout")  # type: ignore[index]
-    repr_found = not _known_miss(bytes.fromhex(value[len("rst_"):]))
-    assert found == {**{how: True for how in FORMS}, "bytes-repr-stdout": repr_found, "control": False}
+    if _known_miss(bytes.fromhex(value[len("rst_"):])):
+        del found["bytes-repr-stdout"]
+        assert found == {**{how: True for how in FORMS if how != "bytes-repr-stdout"}, "control": False}
+    else:
+        assert found == {**{how: True for how in FORMS}, "control": False}
     where = {r["task_id"]: r["canary"]["where"] for r in results(out)}  # type: ignore[index]
     assert where["zip-file"] == ["out/bundle.zip"]
     assert where["utf16-stdout"] == ["stdout"]
