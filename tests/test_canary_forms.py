@@ -238,3 +238,19 @@ def test_members_open_at_once_are_bounded_across_nesting() -> None:
         most = max(most, budget.open)
     assert scanner.found
     assert most <= 16
+
+
+def test_a_sparse_escape_is_found_however_the_stream_is_cut_and_beside_a_far_nul() -> None:
+    """A form with one escape is decoded in an excerpt around it; an excerpt is judged
+    binary by its own bytes, so a NUL byte 10 KiB away in the same block does not hide it,
+    and the run (pipe reads) and verify (1 MiB reads) agree wherever blocks start."""
+    form = FORMS["percent-one-character"](VALUE)
+    lines = b"".join(b"log line %d of the service\n" % i for i in range(60000))
+    # the NUL and the form 10 KiB apart, in the first block however the stream is cut
+    data = lines[: (1 << 20) - 20000] + b"\x00" + lines[:10000] + b"\n" + form + b"\n" + lines[: 1 << 20]
+    for first in (1 << 20, (1 << 20) - 100, 4096):
+        scanner = StreamScanner([HEX])
+        scanner.feed(data[:first])
+        for at in range(first, len(data), 1 << 16):
+            scanner.feed(data[at : at + (1 << 16)])
+        assert scanner.found, first

@@ -676,17 +676,25 @@ _EXCERPT = 256  # bytes kept on each side of an escape: a bytes repr of 16 bytes
 def _sparse_escapes(data: bytes) -> bytes | None:
     """The text around each escape in `data` (_EXCERPT bytes on each side, spans that meet
     merged), each decoded alone (`_decoded_once`) and joined by line breaks; None when no
-    escape decodes to anything."""
+    escape decodes to anything. An excerpt that holds a NUL byte is binary and left out
+    (judged per excerpt, not per block, so that where a block starts does not matter).
+    Escapes are found with the three patterns that start with a fixed byte: the combined
+    one would be tried at every byte of the block."""
+    starts = sorted((m.start(), m.end()) for pattern in (_PERCENT, _BACKSLASH, _ENTITY)
+                    for m in pattern.finditer(data))
     spans: list[list[int]] = []
-    for m in _ESCAPE.finditer(data):
-        start, end = max(m.start() - _EXCERPT, 0), m.end() + _EXCERPT
+    for first, last in starts:
+        start, end = max(first - _EXCERPT, 0), last + _EXCERPT
         if spans and start <= spans[-1][1]:
             spans[-1][1] = max(spans[-1][1], end)
         else:
             spans.append([start, end])
     out, decoded = [], 0
     for start, end in spans:
-        text, n = _decoded_once(data[start:end])
+        excerpt = data[start:end]
+        if b"\x00" in excerpt:
+            continue
+        text, n = _decoded_once(excerpt)
         out.append(text)
         decoded += n
     return b"\n".join(out) if decoded else None
@@ -711,9 +719,9 @@ def _normalised(data: bytes, once: bool) -> tuple[bytes | None, bytes | None]:
     """Two texts, each None where there is none:
     - `data` with escapes decoded, fullwidth forms folded (NFKC), escape codes and
       zero-width characters taken out, one step after the other; None when nothing changed;
-    - where `once`, in text that holds fewer than _MIN_ESCAPES escapes (which the first
+    - where `once`, in a block that holds fewer than _MIN_ESCAPES escapes (which the first
       leaves as they are), the text around each escape with the escapes decoded in one
-      pass (`_sparse_escapes`): a Python bytes repr of random bytes can hold a single
+      pass (`_sparse_escapes`; excerpts with a NUL byte left out): a Python bytes repr of random bytes can hold a single
       `\\x`, and a few escapes cost a few excerpts, not another scan of the block.
 
     Each step counts where it changed at least _MIN_ESCAPES places; in a binary block (one
@@ -748,7 +756,7 @@ def _normalised(data: bytes, once: bool) -> tuple[bytes | None, bytes | None]:
         if worth(n):
             text = new
     chained = text if text != data else None
-    if not once or binary or not escapes or escapes >= _MIN_ESCAPES:
+    if not once or not escapes or escapes >= _MIN_ESCAPES:
         return chained, None
     return chained, _sparse_escapes(data)
 
