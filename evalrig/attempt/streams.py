@@ -488,13 +488,11 @@ _MIN_ESCAPES = 8
 _PERCENT = re.compile(rb"%([0-9A-Fa-f]{2})")
 _BACKSLASH = re.compile(rb"\\(?:x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([0-3][0-7]{2})|([nrt0'\"\\]))")
 _ENTITY = re.compile(rb"&(?:#([0-9]{1,7})|#[xX]([0-9A-Fa-f]{1,6})|([A-Za-z][A-Za-z0-9]{1,31}));")
-# The same escapes in one pattern, decoded in one pass (`_decoded_once`): what one escape
+# The three in one pattern, decoded in one pass (`_decoded_once`): what one escape
 # decodes to is never read as another escape (URL-quoted bytes holding `%5C%5C` are two
 # backslashes). Groups: 1 `%XX`; 2 to 6 a backslash escape (`x`, `u`, `U`, octal, simple);
 # 7 to 9 an entity (decimal, hex, named).
-_ESCAPE = re.compile(rb"%([0-9A-Fa-f]{2})"
-                     rb"|\\(?:x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([0-3][0-7]{2})|([nrt0'\"\\]))"
-                     rb"|&(?:#([0-9]{1,7})|#[xX]([0-9A-Fa-f]{1,6})|([A-Za-z][A-Za-z0-9]{1,31}));")
+_ESCAPE = re.compile(b"|".join(p.pattern for p in (_PERCENT, _BACKSLASH, _ENTITY)))
 _SIMPLE_ESCAPES = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"0": b"\0", b"'": b"'", b'"': b'"', b"\\": b"\\"}
 _FULLWIDTH = re.compile(rb"\xef(?:\xbc[\x81-\xbf]|\xbd[\x80-\x9e])")
 _ZERO_WIDTH = re.compile(rb"\xe2(?:\x80[\x8b-\x8f]|\x81[\xa0-\xa4])|\xef\xbb\xbf|\xc2\xad")
